@@ -1,0 +1,83 @@
+# mpicnn build: one Makefile, pattern rules, a static library of src/ that apps, tests and
+# benchmarks link. `make` builds everything, `make test` installs deps and runs the suite.
+CUDA     ?= 0
+DEBUG    ?= 0
+SANITIZE ?= 0
+
+CXX      ?= g++
+PYTHON   ?= /usr/bin/python3
+
+VARIANT  := $(if $(filter 1,$(DEBUG)),debug,release)$(if $(filter 1,$(SANITIZE)),-asan,)
+BUILD    := build/$(VARIANT)
+
+CPPFLAGS := -Isrc -Itests -I/usr/include/stb -DMPICNN_SOURCE_DIR='"$(CURDIR)"'
+CXXFLAGS := -std=c++20 -Wall -Wextra -fopenmp -march=native -MMD -MP
+LDFLAGS  := -fopenmp
+LDLIBS   := -lopenblas -lpthread
+ifeq ($(DEBUG),1)
+  CXXFLAGS += -O0 -g
+else
+  CXXFLAGS += -O3 -g1
+endif
+ifeq ($(SANITIZE),1)
+  CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS  += -fsanitize=address,undefined
+endif
+
+# Debian packages the project and its tests need (installed by `make deps`).
+DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libeigen3-dev \
+  libboost-program-options-dev doctest-dev libstb-dev nlohmann-json3-dev \
+  python3-torch python3-torchvision python3-numpy dataset-fashion-mnist
+
+LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*'))
+LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/obj/%.o)
+LIB       := $(BUILD)/libmpicnn.a
+TEST_SRC  := $(sort $(wildcard tests/*.cpp))
+TEST_OBJ  := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
+TEST_BIN  := $(BUILD)/tests/unit_tests
+BENCH_SRC := $(sort $(wildcard bench/*.cpp))
+BENCH_BIN := $(BENCH_SRC:bench/%.cpp=$(BUILD)/bench/%)
+
+.PHONY: all lib tests bench deps test clean
+all: lib tests bench
+lib: $(LIB)
+tests: $(TEST_BIN)
+bench: $(BENCH_BIN)
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(TEST_BIN): $(TEST_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $(TEST_OBJ) $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# Installs only what is missing; as root directly, otherwise through sudo.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# deps first, then a fresh make so the build sees what deps installed.
+test: deps
+	$(MAKE) --no-print-directory tests
+	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d)

@@ -1,0 +1,113 @@
+// Tensor storage and shape bookkeeping (CPU). The CUDA backend adds its allocator elsewhere.
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mpicnn {
+
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+Shape::Shape(std::initializer_list<int64_t> dims) {
+  CHECK(dims.size() <= size_t(kMaxDims), "shape has ", dims.size(), " dims, at most ", kMaxDims);
+  for (int64_t v : dims) {
+    CHECK(v >= 0, "negative extent ", v, " in shape");
+    d[ndim++] = v;
+  }
+}
+
+int64_t Shape::operator[](int i) const {
+  CHECK(i >= 0 && i < ndim, "dimension ", i, " out of range for shape ", str());
+  return d[i];
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= d[i];
+  return ndim == 0 ? 0 : n;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (ndim != o.ndim) return false;
+  for (int i = 0; i < ndim; ++i)
+    if (d[i] != o.d[i]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::string s = "(";
+  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + ")";
+}
+
+std::shared_ptr<void> alloc_host(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+Tensor Tensor::empty(const Shape& shape, Device device) {
+  CHECK(device == Device::CPU, "Tensor::empty on ", device_name(device),
+        " needs the CUDA backend (build with CUDA=1)");
+  Tensor t;
+  t.storage_ = alloc_host(size_t(shape.numel()) * sizeof(float));
+  t.data_ = static_cast<float*>(t.storage_.get());
+  t.shape_ = shape;
+  t.device_ = device;
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, Device device) {
+  Tensor t = empty(shape, device);
+  std::memset(t.data_, 0, size_t(shape.numel()) * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::view(float* data, const Shape& shape, Device device) {
+  CHECK(data != nullptr || shape.numel() == 0, "view of null memory with shape ", shape.str());
+  Tensor t;
+  t.data_ = data;
+  t.shape_ = shape;
+  t.device_ = device;
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  CHECK(shape.numel() == numel(), "cannot reshape ", shape_.str(), " to ", shape.str());
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::slice0(int64_t begin, int64_t end) const {
+  CHECK(dim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "slice [", begin, ", ",
+        end, ") out of range for shape ", shape_.str());
+  Tensor t = *this;
+  t.shape_.d[0] = end - begin;
+  t.data_ = data_ + begin * (numel() / (shape_[0] ? shape_[0] : 1));
+  return t;
+}
+
+float& Tensor::operator[](int64_t i) {
+  CHECK(device_ == Device::CPU && i >= 0 && i < numel(), "element ", i, " of ", shape_.str());
+  return data_[i];
+}
+
+float Tensor::operator[](int64_t i) const {
+  CHECK(device_ == Device::CPU && i >= 0 && i < numel(), "element ", i, " of ", shape_.str());
+  return data_[i];
+}
+
+void Tensor::fill(float v) {
+  CHECK(device_ == Device::CPU, "fill on ", device_name(device_));
+  for (int64_t i = 0, n = numel(); i < n; ++i) data_[i] = v;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  CHECK(device_ == Device::CPU && src.device_ == Device::CPU, "copy_from across devices");
+  CHECK(src.numel() == numel(), "copy_from: ", src.shape_.str(), " into ", shape_.str());
+  if (numel()) std::memmove(data_, src.data_, size_t(numel()) * sizeof(float));
+}
+
+}  // namespace mpicnn

@@ -1,0 +1,80 @@
+// Shape and Tensor: float32 arrays with a logical NCHW layout, owned by (or viewing memory of)
+// one device. Not an autograd tensor and not a lazy expression: layers compute into tensors
+// that were planned and allocated before the training step. Copies between devices are
+// explicit calls; nothing here moves data behind the caller's back.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "core/check.h"
+
+namespace mpicnn {
+
+enum class Device { CPU, CUDA };
+const char* device_name(Device d);
+
+// Up to kMaxDims extents; shape checks are always on.
+struct Shape {
+  static constexpr int kMaxDims = 6;
+  int ndim = 0;
+  int64_t d[kMaxDims] = {};
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims);
+  int64_t operator[](int i) const;
+  int64_t numel() const;
+  bool operator==(const Shape& o) const;
+  bool operator!=(const Shape& o) const { return !(*this == o); }
+  std::string str() const;  // "(2, 3, 4)"
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // empty: no data, ndim 0, numel 0
+
+  static Tensor empty(const Shape& shape, Device device = Device::CPU);  // owning, uninitialised
+  static Tensor zeros(const Shape& shape, Device device = Device::CPU);
+  // Non-owning view of memory someone else keeps alive (a slab, a workspace).
+  static Tensor view(float* data, const Shape& shape, Device device = Device::CPU);
+
+  bool defined() const { return shape_.ndim > 0; }
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  const Shape& shape() const { return shape_; }
+  int dim() const { return shape_.ndim; }
+  int64_t size(int i) const { return shape_[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  Device device() const { return device_; }
+
+  // Same memory, different shape of equal numel.
+  Tensor reshape(const Shape& shape) const;
+  // Rows [begin, end) of dimension 0, as a view (batch slicing).
+  Tensor slice0(int64_t begin, int64_t end) const;
+
+  // CPU-only element helpers for tests and setup code (not for hot loops).
+  float& operator[](int64_t i);
+  float operator[](int64_t i) const;
+  void fill(float v);
+  void copy_from(const Tensor& src);  // same numel, same device
+
+ private:
+  std::shared_ptr<void> storage_;  // null for views
+  float* data_ = nullptr;
+  Shape shape_;
+  Device device_ = Device::CPU;
+};
+
+// Aligned host allocation used by tensors and slabs (64-byte aligned for AVX-512).
+std::shared_ptr<void> alloc_host(size_t bytes);
+
+}  // namespace mpicnn
+
+// CHECK_SHAPE(t, {N, C, H, W}): the tensor has exactly this shape.
+#define CHECK_SHAPE(t, ...)                                                                    \
+  do {                                                                                         \
+    const ::mpicnn::Shape want_shape_ = ::mpicnn::Shape(__VA_ARGS__);                          \
+    MPICNN_CHECK((t).shape() == want_shape_, #t " has shape ", (t).shape().str(), ", expected ",      \
+          want_shape_.str());                                                                  \
+  } while (0)

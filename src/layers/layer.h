@@ -1,0 +1,45 @@
+// Layer interfaces. Layers own their parameter *views* (bound into the network's slabs by
+// ParamStore) and their planned workspaces; they never own activations, which the caller
+// plans once per batch size and passes in. Multi-input layers (Add, Concat) and the loss have
+// their own signatures in their headers; single-input layers implement UnaryLayer.
+//
+// Conventions (llm.c): outputs first, then inputs. forward writes `out` with '='. backward
+// writes `din` with '=' (skipped when din is undefined, e.g. for the first layer) and
+// accumulates parameter gradients with '+=' (the caller zeroes the grad slab once per step).
+#pragma once
+#include <string>
+
+#include "core/tensor.h"
+#include "layers/params.h"
+
+namespace mpicnn {
+
+class Layer {
+ public:
+  Layer() = default;
+  Layer(const Layer&) = delete;  // registered by address in a ParamStore: never copied/moved
+  Layer& operator=(const Layer&) = delete;
+  virtual ~Layer() = default;
+
+  virtual const char* kind() const = 0;
+  // Declare parameters and buffers as prefix + torchvision name ("layer1.0.bn1." + "weight").
+  virtual void register_state(ParamStore& /*store*/, const std::string& /*prefix*/) {}
+  void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+
+ protected:
+  bool training_ = true;
+};
+
+class UnaryLayer : public Layer {
+ public:
+  virtual Shape output_shape(const Shape& in) const = 0;
+  // Size internal workspaces for inputs of this shape; forward then accepts any batch size up
+  // to in[0] without allocating. Called outside the training step.
+  virtual void plan(const Shape& /*in*/) {}
+  virtual void forward(Tensor& out, const Tensor& in) = 0;
+  // `in` and `out` are the tensors of the matching forward call, unchanged since.
+  virtual void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) = 0;
+};
+
+}  // namespace mpicnn

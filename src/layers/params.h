@@ -1,0 +1,59 @@
+// ParamStore: the network's parameters, gradients and buffers as views into contiguous slabs.
+// One slab of weights, one of gradients (same offsets), one of float buffers (BatchNorm
+// running stats); int64 buffers (num_batches_tracked) stay in their layers. Registration order
+// is torchvision's state_dict order, so names round-trip through safetensors unchanged.
+// Not an optimizer and not a serializer: those read the slabs and entries from here.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mpicnn {
+
+enum class StateKind { Param, Buffer, BufferI64 };
+
+struct StateEntry {
+  std::string name;
+  StateKind kind;
+  Shape shape;
+  int64_t offset = 0;      // into the param slab (Param) or buffer slab (Buffer)
+  bool decay = true;       // Param only: subject to weight decay
+  Tensor* value = nullptr; // bound to a slab view by allocate()
+  Tensor* grad = nullptr;  // Param only
+  int64_t* i64 = nullptr;  // BufferI64 only
+};
+
+class ParamStore {
+ public:
+  // Declaration phase. The pointed-to tensors are rebound as slab views by allocate(), so the
+  // layers that own them must not move afterwards (hold layers by unique_ptr or in place).
+  void param(const std::string& name, const Shape& shape, Tensor* value, Tensor* grad,
+             bool decay = true);
+  void buffer(const std::string& name, const Shape& shape, Tensor* value);
+  void buffer_i64(const std::string& name, int64_t* value);
+
+  // Allocates the slabs (zeroed), binds every declared tensor to its range. Once only.
+  void allocate(Device device = Device::CPU);
+  bool allocated() const { return allocated_; }
+
+  // Whole slabs as 1-D tensors. Each entry starts on a 64-byte boundary; the padding between
+  // entries stays zero in every slab, so whole-slab updates and reductions are safe.
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  Tensor& buffers() { return buffers_; }
+
+  void zero_grad();
+  int64_t num_params() const;  // sum of parameter numels (no padding)
+  const std::vector<StateEntry>& entries() const { return entries_; }
+  const StateEntry* find(const std::string& name) const;
+
+ private:
+  void check_new_name(const std::string& name) const;
+  std::vector<StateEntry> entries_;
+  int64_t param_floats_ = 0, buffer_floats_ = 0;
+  bool allocated_ = false;
+  Tensor values_, grads_, buffers_;
+};
+
+}  // namespace mpicnn

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test suite of the build and ends with one line "N passed, N failed".
+# Usage: tests/run_all.sh BUILD_DIR. Counts are doctest test cases plus one per script suite.
+set -u
+build=${1:?usage: tests/run_all.sh BUILD_DIR}
+cd "$(dirname "$0")/.."
+export PYTHON=${PYTHON:-/usr/bin/python3}
+passed=0 failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# doctest binary: take its own counts; a crash with no summary counts as one failure.
+run_doctest() {
+  local name=$1 bin=$2
+  echo "=== $name"
+  "$bin" --no-intro=true 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local line
+  line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1)
+  if [ -n "$line" ]; then
+    local p f
+    p=$(echo "$line" | sed -E 's/.*\| *([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.*\| *([0-9]+) failed.*/\1/')
+    passed=$((passed + p)) failed=$((failed + f))
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then failed=$((failed + 1)); fi
+  else
+    echo "$name: exited $rc without a summary"
+    failed=$((failed + 1))
+  fi
+}
+
+run_doctest "unit tests" "$build/tests/unit_tests"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

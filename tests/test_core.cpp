@@ -1,0 +1,134 @@
+// Core: shapes and tensors, the counter-based RNG, the parameter slab store.
+#include <omp.h>
+
+#include <set>
+#include <thread>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "core/threads.h"
+#include "layers/params.h"
+#include "testing.h"
+
+using namespace mpicnn;
+
+TEST_CASE("Shape and Tensor basics") {
+  Shape s{2, 3, 4, 5};
+  CHECK(s.numel() == 120);
+  CHECK(s.str() == "(2, 3, 4, 5)");
+  CHECK_THROWS_AS(Shape({2, -1}), Error);
+  Tensor t = Tensor::zeros(s);
+  CHECK(reinterpret_cast<uintptr_t>(t.data()) % 64 == 0);
+  t[7] = 3.f;
+  Tensor r = t.reshape({6, 20});
+  CHECK(r.data() == t.data());
+  CHECK(r[7] == 3.f);
+  CHECK_THROWS_AS(t.reshape({7, 20}), Error);
+  Tensor b = t.slice0(1, 2);
+  CHECK(b.shape() == Shape{1, 3, 4, 5});
+  CHECK(b.data() == t.data() + 60);
+  CHECK_THROWS_AS(t.slice0(1, 3), Error);
+  CHECK_THROWS_AS(t[120], Error);
+  CHECK_THROWS_AS(Tensor::empty(s, Device::CUDA), Error);
+  CHECK(!Tensor().defined());
+}
+
+TEST_CASE("CHECK reports message, expression and place") {
+  try {
+    int x = 3;
+    MPICNN_CHECK(x == 4, "x was ", x);
+    FAIL("no throw");
+  } catch (const Error& e) {
+    CHECK(e.message() == "x was 3");
+    std::string w = e.what();
+    CHECK(w.find("x == 4") != std::string::npos);
+    CHECK(w.find("test_core.cpp") != std::string::npos);
+  }
+}
+
+TEST_CASE("Philox matches the published known-answer vectors") {
+  // Random123 kat_vectors, philox4x32_10: counter (c0..c3), key (k0, k1) -> output.
+  auto a = philox4x32(0, 0, 0);
+  CHECK(a[0] == 0x6627e8d5u);
+  CHECK(a[1] == 0xe169c58du);
+  CHECK(a[2] == 0xbc57ac4cu);
+  CHECK(a[3] == 0x9b00dbd8u);
+  // counter = all ones, key = all ones
+  auto b = philox4x32(~0ull, ~0ull, ~0ull);
+  CHECK(b[0] == 0x408f276du);
+  CHECK(b[1] == 0x41c83b0eu);
+  CHECK(b[2] == 0xa20bc7c6u);
+  CHECK(b[3] == 0x6d5451fdu);
+  // counter (243f6a88 85a308d3 13198a2e 03707344), key (a4093822 299f31d0): digits of pi
+  auto c = philox4x32(0x299f31d0a4093822ull, 0x0370734413198a2eull, 0x85a308d3243f6a88ull);
+  CHECK(c[0] == 0xd16cfe09u);
+  CHECK(c[1] == 0x94fdccebu);
+  CHECK(c[2] == 0x5001e420u);
+  CHECK(c[3] == 0x24126ea1u);
+}
+
+TEST_CASE("RNG draws depend only on (seed, stream, index), not on threads") {
+  Rng rng(42, "layer1.0.conv1.weight");
+  const int n = 100000;
+  std::vector<float> serial(n), parallel(n);
+  for (int i = 0; i < n; ++i) serial[size_t(i)] = rng.uniform(uint64_t(i));
+#pragma omp parallel for num_threads(4) schedule(dynamic, 7)
+  for (int i = n - 1; i >= 0; --i) parallel[size_t(i)] = rng.uniform(uint64_t(i));
+  CHECK(serial == parallel);
+  double mean = 0, m2 = 0;
+  for (int i = 0; i < n; ++i) {
+    float u = serial[size_t(i)];
+    REQUIRE(u >= 0.f);
+    REQUIRE(u < 1.f);
+    mean += u;
+    float z = rng.normal(uint64_t(i));
+    m2 += double(z) * z;
+  }
+  CHECK(std::fabs(mean / n - 0.5) < 0.005);
+  CHECK(std::fabs(m2 / n - 1.0) < 0.02);
+  CHECK(Rng(42, 1).uniform(0) != Rng(43, 1).uniform(0));
+  CHECK(Rng(42, 1).uniform(0) != Rng(42, 2).uniform(0));
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 1000; ++i) seen.insert(rng.below(uint64_t(i), 10));
+  CHECK(seen.size() == 10);
+}
+
+TEST_CASE("thread count applies to OpenMP") {
+  int before = num_threads();
+  set_num_threads(1);
+  CHECK(num_threads() == 1);
+  CHECK(omp_get_max_threads() == 1);
+  set_num_threads(2);
+  CHECK(omp_get_max_threads() == 2);
+  CHECK_THROWS_AS(set_num_threads(0), Error);
+  set_num_threads(before);
+  CHECK(default_num_threads() >= 1);
+}
+
+TEST_CASE("ParamStore binds params, grads and buffers into slabs in declaration order") {
+  Tensor w, gw, b, gb, rm;
+  int64_t nbt = 5;
+  ParamStore store;
+  store.param("conv.weight", {4, 3, 3, 3}, &w, &gw);
+  store.param("bn.bias", {4}, &b, &gb, /*decay=*/false);
+  store.buffer("bn.running_mean", {4}, &rm);
+  store.buffer_i64("bn.num_batches_tracked", &nbt);
+  CHECK_THROWS_AS(store.param("bn.bias", {4}, &b, &gb), Error);
+  store.allocate();
+  CHECK(store.num_params() == 108 + 4);
+  CHECK(w.data() == store.values().data());
+  CHECK(gw.data() == store.grads().data());
+  CHECK(b.data() == store.values().data() + 112);  // 108 rounded up to 16 floats
+  CHECK(reinterpret_cast<uintptr_t>(b.data()) % 64 == 0);
+  CHECK(rm.data() == store.buffers().data());
+  CHECK(store.entries().size() == 4);
+  CHECK(store.entries()[3].i64 == &nbt);
+  CHECK(store.find("bn.bias")->decay == false);
+  gw.fill(1.f);
+  store.zero_grad();
+  CHECK(gw[5] == 0.f);
+  CHECK_THROWS_AS(store.allocate(), Error);
+  Tensor late, glate;
+  CHECK_THROWS_AS(store.param("late", {1}, &late, &glate), Error);
+}

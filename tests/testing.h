@@ -1,0 +1,152 @@
+// Test helpers: conversions between float tensors and double reference vectors, seeded
+// random tensors, closeness checks, and the finite-difference gradient checker.
+//
+// The gradient check runs central differences in double precision on the *naive reference*
+// forward (a plain loop written in the test, in double), and compares the result with the
+// fast float backward. Together with the forward check (fast forward == reference forward),
+// this proves the fast backward is the derivative of what the layer computes.
+//
+// Include this header after engine headers: it replaces the engine's CHECK and FAIL with
+// doctest's (the engine's stay available as MPICNN_CHECK and MPICNN_FAIL).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+
+#undef CHECK
+#undef FAIL
+#include <doctest/doctest.h>
+
+namespace mpicnn::testing {
+
+using Vec = std::vector<double>;
+
+inline Vec to_double(const Tensor& t) {
+  Vec v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.data()[i];
+  return v;
+}
+
+inline void from_double(Tensor& t, const Vec& v) {
+  REQUIRE(int64_t(v.size()) == t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = float(v[size_t(i)]);
+}
+
+// Deterministic uniform values in [lo, hi).
+inline void fill_uniform(Tensor& t, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  Rng rng(seed, 7);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.uniform(uint64_t(i), lo, hi);
+}
+
+inline Tensor random_tensor(const Shape& s, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  Tensor t = Tensor::empty(s);
+  fill_uniform(t, seed, lo, hi);
+  return t;
+}
+
+inline double max_abs(const Vec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// Every element: |got - want| <= atol + rtol * |want|, with atol = atol_frac * max|want|.
+// Reports the worst element on failure.
+inline void expect_close(const std::string& what, const Tensor& got, const Vec& want,
+                         double rtol = 1e-4, double atol_frac = 1e-5) {
+  REQUIRE_MESSAGE(int64_t(want.size()) == got.numel(), what, ": size ", got.numel(), " vs ",
+                  want.size());
+  double atol = atol_frac * std::max(max_abs(want), 1e-30);
+  int64_t worst = -1;
+  double worst_excess = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double err = std::fabs(double(got.data()[i]) - want[size_t(i)]);
+    double excess = err - (atol + rtol * std::fabs(want[size_t(i)]));
+    if (!(excess <= worst_excess)) worst_excess = excess, worst = i;  // NaN counts as worst
+  }
+  if (worst >= 0)
+    FAIL_CHECK(what, ": element ", worst, " is ", got.data()[worst], ", expected ",
+               want[size_t(worst)], " (rtol ", rtol, ", atol ", atol, ")");
+  else
+    CHECK(true);
+}
+
+struct GradCheckOptions {
+  double h = 1e-5;          // central-difference step (in double)
+  int max_checks = 200;     // entries checked per tensor (all when smaller)
+  double rtol = 2e-3;       // per-entry tolerance relative to the entry
+  double atol_frac = 2e-4;  // plus this fraction of the largest |gradient|
+  double kink_tol = 1e-3;   // |forward diff - backward diff| above this (relative): a kink
+  double max_kink_fraction = 0.25;
+};
+
+// Checks `analytic` (float, from the fast backward) against central differences of `f`
+// (a double-precision reference objective) at `x0`. `f` may perturb its argument only
+// through the vector it is given. Entries at a kink of `f` (one-sided differences disagree)
+// are skipped; too many skipped entries fail the check (the test would prove nothing).
+inline void check_gradient(const std::string& what, const Tensor& analytic,
+                           const std::function<double(const Vec&)>& f, const Vec& x0,
+                           const GradCheckOptions& opt = {}) {
+  REQUIRE_MESSAGE(int64_t(x0.size()) == analytic.numel(), what, ": gradient size mismatch");
+  const int64_t n = analytic.numel();
+  std::vector<int64_t> idx;
+  if (n <= opt.max_checks) {
+    for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+  } else {
+    Rng rng(12345, stream_id(what));
+    for (int k = 0; k < opt.max_checks; ++k) idx.push_back(int64_t(rng.below(uint64_t(k), uint64_t(n))));
+  }
+  Vec x = x0;
+  const double f0 = f(x);
+  Vec ga, gf;
+  int kinks = 0;
+  for (int64_t i : idx) {
+    double xi = x[size_t(i)];
+    x[size_t(i)] = xi + opt.h;
+    double fp = f(x);
+    x[size_t(i)] = xi - opt.h;
+    double fm = f(x);
+    x[size_t(i)] = xi;
+    double central = (fp - fm) / (2 * opt.h);
+    double fwd = (fp - f0) / opt.h, bwd = (f0 - fm) / opt.h;
+    if (std::fabs(fwd - bwd) > opt.kink_tol * (1.0 + std::fabs(central))) {
+      ++kinks;
+      continue;
+    }
+    ga.push_back(analytic.data()[i]);
+    gf.push_back(central);
+  }
+  CHECK_MESSAGE(kinks <= opt.max_kink_fraction * double(idx.size()), what, ": ", kinks, " of ",
+                idx.size(), " entries sit on kinks");
+  REQUIRE_MESSAGE(!gf.empty(), what, ": no entry could be checked");
+  double atol = opt.atol_frac * std::max(max_abs(gf), 1e-12);
+  size_t worst = 0;
+  double worst_excess = -1e300;
+  for (size_t k = 0; k < gf.size(); ++k) {
+    double excess = std::fabs(ga[k] - gf[k]) - (atol + opt.rtol * std::fabs(gf[k]));
+    if (!(excess <= worst_excess)) worst_excess = excess, worst = k;
+  }
+  CHECK_MESSAGE(worst_excess <= 0, what, ": analytic ", ga[worst], " vs numeric ", gf[worst],
+                " (", gf.size(), " entries checked, ", kinks, " kinks skipped)");
+}
+
+// Weighted-sum objective used to turn a tensor output into a scalar: L = sum_i w_i * y_i.
+inline double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Slice of a double vector (for splitting a flat argument into input and parameters).
+inline Vec part(const Vec& x, size_t begin, size_t count) {
+  return Vec(x.begin() + long(begin), x.begin() + long(begin + count));
+}
+
+inline std::string source_dir() { return MPICNN_SOURCE_DIR; }
+
+}  // namespace mpicnn::testing
