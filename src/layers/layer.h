@@ -24,6 +24,9 @@ class Layer {
   virtual const char* kind() const = 0;
   // Declare parameters and buffers as prefix + torchvision name ("layer1.0.bn1." + "weight").
   virtual void register_state(ParamStore& /*store*/, const std::string& /*prefix*/) {}
+  // Fill parameters and buffers (already bound to the slabs) with PyTorch's default
+  // initialisation for this layer kind. Draws are keyed by (seed, parameter name).
+  virtual void reset_parameters(uint64_t /*seed*/) {}
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 

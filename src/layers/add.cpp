@@ -1,0 +1,36 @@
+// Residual add and gradient accumulation on CPU.
+#include "layers/add.h"
+
+namespace mpicnn {
+
+void Add::forward(Tensor& out, const Tensor& a, const Tensor& b) {
+  CHECK(a.shape() == b.shape() && out.shape() == a.shape(), "Add: shapes ", a.shape().str(),
+        " + ", b.shape().str(), " -> ", out.shape().str());
+  const float* x = a.data();
+  const float* y = b.data();
+  float* z = out.data();
+  const int64_t n = a.numel();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+}
+
+void Add::backward(Tensor& da, Tensor& db, const Tensor& dout) {
+  for (Tensor* d : {&da, &db}) {
+    if (!d->defined() || d->data() == dout.data()) continue;
+    CHECK(d->shape() == dout.shape(), "Add backward: ", d->shape().str(), " vs dout ",
+          dout.shape().str());
+    d->copy_from(dout);
+  }
+}
+
+void accumulate(Tensor& dst, const Tensor& src) {
+  CHECK(dst.shape() == src.shape(), "accumulate: ", src.shape().str(), " into ",
+        dst.shape().str());
+  float* d = dst.data();
+  const float* s = src.data();
+  const int64_t n = dst.numel();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+
+}  // namespace mpicnn

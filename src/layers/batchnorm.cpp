@@ -1,0 +1,147 @@
+// BatchNorm2d on CPU: one OpenMP task per channel, double accumulators for the statistics
+// (sums over N*H*W can reach millions of terms).
+#include "layers/batchnorm.h"
+
+#include <cmath>
+
+namespace mpicnn {
+
+BatchNorm2d::BatchNorm2d(int channels, float eps, float momentum)
+    : channels_(channels), eps_(eps), momentum_(momentum) {
+  CHECK(channels >= 1, "BatchNorm2d: channels must be >= 1, got ", channels);
+  CHECK(eps > 0.f, "BatchNorm2d: eps must be > 0");
+  CHECK(momentum >= 0.f && momentum <= 1.f, "BatchNorm2d: momentum must be in [0, 1]");
+  saved_mean_ = Tensor::zeros({channels});
+  saved_invstd_ = Tensor::zeros({channels});
+}
+
+void BatchNorm2d::register_state(ParamStore& store, const std::string& prefix) {
+  store.param(prefix + "weight", {channels_}, &weight, &grad_weight, /*decay=*/true);
+  store.param(prefix + "bias", {channels_}, &bias, &grad_bias, /*decay=*/true);
+  store.buffer(prefix + "running_mean", {channels_}, &running_mean);
+  store.buffer(prefix + "running_var", {channels_}, &running_var);
+  store.buffer_i64(prefix + "num_batches_tracked", &num_batches_tracked);
+}
+
+void BatchNorm2d::reset_parameters(uint64_t /*seed*/) {
+  weight.fill(1.f);
+  bias.fill(0.f);
+  running_mean.fill(0.f);
+  running_var.fill(1.f);
+  num_batches_tracked = 0;
+}
+
+void BatchNorm2d::forward(Tensor& out, const Tensor& in) {
+  CHECK(in.dim() == 4 && in.size(1) == channels_, "BatchNorm2d(", channels_,
+        "): input must be (N, ", channels_, ", H, W), got ", in.shape().str());
+  CHECK(out.shape() == in.shape(), "BatchNorm2d: out ", out.shape().str(), " vs in ",
+        in.shape().str());
+  CHECK(weight.defined(), "BatchNorm2d: parameters not allocated (ParamStore::allocate)");
+  const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3), M = N * HW;
+  const bool train = training_;
+  if (train) CHECK(M > 1, "BatchNorm2d: training needs more than one value per channel, got input ", in.shape().str());
+  const float* x = in.data();
+  float* y = out.data();
+  float* mean_s = saved_mean_.data();
+  float* invstd_s = saved_invstd_.data();
+  float* rm = running_mean.data();
+  float* rv = running_var.data();
+  const float* g = weight.data();
+  const float* b = bias.data();
+
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    float mean, invstd;
+    if (train) {
+      double s = 0, ss = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const float* p = x + (n * C + c) * HW;
+        double ps = 0;
+#pragma omp simd reduction(+ : ps)
+        for (int64_t i = 0; i < HW; ++i) ps += p[i];
+        s += ps;
+      }
+      const double mu = s / double(M);
+      for (int64_t n = 0; n < N; ++n) {
+        const float* p = x + (n * C + c) * HW;
+        double pss = 0;
+#pragma omp simd reduction(+ : pss)
+        for (int64_t i = 0; i < HW; ++i) pss += (p[i] - mu) * (p[i] - mu);
+        ss += pss;
+      }
+      const double var = ss / double(M);  // biased: used to normalise
+      mean = float(mu);
+      invstd = float(1.0 / std::sqrt(var + double(eps_)));
+      // Running stats use the unbiased variance, as PyTorch does.
+      rm[c] = float((1.0 - momentum_) * rm[c] + momentum_ * mu);
+      rv[c] = float((1.0 - momentum_) * rv[c] + momentum_ * var * double(M) / double(M - 1));
+    } else {
+      mean = rm[c];
+      invstd = float(1.0 / std::sqrt(double(rv[c]) + double(eps_)));
+    }
+    mean_s[c] = mean;
+    invstd_s[c] = invstd;
+    const float scale = g[c] * invstd, shift = b[c] - mean * scale;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* p = x + (n * C + c) * HW;
+      float* q = y + (n * C + c) * HW;
+#pragma omp simd
+      for (int64_t i = 0; i < HW; ++i) q[i] = p[i] * scale + shift;
+    }
+  }
+  if (train) ++num_batches_tracked;
+  saved_training_ = train;
+}
+
+void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
+                           const Tensor& /*out*/) {
+  CHECK(dout.shape() == in.shape(), "BatchNorm2d backward: dout ", dout.shape().str(),
+        " vs in ", in.shape().str());
+  CHECK(!din.defined() || din.shape() == in.shape(), "BatchNorm2d backward: din ",
+        din.shape().str(), " vs in ", in.shape().str());
+  const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3), M = N * HW;
+  const float* x = in.data();
+  const float* dy = dout.data();
+  float* dx = din.defined() ? din.data() : nullptr;
+  const float* mean_s = saved_mean_.data();
+  const float* invstd_s = saved_invstd_.data();
+  const float* g = weight.data();
+  float* gw = grad_weight.data();
+  float* gb = grad_bias.data();
+  const bool batch_stats = saved_training_;
+
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    const float mean = mean_s[c], invstd = invstd_s[c];
+    // sum(dy) and sum(dy * xhat) give dbias, dweight and the batch-statistics terms of dx.
+    double sdy = 0, sdyx = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* p = x + (n * C + c) * HW;
+      const float* d = dy + (n * C + c) * HW;
+      double a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
+      for (int64_t i = 0; i < HW; ++i) {
+        a += d[i];
+        bsum += d[i] * ((p[i] - mean) * invstd);
+      }
+      sdy += a;
+      sdyx += bsum;
+    }
+    gb[c] += float(sdy);
+    gw[c] += float(sdyx);
+    if (!dx) continue;
+    const float k = g[c] * invstd;
+    // Training: dx = g*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)); eval: dx = g*invstd*dy.
+    const float mdy = batch_stats ? float(sdy / double(M)) : 0.f;
+    const float mdyx = batch_stats ? float(sdyx / double(M)) : 0.f;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* p = x + (n * C + c) * HW;
+      const float* d = dy + (n * C + c) * HW;
+      float* q = dx + (n * C + c) * HW;
+#pragma omp simd
+      for (int64_t i = 0; i < HW; ++i) q[i] = k * (d[i] - mdy - (p[i] - mean) * invstd * mdyx);
+    }
+  }
+}
+
+}  // namespace mpicnn

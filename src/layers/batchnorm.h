@@ -1,0 +1,40 @@
+// BatchNorm2d as torch.nn.BatchNorm2d (affine, track_running_stats): training mode normalises
+// with batch statistics and updates running stats (momentum, unbiased variance); eval mode
+// uses the running stats. Statistics are per process: under MPI each rank normalises its own
+// batch, as PyTorch DistributedDataParallel does (no SyncBatchNorm here).
+#pragma once
+#include <string>
+
+#include "layers/layer.h"
+
+namespace mpicnn {
+
+class BatchNorm2d : public UnaryLayer {
+ public:
+  explicit BatchNorm2d(int channels, float eps = 1e-5f, float momentum = 0.1f);
+  const char* kind() const override { return "BatchNorm2d"; }
+  void register_state(ParamStore& store, const std::string& prefix) override;
+  void reset_parameters(uint64_t seed) override;  // weight 1, bias 0, mean 0, var 1, count 0
+  Shape output_shape(const Shape& in) const override { return in; }
+  void forward(Tensor& out, const Tensor& in) override;  // (N, C, H, W) -> (N, C, H, W)
+  // din '=' (may alias dout), grad_weight and grad_bias '+='.
+  void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
+
+  int channels() const { return channels_; }
+  float eps() const { return eps_; }
+  float momentum() const { return momentum_; }
+
+  Tensor weight, bias, grad_weight, grad_bias;  // (C)
+  Tensor running_mean, running_var;             // (C)
+  int64_t num_batches_tracked = 0;
+
+ private:
+  int channels_;
+  float eps_, momentum_;
+  // Statistics of the last forward, used by backward: batch stats in training mode, running
+  // stats in eval mode. Sized once (C) in the constructor.
+  Tensor saved_mean_, saved_invstd_;  // (C)
+  bool saved_training_ = true;
+};
+
+}  // namespace mpicnn

@@ -1,0 +1,62 @@
+// Channel concat on CPU: per sample, each input's channels are one contiguous block.
+#include "layers/concat.h"
+
+#include <cstring>
+
+namespace mpicnn {
+
+Shape Concat::output_shape(const std::vector<Shape>& ins) {
+  CHECK(!ins.empty(), "Concat: no inputs");
+  const Shape& s0 = ins[0];
+  CHECK(s0.ndim == 4, "Concat: inputs must be (N, C, H, W), got ", s0.str());
+  int64_t C = 0;
+  for (const Shape& s : ins) {
+    CHECK(s.ndim == 4 && s[0] == s0[0] && s[2] == s0[2] && s[3] == s0[3],
+          "Concat: input ", s.str(), " does not match ", s0.str(), " outside the channels");
+    C += s[1];
+  }
+  return {s0[0], C, s0[2], s0[3]};
+}
+
+void Concat::forward(Tensor& out, const std::vector<const Tensor*>& ins) {
+  std::vector<Shape> shapes;
+  for (const Tensor* t : ins) shapes.push_back(t->shape());
+  CHECK(out.shape() == output_shape(shapes), "Concat: out ", out.shape().str(), ", expected ",
+        output_shape(shapes).str());
+  const int64_t N = out.size(0), HW = out.size(2) * out.size(3), Cout = out.size(1);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t c0 = 0;
+    for (const Tensor* t : ins) {
+      const int64_t c = t->size(1);
+      std::memcpy(out.data() + (n * Cout + c0) * HW, t->data() + n * c * HW,
+                  size_t(c * HW) * sizeof(float));
+      c0 += c;
+    }
+  }
+}
+
+void Concat::backward(const std::vector<Tensor*>& dins, const Tensor& dout) {
+  CHECK(dout.dim() == 4, "Concat backward: dout must be 4-D, got ", dout.shape().str());
+  const int64_t N = dout.size(0), HW = dout.size(2) * dout.size(3), Cout = dout.size(1);
+  int64_t total = 0;
+  for (const Tensor* d : dins) {
+    CHECK(d && d->dim() == 4 && d->size(0) == N && d->size(2) * d->size(3) == HW,
+          "Concat backward: gradient ", d ? d->shape().str() : "null",
+          " does not match dout ", dout.shape().str());
+    total += d->size(1);
+  }
+  CHECK(total == Cout, "Concat backward: gradients hold ", total, " channels, dout ", Cout);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t c0 = 0;
+    for (Tensor* d : dins) {
+      const int64_t c = d->size(1);
+      std::memcpy(d->data() + n * c * HW, dout.data() + (n * Cout + c0) * HW,
+                  size_t(c * HW) * sizeof(float));
+      c0 += c;
+    }
+  }
+}
+
+}  // namespace mpicnn

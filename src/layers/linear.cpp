@@ -1,0 +1,80 @@
+// Linear on CPU: three sgemm calls (forward, backward data, backward weight) and a bias loop.
+#include "layers/linear.h"
+
+#include <cmath>
+
+#include "core/blas.h"
+#include "core/rng.h"
+
+namespace mpicnn {
+
+Linear::Linear(int in_features, int out_features, bool bias)
+    : in_(in_features), out_(out_features), has_bias_(bias) {
+  CHECK(in_features >= 1 && out_features >= 1, "Linear: features must be >= 1, got ",
+        in_features, " -> ", out_features);
+}
+
+void Linear::register_state(ParamStore& store, const std::string& prefix) {
+  weight_name_ = prefix + "weight";
+  store.param(weight_name_, {out_, in_}, &weight, &grad_weight);
+  if (has_bias_) {
+    bias_name_ = prefix + "bias";
+    store.param(bias_name_, {out_}, &bias, &grad_bias);
+  }
+}
+
+void Linear::reset_parameters(uint64_t seed) {
+  const float bound = 1.0f / std::sqrt(float(in_));
+  Rng rw(seed, weight_name_);
+  for (int64_t i = 0; i < weight.numel(); ++i) weight.data()[i] = rw.uniform(uint64_t(i), -bound, bound);
+  if (has_bias_) {
+    Rng rb(seed, bias_name_);
+    for (int64_t i = 0; i < bias.numel(); ++i) bias.data()[i] = rb.uniform(uint64_t(i), -bound, bound);
+  }
+}
+
+Shape Linear::output_shape(const Shape& in) const {
+  CHECK(in.ndim == 2 && in[1] == in_, "Linear(", in_, " -> ", out_, "): input must be (N, ", in_,
+        "), got ", in.str());
+  return {in[0], out_};
+}
+
+void Linear::forward(Tensor& out, const Tensor& in) {
+  CHECK(out.shape() == output_shape(in.shape()), "Linear: out ", out.shape().str(),
+        ", expected ", output_shape(in.shape()).str());
+  CHECK(weight.defined(), "Linear: parameters not allocated (ParamStore::allocate)");
+  const int N = int(in.size(0));
+  float* y = out.data();
+  if (has_bias_) {
+    const float* b = bias.data();
+#pragma omp parallel for schedule(static) if (int64_t(N) * out_ > 65536)
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < out_; ++j) y[int64_t(n) * out_ + j] = b[j];
+  }
+  // y (N, out) = x (N, in) * W^T (in, out) [+ y]
+  sgemm(false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, has_bias_ ? 1.f : 0.f,
+        y, out_);
+}
+
+void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& /*out*/) {
+  const int N = int(in.size(0));
+  CHECK_SHAPE(dout, {N, out_});
+  // grad_weight (out, in) += dy^T (out, N) * x (N, in)
+  sgemm(true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
+        grad_weight.data(), in_);
+  if (has_bias_) {
+    const float* dy = dout.data();
+    float* gb = grad_bias.data();
+    for (int n = 0; n < N; ++n)
+#pragma omp simd
+      for (int j = 0; j < out_; ++j) gb[j] += dy[int64_t(n) * out_ + j];
+  }
+  if (din.defined()) {
+    CHECK_SHAPE(din, {N, in_});
+    // dx (N, in) = dy (N, out) * W (out, in)
+    sgemm(false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f, din.data(),
+          in_);
+  }
+}
+
+}  // namespace mpicnn

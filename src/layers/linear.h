@@ -1,0 +1,35 @@
+// Linear (fully connected) as torch.nn.Linear: out = in * weight^T + bias, on (N, in_features)
+// inputs; flatten 4-D activations first (Flatten or Tensor::reshape). GEMMs through OpenBLAS.
+#pragma once
+#include <string>
+
+#include "layers/layer.h"
+
+namespace mpicnn {
+
+class Linear : public UnaryLayer {
+ public:
+  Linear(int in_features, int out_features, bool bias = true);
+  const char* kind() const override { return "Linear"; }
+  void register_state(ParamStore& store, const std::string& prefix) override;
+  // PyTorch's default: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
+  void reset_parameters(uint64_t seed) override;
+  Shape output_shape(const Shape& in) const override;
+  void forward(Tensor& out, const Tensor& in) override;  // (N, in) -> (N, out)
+  // din '=', grad_weight and grad_bias '+='.
+  void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
+
+  int in_features() const { return in_; }
+  int out_features() const { return out_; }
+  bool has_bias() const { return has_bias_; }
+
+  Tensor weight, grad_weight;  // (out, in)
+  Tensor bias, grad_bias;      // (out), undefined without bias
+
+ private:
+  int in_, out_;
+  bool has_bias_;
+  std::string weight_name_, bias_name_;
+};
+
+}  // namespace mpicnn

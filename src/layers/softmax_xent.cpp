@@ -1,0 +1,68 @@
+// Softmax cross-entropy on CPU: max-shifted log-sum-exp per row, double accumulation.
+#include "layers/softmax_xent.h"
+
+#include <cmath>
+
+namespace mpicnn {
+
+SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing) : eps_(label_smoothing) {
+  CHECK(label_smoothing >= 0.f && label_smoothing <= 1.f,
+        "label smoothing must be in [0, 1], got ", label_smoothing);
+}
+
+void SoftmaxCrossEntropy::plan(int64_t max_batch, int64_t classes) {
+  CHECK(max_batch >= 1 && classes >= 1, "SoftmaxCrossEntropy: bad plan ", max_batch, " x ",
+        classes);
+  probs_ = Tensor::empty({max_batch, classes});
+}
+
+double SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets) {
+  CHECK(logits.dim() == 2, "cross-entropy: logits must be (N, C), got ", logits.shape().str());
+  const int64_t N = logits.size(0), C = logits.size(1);
+  CHECK(probs_.defined() && probs_.size(1) == C && N <= probs_.size(0),
+        "cross-entropy: planned for ", probs_.shape().str(), ", got logits ",
+        logits.shape().str());
+  for (int64_t n = 0; n < N; ++n)
+    CHECK(targets[n] >= 0 && targets[n] < C, "label ", targets[n], " of sample ", n,
+          " is out of range for ", C, " classes");
+  probs_view_ = probs_.slice0(0, N);
+  const float* z = logits.data();
+  float* p = probs_view_.data();
+  double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* zr = z + n * C;
+    float* pr = p + n * C;
+    float mx = zr[0];
+    for (int64_t c = 1; c < C; ++c) mx = std::max(mx, zr[c]);
+    double sum = 0, sum_z = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      double e = std::exp(double(zr[c]) - mx);
+      pr[c] = float(e);
+      sum += e;
+      sum_z += double(zr[c]) - mx;
+    }
+    const double lse = std::log(sum);  // log-sum-exp of the shifted logits
+    for (int64_t c = 0; c < C; ++c) pr[c] = float(double(pr[c]) / sum);
+    const double nll = lse - (double(zr[targets[n]]) - mx);
+    const double smooth = lse - sum_z / double(C);  // mean over classes of -log p
+    total += (1.0 - eps_) * nll + eps_ * smooth;
+  }
+  return total / double(N);
+}
+
+void SoftmaxCrossEntropy::backward(Tensor& dlogits, const int32_t* targets, float scale) const {
+  CHECK(dlogits.shape() == probs_view_.shape(), "cross-entropy backward: dlogits ",
+        dlogits.shape().str(), " vs logits ", probs_view_.shape().str());
+  const int64_t N = dlogits.size(0), C = dlogits.size(1);
+  const float k = scale / float(N), off = eps_ / float(C);
+  const float* p = probs_view_.data();
+  float* d = dlogits.data();
+#pragma omp parallel for schedule(static) if (N * C > 16384)
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = 0; c < C; ++c) d[n * C + c] = k * (p[n * C + c] - off);
+    d[n * C + targets[n]] -= k * (1.f - eps_);
+  }
+}
+
+}  // namespace mpicnn
