@@ -1,0 +1,148 @@
+// AvgPool2d forward/backward on CPU: OpenMP over (N*C) planes. Sums in float in PyTorch's
+// order and divides the way it does, so results match torch to the last bit or close to it.
+// Not a separable or running-sum implementation: windows are small in the networks we train.
+#include "layers/avgpool2d.h"
+
+#include <algorithm>
+#include <string>
+
+#include "layers/maxpool2d.h"  // pool_output_size
+
+namespace mpicnn {
+
+namespace {
+
+std::string hw(const std::array<int, 2>& a) {
+  return std::to_string(a[0]) + "x" + std::to_string(a[1]);
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  return a.data() < b.data() + b.numel() && b.data() < a.data() + a.numel();
+}
+
+// One axis of a window: real cells [begin, end) and the extent counted with padding, which
+// is clipped to the padded input (PyTorch: end = min(start + k, size + pad)).
+struct Span {
+  int64_t begin, end, padded;
+};
+
+inline Span span(int64_t o, int kernel, int stride, int pad, int64_t size) {
+  const int64_t start = o * stride - pad;
+  const int64_t stop = std::min(start + kernel, size + pad);
+  return {std::max<int64_t>(start, 0), std::min(stop, size), stop - start};
+}
+
+inline float divisor(const Span& h, const Span& w, const AvgPool2dOptions& o) {
+  if (o.divisor_override) return float(*o.divisor_override);
+  if (o.count_include_pad) return float(h.padded * w.padded);
+  return float((h.end - h.begin) * (w.end - w.begin));
+}
+
+// y (OH, OW) from x (H, W).
+void avg_plane(float* y, const float* x, int64_t H, int64_t W, int64_t OH, int64_t OW,
+               const AvgPool2dOptions& o) {
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const Span sh = span(oh, o.kernel[0], o.stride[0], o.padding[0], H);
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const Span sw = span(ow, o.kernel[1], o.stride[1], o.padding[1], W);
+      float sum = 0.f;
+      for (int64_t h = sh.begin; h < sh.end; ++h)
+        for (int64_t w = sw.begin; w < sw.end; ++w) sum += x[h * W + w];
+      // A window of padding only cannot arise from the output-size rule; PyTorch writes 0.
+      const bool empty = sh.begin >= sh.end || sw.begin >= sw.end;
+      y[oh * OW + ow] = empty ? 0.f : sum / divisor(sh, sw, o);
+    }
+  }
+}
+
+// dx (H, W) '=' from dy (OH, OW).
+void avg_plane_backward(float* dx, const float* dy, int64_t H, int64_t W, int64_t OH,
+                        int64_t OW, const AvgPool2dOptions& o) {
+  for (int64_t i = 0; i < H * W; ++i) dx[i] = 0.f;
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const Span sh = span(oh, o.kernel[0], o.stride[0], o.padding[0], H);
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const Span sw = span(ow, o.kernel[1], o.stride[1], o.padding[1], W);
+      if (sh.begin >= sh.end || sw.begin >= sw.end) continue;
+      const float g = dy[oh * OW + ow] / divisor(sh, sw, o);
+      for (int64_t h = sh.begin; h < sh.end; ++h)
+        for (int64_t w = sw.begin; w < sw.end; ++w) dx[h * W + w] += g;
+    }
+  }
+}
+
+}  // namespace
+
+AvgPool2d::AvgPool2d(int kernel, int stride, int padding, bool ceil_mode, bool count_include_pad)
+    : AvgPool2d(AvgPool2dOptions{.kernel = {kernel, kernel},
+                                 .stride = {stride, stride},
+                                 .padding = {padding, padding},
+                                 .ceil_mode = ceil_mode,
+                                 .count_include_pad = count_include_pad}) {}
+
+AvgPool2d::AvgPool2d(const AvgPool2dOptions& opt) : opt_(opt) {
+  for (int i = 0; i < 2; ++i)
+    if (opt_.stride[i] == 0) opt_.stride[i] = opt_.kernel[i];
+  const auto& o = opt_;
+  CHECK(o.kernel[0] > 0 && o.kernel[1] > 0, "AvgPool2d: kernel ", hw(o.kernel),
+        " must be positive");
+  CHECK(o.stride[0] > 0 && o.stride[1] > 0, "AvgPool2d: stride ", hw(o.stride),
+        " must be positive");
+  CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, "AvgPool2d: padding ", hw(o.padding),
+        " must not be negative");
+  CHECK(o.padding[0] <= o.kernel[0] / 2 && o.padding[1] <= o.kernel[1] / 2,
+        "AvgPool2d: padding ", hw(o.padding), " must be at most half the kernel ", hw(o.kernel));
+  CHECK(!o.divisor_override || *o.divisor_override != 0,
+        "AvgPool2d: divisor_override must not be 0");
+}
+
+Shape AvgPool2d::output_shape(const Shape& in) const {
+  CHECK(in.ndim == 4, "AvgPool2d: input must be 4-D (N, C, H, W), got ", in.str());
+  const auto& o = opt_;
+  const int64_t oh =
+      pool_output_size(in.d[2], o.kernel[0], o.stride[0], o.padding[0], 1, o.ceil_mode);
+  const int64_t ow =
+      pool_output_size(in.d[3], o.kernel[1], o.stride[1], o.padding[1], 1, o.ceil_mode);
+  CHECK(oh >= 1 && ow >= 1, "AvgPool2d: input ", in.str(), " is too small for kernel ",
+        hw(o.kernel), ", stride ", hw(o.stride), ", padding ", hw(o.padding),
+        " (output would be ", oh, "x", ow, ")");
+  return {in.d[0], in.d[1], oh, ow};
+}
+
+void AvgPool2d::forward(Tensor& out, const Tensor& in) {
+  CHECK(in.device() == Device::CPU && out.device() == Device::CPU,
+        "AvgPool2d: the CPU layer was given a ", device_name(in.device()), " tensor");
+  const Shape os = output_shape(in.shape());
+  CHECK(out.shape() == os, "AvgPool2d: out has shape ", out.shape().str(), ", expected ",
+        os.str(), " for input ", in.shape().str());
+  CHECK(!overlaps(out, in), "AvgPool2d: out must not alias in");
+  const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
+  const int64_t planes = os.d[0] * os.d[1];
+  const float* x = in.data();
+  float* y = out.data();
+  const int64_t work = out.numel() * opt_.kernel[0] * opt_.kernel[1];
+#pragma omp parallel for schedule(static) if (work > 32768)
+  for (int64_t p = 0; p < planes; ++p)
+    avg_plane(y + p * OH * OW, x + p * H * W, H, W, OH, OW, opt_);
+}
+
+void AvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& /*out*/) {
+  if (!din.defined()) return;
+  const Shape os = output_shape(in.shape());
+  CHECK(din.shape() == in.shape() && dout.shape() == os, "AvgPool2d backward: din ",
+        din.shape().str(), ", dout ", dout.shape().str(), " for input ", in.shape().str(),
+        " (expected output ", os.str(), ")");
+  CHECK(din.device() == Device::CPU && dout.device() == Device::CPU,
+        "AvgPool2d: the CPU layer was given a ", device_name(din.device()), " tensor");
+  CHECK(!overlaps(din, dout), "AvgPool2d backward: din must not alias dout");
+  const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
+  const int64_t planes = os.d[0] * os.d[1];
+  const float* dy = dout.data();
+  float* dx = din.data();
+  const int64_t work = dout.numel() * opt_.kernel[0] * opt_.kernel[1] + din.numel();
+#pragma omp parallel for schedule(static) if (work > 32768)
+  for (int64_t p = 0; p < planes; ++p)
+    avg_plane_backward(dx + p * H * W, dy + p * OH * OW, H, W, OH, OW, opt_);
+}
+
+}  // namespace mpicnn

@@ -1,0 +1,170 @@
+// MaxPool2d forward/backward on CPU: OpenMP over (N*C) planes, PyTorch's scan order and tie
+// rule so that outputs and gradient positions match torch exactly. Not vectorised across
+// windows; the window loops are short and the planes give enough parallel work.
+#include "layers/maxpool2d.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace mpicnn {
+
+namespace {
+
+std::string hw(const std::array<int, 2>& a) {
+  return std::to_string(a[0]) + "x" + std::to_string(a[1]);
+}
+
+// First valid cell of a dilated window starting at `start` (may be negative), and the end
+// of its span clipped to the input.
+inline void clip_window(int64_t& begin, int64_t& end, int64_t start, int kernel, int dilation,
+                        int64_t size) {
+  end = std::min(start + int64_t(kernel - 1) * dilation + 1, size);
+  begin = start;
+  if (begin < 0) begin += (-begin + dilation - 1) / dilation * dilation;
+}
+
+// One (H, W) plane: y and arg (OH, OW), x (H, W).
+void max_plane(float* y, int32_t* arg, const float* x, int64_t H, int64_t W, int64_t OH,
+               int64_t OW, const MaxPool2dOptions& o) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    int64_t h0, h1;
+    clip_window(h0, h1, oh * o.stride[0] - o.padding[0], o.kernel[0], o.dilation[0], H);
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      int64_t w0, w1;
+      clip_window(w0, w1, ow * o.stride[1] - o.padding[1], o.kernel[1], o.dilation[1], W);
+      // PyTorch starts from the first cell, so an all -inf window points at it.
+      int64_t best_i = (h0 < h1 && w0 < w1) ? h0 * W + w0 : -1;
+      float best = neg_inf;
+      for (int64_t h = h0; h < h1; h += o.dilation[0])
+        for (int64_t w = w0; w < w1; w += o.dilation[1]) {
+          const float v = x[h * W + w];
+          if (v > best || std::isnan(v)) best = v, best_i = h * W + w;
+        }
+      y[oh * OW + ow] = best;
+      arg[oh * OW + ow] = int32_t(best_i);
+    }
+  }
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  return a.data() < b.data() + b.numel() && b.data() < a.data() + a.numel();
+}
+
+}  // namespace
+
+int64_t pool_output_size(int64_t in, int kernel, int stride, int pad, int dilation,
+                         bool ceil_mode) {
+  const int64_t num = in + 2 * int64_t(pad) - int64_t(dilation) * (kernel - 1) - 1 +
+                      (ceil_mode ? stride - 1 : 0);
+  int64_t q = num / stride;  // stride > 0; round toward -inf like PyTorch's div_rtn
+  if (num % stride != 0 && num < 0) --q;
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+MaxPool2d::MaxPool2d(int kernel, int stride, int padding, int dilation, bool ceil_mode)
+    : MaxPool2d(MaxPool2dOptions{.kernel = {kernel, kernel},
+                                 .stride = {stride, stride},
+                                 .padding = {padding, padding},
+                                 .dilation = {dilation, dilation},
+                                 .ceil_mode = ceil_mode}) {}
+
+MaxPool2d::MaxPool2d(const MaxPool2dOptions& opt) : opt_(opt) {
+  for (int i = 0; i < 2; ++i)
+    if (opt_.stride[i] == 0) opt_.stride[i] = opt_.kernel[i];
+  const auto& o = opt_;
+  CHECK(o.kernel[0] > 0 && o.kernel[1] > 0, "MaxPool2d: kernel ", hw(o.kernel),
+        " must be positive");
+  CHECK(o.stride[0] > 0 && o.stride[1] > 0, "MaxPool2d: stride ", hw(o.stride),
+        " must be positive");
+  CHECK(o.dilation[0] > 0 && o.dilation[1] > 0, "MaxPool2d: dilation ", hw(o.dilation),
+        " must be positive");
+  CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, "MaxPool2d: padding ", hw(o.padding),
+        " must not be negative");
+  CHECK(o.padding[0] <= o.kernel[0] / 2 && o.padding[1] <= o.kernel[1] / 2,
+        "MaxPool2d: padding ", hw(o.padding), " must be at most half the kernel ", hw(o.kernel));
+}
+
+Shape MaxPool2d::output_shape(const Shape& in) const {
+  CHECK(in.ndim == 4, "MaxPool2d: input must be 4-D (N, C, H, W), got ", in.str());
+  const auto& o = opt_;
+  const int64_t oh = pool_output_size(in.d[2], o.kernel[0], o.stride[0], o.padding[0],
+                                      o.dilation[0], o.ceil_mode);
+  const int64_t ow = pool_output_size(in.d[3], o.kernel[1], o.stride[1], o.padding[1],
+                                      o.dilation[1], o.ceil_mode);
+  CHECK(oh >= 1 && ow >= 1, "MaxPool2d: input ", in.str(), " is too small for kernel ",
+        hw(o.kernel), ", stride ", hw(o.stride), ", padding ", hw(o.padding), ", dilation ",
+        hw(o.dilation), " (output would be ", oh, "x", ow, ")");
+  return {in.d[0], in.d[1], oh, ow};
+}
+
+void MaxPool2d::plan(const Shape& in) {
+  const Shape out = output_shape(in);
+  CHECK(in.d[2] * in.d[3] <= std::numeric_limits<int32_t>::max(), "MaxPool2d: input plane ",
+        in.d[2], "x", in.d[3], " is too large for int32 argmax indices");
+  argmax_.assign(size_t(out.numel()), -1);
+  planned_ = in;
+  forward_batch_ = -1;
+}
+
+void MaxPool2d::forward(Tensor& out, const Tensor& in) {
+  CHECK(planned_.ndim == 4, "MaxPool2d: forward before plan()");
+  CHECK(in.dim() == 4 && in.size(1) == planned_.d[1] && in.size(2) == planned_.d[2] &&
+            in.size(3) == planned_.d[3] && in.size(0) <= planned_.d[0],
+        "MaxPool2d: input ", in.shape().str(), " does not fit the planned ", planned_.str(),
+        "; plan() with the largest input first");
+  CHECK(in.device() == Device::CPU && out.device() == Device::CPU,
+        "MaxPool2d: the CPU layer was given a ", device_name(in.device()), " tensor");
+  const Shape os = output_shape(in.shape());
+  CHECK(out.shape() == os, "MaxPool2d: out has shape ", out.shape().str(), ", expected ",
+        os.str());
+  CHECK(!overlaps(out, in), "MaxPool2d: out must not alias in");
+  const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
+  const int64_t planes = os.d[0] * os.d[1];
+  const float* x = in.data();
+  float* y = out.data();
+  int32_t* arg = argmax_.data();
+  const int64_t work = out.numel() * opt_.kernel[0] * opt_.kernel[1];
+#pragma omp parallel for schedule(static) if (work > 32768)
+  for (int64_t p = 0; p < planes; ++p)
+    max_plane(y + p * OH * OW, arg + p * OH * OW, x + p * H * W, H, W, OH, OW, opt_);
+  forward_batch_ = in.size(0);
+}
+
+void MaxPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) {
+  if (!din.defined()) return;
+  CHECK(forward_batch_ >= 0, "MaxPool2d: backward before forward");
+  // The argmax indices are only valid for the shape of the last forward.
+  CHECK(in.dim() == 4 && in.size(0) == forward_batch_ && in.size(1) == planned_.d[1] &&
+            in.size(2) == planned_.d[2] && in.size(3) == planned_.d[3],
+        "MaxPool2d backward: input ",
+        in.shape().str(), " is not from the last forward (batch ", forward_batch_, ")");
+  const Shape os = output_shape(in.shape());
+  CHECK(din.shape() == in.shape() && dout.shape() == os && out.shape() == os,
+        "MaxPool2d backward: din ", din.shape().str(), ", dout ", dout.shape().str(), ", out ",
+        out.shape().str(), " for input ", in.shape().str(), " (expected output ", os.str(), ")");
+  CHECK(din.device() == Device::CPU && dout.device() == Device::CPU,
+        "MaxPool2d: the CPU layer was given a ", device_name(din.device()), " tensor");
+  CHECK(!overlaps(din, dout), "MaxPool2d backward: din must not alias dout");
+  const int64_t HW = in.size(2) * in.size(3), OHW = os.d[2] * os.d[3];
+  const int64_t planes = os.d[0] * os.d[1];
+  const float* dy = dout.data();
+  float* dx = din.data();
+  const int32_t* arg = argmax_.data();
+#pragma omp parallel for schedule(static) if (din.numel() + dout.numel() > 32768)
+  for (int64_t p = 0; p < planes; ++p) {
+    float* g = dx + p * HW;
+    const float* d = dy + p * OHW;
+    const int32_t* a = arg + p * OHW;
+    for (int64_t i = 0; i < HW; ++i) g[i] = 0.f;
+    // Same order as PyTorch, so overlapping windows sum identically.
+    for (int64_t i = 0; i < OHW; ++i)
+      if (a[i] >= 0) g[a[i]] += d[i];
+  }
+}
+
+}  // namespace mpicnn
