@@ -1,6 +1,7 @@
 // Tensor storage and shape bookkeeping (CPU). The CUDA backend adds its allocator elsewhere.
 #include "core/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -40,7 +41,12 @@ std::string Shape::str() const {
   return s + ")";
 }
 
+static std::atomic<int64_t> g_host_allocations{0};
+
+int64_t host_allocation_count() { return g_host_allocations.load(); }
+
 std::shared_ptr<void> alloc_host(size_t bytes) {
+  g_host_allocations.fetch_add(1, std::memory_order_relaxed);
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");

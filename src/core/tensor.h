@@ -68,6 +68,8 @@ class Tensor {
 
 // Aligned host allocation used by tensors and slabs (64-byte aligned for AVX-512).
 std::shared_ptr<void> alloc_host(size_t bytes);
+// Number of alloc_host calls so far (tests use it to prove a training step allocates nothing).
+int64_t host_allocation_count();
 
 }  // namespace mpicnn
 

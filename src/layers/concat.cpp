@@ -19,11 +19,19 @@ Shape Concat::output_shape(const std::vector<Shape>& ins) {
 }
 
 void Concat::forward(Tensor& out, const std::vector<const Tensor*>& ins) {
-  std::vector<Shape> shapes;
-  for (const Tensor* t : ins) shapes.push_back(t->shape());
-  CHECK(out.shape() == output_shape(shapes), "Concat: out ", out.shape().str(), ", expected ",
-        output_shape(shapes).str());
+  // Checked without building a shape list: the training step must not allocate.
+  CHECK(!ins.empty() && out.dim() == 4, "Concat: needs inputs and a 4-D output, got ",
+        out.shape().str());
   const int64_t N = out.size(0), HW = out.size(2) * out.size(3), Cout = out.size(1);
+  int64_t total = 0;
+  for (const Tensor* t : ins) {
+    CHECK(t->dim() == 4 && t->size(0) == N && t->size(2) == out.size(2) &&
+              t->size(3) == out.size(3),
+          "Concat: input ", t->shape().str(), " does not match out ", out.shape().str(),
+          " outside the channels");
+    total += t->size(1);
+  }
+  CHECK(total == Cout, "Concat: inputs hold ", total, " channels, out ", Cout);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     int64_t c0 = 0;
