@@ -13,11 +13,19 @@ BUILD    := build/$(VARIANT)
 CPPFLAGS := -Isrc -Itests -I/usr/include/stb -DMPICNN_SOURCE_DIR='"$(CURDIR)"'
 CXXFLAGS := -std=c++20 -Wall -Wextra -fopenmp -march=native -MMD -MP
 LDFLAGS  := -fopenmp
-LDLIBS   := -lopenblas -lpthread
+# OpenBLAS's OpenMP build (not the pthreads default): with one OpenMP runtime for our loops and
+# BLAS, idle threads of one pool no longer spin on the cores the other needs (measured in
+# bench/RESULTS.md: the pthreads build halved 3x3 conv throughput on 2 cores).
+OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
+LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lpthread
 ifeq ($(DEBUG),1)
   CXXFLAGS += -O0 -g
 else
   CXXFLAGS += -O3 -g1
+endif
+ifeq ($(CUDA),1)
+  # Honest until kernels/ exists: never build a CPU-only binary when a GPU one was asked for.
+  $(error CUDA=1: the CUDA backend (kernels/) is not part of this build yet)
 endif
 ifeq ($(SANITIZE),1)
   CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -25,7 +33,7 @@ ifeq ($(SANITIZE),1)
 endif
 
 # Debian packages the project and its tests need (installed by `make deps`).
-DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libeigen3-dev \
+DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
   libboost-program-options-dev doctest-dev libstb-dev nlohmann-json3-dev \
   python3-torch python3-torchvision python3-numpy dataset-fashion-mnist
 
@@ -74,7 +82,7 @@ deps:
 
 # deps first, then a fresh make so the build sees what deps installed.
 test: deps
-	$(MAKE) --no-print-directory tests
+	$(MAKE) --no-print-directory tests bench
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
 
 clean:

@@ -18,7 +18,7 @@ Shape Concat::output_shape(const std::vector<Shape>& ins) {
   return {s0[0], C, s0[2], s0[3]};
 }
 
-void Concat::forward(Tensor& out, const std::vector<const Tensor*>& ins) {
+void Concat::forward(Tensor& out, std::span<const Tensor* const> ins) {
   // Checked without building a shape list: the training step must not allocate.
   CHECK(!ins.empty() && out.dim() == 4, "Concat: needs inputs and a 4-D output, got ",
         out.shape().str());
@@ -44,7 +44,7 @@ void Concat::forward(Tensor& out, const std::vector<const Tensor*>& ins) {
   }
 }
 
-void Concat::backward(const std::vector<Tensor*>& dins, const Tensor& dout) {
+void Concat::backward(std::span<Tensor* const> dins, const Tensor& dout) {
   CHECK(dout.dim() == 4, "Concat backward: dout must be 4-D, got ", dout.shape().str());
   const int64_t N = dout.size(0), HW = dout.size(2) * dout.size(3), Cout = dout.size(1);
   int64_t total = 0;

@@ -1,0 +1,194 @@
+// Conv2d CPU benchmark at ResNet-18 layer shapes: forward + backward (data and weight)
+// GFLOP/s next to OpenBLAS sgemm measured in the same run, on a large square GEMM (peak) and
+// on exactly the GEMMs the convolution performs (same FLOPs without im2col/col2im). Also
+// times im2col/col2im alone, to show where the rest goes. Not a test: it checks nothing.
+//
+//   build/release/bench/conv_bench [--threads N] [--batch 16] [--reps 7] [--warmup 2]
+//                                  [--only TEXT]   (rows whose name contains TEXT)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/blas.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "layers/conv2d.h"
+#include "layers/im2col.h"
+#include "layers/params.h"
+
+using namespace mpicnn;
+
+namespace {
+
+struct Row {
+  const char* name;
+  int ic, oc, hw, k, s, p;
+};
+
+// ResNet-18's distinct convolution shapes (224x224 input).
+const Row kRows[] = {
+    {"conv1 7x7/2 3->64 @224", 3, 64, 224, 7, 2, 3},
+    {"3x3 64->64 @56", 64, 64, 56, 3, 1, 1},
+    {"3x3/2 64->128 @56", 64, 128, 56, 3, 2, 1},
+    {"1x1/2 64->128 @56", 64, 128, 56, 1, 2, 0},
+    {"3x3 128->128 @28", 128, 128, 28, 3, 1, 1},
+    {"3x3/2 128->256 @28", 128, 256, 28, 3, 2, 1},
+    {"1x1/2 128->256 @28", 128, 256, 28, 1, 2, 0},
+    {"3x3 256->256 @14", 256, 256, 14, 3, 1, 1},
+    {"3x3/2 256->512 @14", 256, 512, 14, 3, 2, 1},
+    {"1x1/2 256->512 @14", 256, 512, 14, 1, 2, 0},
+    {"3x3 512->512 @7", 512, 512, 7, 3, 1, 1},
+};
+
+struct Args {
+  int threads = 0, batch = 16, reps = 7, warmup = 2;
+  std::string only;  // run only the rows whose name contains this
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto value = [&]() {
+      CHECK(i + 1 < argc, k, " needs a value");
+      char* end = nullptr;
+      long v = std::strtol(argv[++i], &end, 10);
+      CHECK(end && *end == '\0' && v >= 0, k, " needs a non-negative integer, got '", argv[i], "'");
+      return int(v);
+    };
+    if (k == "--threads") a.threads = value();
+    else if (k == "--batch") a.batch = value();
+    else if (k == "--reps") a.reps = value();
+    else if (k == "--warmup") a.warmup = value();
+    else if (k == "--only" && i + 1 < argc) a.only = argv[++i];
+    else FAIL("unknown option '", k,
+              "' (use --threads N --batch N --reps N --warmup N --only TEXT)");
+  }
+  CHECK(a.batch >= 1 && a.reps >= 1, "--batch and --reps must be >= 1");
+  return a;
+}
+
+Tensor random(const Shape& s, uint64_t seed) {
+  Tensor t = Tensor::empty(s);
+  Rng r(seed, 1);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = r.uniform(uint64_t(i), -1.f, 1.f);
+  return t;
+}
+
+// Median seconds of each fn over reps, after warmup calls. The fns run interleaved, one of
+// each per repetition, so load from other processes hits them alike and the ratios hold.
+std::vector<double> median_seconds(const Args& a, const std::vector<std::function<void()>>& fns) {
+  for (int i = 0; i < a.warmup; ++i)
+    for (const auto& fn : fns) fn();
+  std::vector<std::vector<double>> t(fns.size());
+  for (int i = 0; i < a.reps; ++i) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      Timer timer;
+      fns[f]();
+      t[f].push_back(timer.seconds());
+    }
+  }
+  std::vector<double> med;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
+}
+
+double square_sgemm_gflops(Args a, int n) {
+  Tensor A = random({n, n}, 1), B = random({n, n}, 2), C = Tensor::zeros({n, n});
+  a.warmup = std::max(a.warmup, 3);  // the first calls start OpenBLAS's threads
+  a.reps = std::max(a.reps, 11);
+  const double s = median_seconds(a, {[&] {
+    sgemm(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
+  }})[0];
+  return 2.0 * n * n * double(n) / s * 1e-9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Args a = parse(argc, argv);
+    set_num_threads(a.threads ? a.threads : default_num_threads());
+    const double peak = square_sgemm_gflops(a, 2048);
+    const int par = openblas_get_parallel();
+    const char* wait = std::getenv("OMP_WAIT_POLICY");
+    std::printf("OpenBLAS %s, %s build; OMP_WAIT_POLICY=%s\n", openblas_get_config(),
+                par == 2 ? "OpenMP" : par == 1 ? "pthreads" : "sequential",
+                wait ? wait : "(unset)");
+    std::printf("threads %d, batch %d, median of %d (warmup %d)\n", num_threads(), a.batch, a.reps,
+                a.warmup);
+    std::printf("sgemm 2048^3 peak: %.1f GFLOP/s\n\n", peak);
+    std::printf("%-24s %5s %7s %8s %8s %8s %9s %8s %9s %9s %8s\n", "layer", "chunk", "GFLOP",
+                "fwd ms", "bwd ms", "conv", "gemm ms", "gemm", "unfold ms", "conv/gemm",
+                "conv/pk");
+    std::printf("%-24s %5s %7s %8s %8s %8s %9s %8s %9s %9s %8s\n", "", "", "", "", "",
+                "GFLOP/s", "", "GFLOP/s", "", "", "");
+    for (const Row& r : kRows) {
+      if (std::string(r.name).find(a.only) == std::string::npos) continue;
+      Conv2d conv({.in_channels = r.ic, .out_channels = r.oc, .kernel = r.k, .stride = r.s,
+                   .padding = r.p, .bias = false});
+      ParamStore store;
+      conv.register_state(store, "");
+      store.allocate();
+      conv.reset_parameters(1);
+      const Shape in{a.batch, r.ic, r.hw, r.hw};
+      const Shape out = conv.output_shape(in);
+      conv.plan(in);
+      Tensor x = random(in, 2), y = Tensor::empty(out), dy = random(out, 3);
+      Tensor dx = Tensor::empty(in);
+
+      // The convolution's own GEMMs, with the same shapes and count, on random buffers that
+      // live where the convolution's do: weights A and the column buffer B are reused by every
+      // chunk, while the output / output-gradient rows C are the chunk's own slice of the batch.
+      const ConvGeometry& g = conv.geometry();
+      const int64_t P = g.out_plane(), K = g.rows(), OC = r.oc, chunk = conv.chunk();
+      Tensor A = random({OC, K}, 4), B = random({K, chunk * P}, 5);
+      Tensor C = random({a.batch, OC, P}, 6), D = Tensor::zeros({OC, K});
+      auto gemms = [&] {
+        for (int64_t c0 = 0; c0 < a.batch; c0 += chunk) {
+          const int BP = int(std::min(chunk, a.batch - c0) * P);
+          float* c = C.data() + c0 * OC * P;
+          sgemm(false, false, int(OC), BP, int(K), 1.f, A.data(), int(K), B.data(), BP, 0.f, c,
+                BP);
+          sgemm(false, true, int(OC), int(K), BP, 1.f, c, BP, B.data(), BP, 1.f, D.data(), int(K));
+          sgemm(true, false, int(K), BP, int(OC), 1.f, A.data(), int(K), c, BP, 0.f, B.data(), BP);
+        }
+      };
+      // The unfolding work alone: im2col twice (forward, backward) and col2im once per chunk.
+      auto unfold = [&] {
+        for (int64_t c0 = 0; c0 < a.batch; c0 += chunk) {
+          const int64_t n = std::min(chunk, a.batch - c0);
+          const float* xc = x.data() + c0 * r.ic * g.in_plane();
+          im2col(B.data(), xc, g, n);
+          im2col(B.data(), xc, g, n);
+          col2im(dx.data() + c0 * r.ic * g.in_plane(), B.data(), g, n);
+        }
+      };
+      const std::vector<double> t = median_seconds(
+          a, {[&] { conv.forward(y, x); }, [&] { conv.backward(dx, dy, x, y); }, gemms, unfold});
+      const double t_fwd = t[0], t_bwd = t[1], t_conv = t_fwd + t_bwd, t_gemm = t[2];
+      const double t_unfold = t[3];
+
+      const double flop = 3.0 * 2.0 * double(a.batch) * OC * P * double(K);
+      const double conv_gf = flop / t_conv * 1e-9, gemm_gf = flop / t_gemm * 1e-9;
+      std::printf("%-24s %5lld %7.2f %8.2f %8.2f %8.1f %9.2f %8.1f %9.2f %8.0f%% %7.0f%%\n",
+                  r.name, (long long)chunk, flop * 1e-9, t_fwd * 1e3, t_bwd * 1e3, conv_gf,
+                  t_gemm * 1e3, gemm_gf, t_unfold * 1e3, 100.0 * conv_gf / gemm_gf,
+                  100.0 * conv_gf / peak);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "conv_bench: %s\n", e.message().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,232 @@
+// Conv2d on CPU. Per chunk of images: im2col into one column matrix, then per group
+//   forward          rows (OCg, B*P)  = W_g (OCg, Kg) * col_g (Kg, B*P)
+//   backward weight  dW_g (OCg, Kg)  += dy_g (OCg, B*P) * col_g^T
+//   backward data    dcol_g (Kg, B*P) = W_g^T * dy_g, then col2im
+// with P = OH*OW and Kg = IC/groups*KH*KW. Chunking several images into one GEMM keeps the
+// GEMMs wide for deep layers with tiny planes (7x7); the rows buffer converts between the
+// GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here, OpenBLAS the GEMMs.
+#include "layers/conv2d.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "core/blas.h"
+#include "core/rng.h"
+
+namespace mpicnn {
+
+namespace {
+
+// Chunking: aim for GEMMs at least this many columns wide ...
+constexpr int64_t kTargetColumns = 1024;
+// ... but keep the column workspace under this many floats (64 MiB).
+constexpr int64_t kColumnBudget = int64_t(16) << 20;
+// Below this many elements a loop runs on one thread (fork/join would cost more).
+constexpr int64_t kParallelMin = 1 << 15;
+
+}  // namespace
+
+Conv2d::Conv2d(const Conv2dOptions& o) : opt_(o) {
+  CHECK(o.in_channels >= 1 && o.out_channels >= 1, "Conv2d: channels must be >= 1, got ",
+        o.in_channels, " -> ", o.out_channels);
+  CHECK(o.groups >= 1, "Conv2d: groups must be >= 1, got ", o.groups);
+  CHECK(o.in_channels % o.groups == 0 && o.out_channels % o.groups == 0,
+        "Conv2d: in_channels (", o.in_channels, ") and out_channels (", o.out_channels,
+        ") must both be divisible by groups (", o.groups, ")");
+  CHECK(o.kernel.h >= 1 && o.kernel.w >= 1, "Conv2d: kernel must be >= 1, got ", o.kernel.h,
+        "x", o.kernel.w);
+  CHECK(o.stride.h >= 1 && o.stride.w >= 1, "Conv2d: stride must be >= 1, got ", o.stride.h,
+        "x", o.stride.w);
+  CHECK(o.padding.h >= 0 && o.padding.w >= 0, "Conv2d: padding must be >= 0, got ",
+        o.padding.h, "x", o.padding.w);
+  CHECK(o.dilation.h >= 1 && o.dilation.w >= 1, "Conv2d: dilation must be >= 1, got ",
+        o.dilation.h, "x", o.dilation.w);
+}
+
+void Conv2d::register_state(ParamStore& store, const std::string& prefix) {
+  weight_name_ = prefix + "weight";
+  store.param(weight_name_,
+              {opt_.out_channels, opt_.in_channels / opt_.groups, opt_.kernel.h, opt_.kernel.w},
+              &weight, &grad_weight);
+  if (opt_.bias) {
+    bias_name_ = prefix + "bias";
+    store.param(bias_name_, {opt_.out_channels}, &bias, &grad_bias);
+  }
+}
+
+void Conv2d::reset_parameters(uint64_t seed) {
+  CHECK(weight.defined(), "Conv2d: parameters not allocated (ParamStore::allocate)");
+  const int64_t fan_in = int64_t(opt_.in_channels / opt_.groups) * opt_.kernel.h * opt_.kernel.w;
+  const float bound = 1.0f / std::sqrt(float(fan_in));
+  Rng rw(seed, weight_name_);
+  for (int64_t i = 0; i < weight.numel(); ++i)
+    weight.data()[i] = rw.uniform(uint64_t(i), -bound, bound);
+  if (opt_.bias) {
+    Rng rb(seed, bias_name_);
+    for (int64_t i = 0; i < bias.numel(); ++i)
+      bias.data()[i] = rb.uniform(uint64_t(i), -bound, bound);
+  }
+}
+
+ConvGeometry Conv2d::geometry_for(const Shape& in) const {
+  CHECK(in.ndim == 4 && in[1] == opt_.in_channels, "Conv2d(", opt_.in_channels, " -> ",
+        opt_.out_channels, "): input must be (N, ", opt_.in_channels, ", H, W), got ", in.str());
+  ConvGeometry g;
+  g.channels = in[1];
+  g.height = in[2];
+  g.width = in[3];
+  g.kernel_h = opt_.kernel.h, g.kernel_w = opt_.kernel.w;
+  g.stride_h = opt_.stride.h, g.stride_w = opt_.stride.w;
+  g.pad_h = opt_.padding.h, g.pad_w = opt_.padding.w;
+  g.dilation_h = opt_.dilation.h, g.dilation_w = opt_.dilation.w;
+  // Floor division on a possibly negative numerator: the check below rejects those anyway.
+  const int64_t span_h = g.dilation_h * (g.kernel_h - 1) + 1;
+  const int64_t span_w = g.dilation_w * (g.kernel_w - 1) + 1;
+  const int64_t num_h = g.height + 2 * g.pad_h - span_h, num_w = g.width + 2 * g.pad_w - span_w;
+  CHECK(num_h >= 0 && num_w >= 0, "Conv2d: input ", g.height, "x", g.width, " with padding ",
+        g.pad_h, "x", g.pad_w, " is smaller than the dilated kernel ", span_h, "x", span_w);
+  g.out_h = num_h / g.stride_h + 1;
+  g.out_w = num_w / g.stride_w + 1;
+  return g;
+}
+
+Shape Conv2d::output_shape(const Shape& in) const {
+  const ConvGeometry g = geometry_for(in);
+  return {in[0], opt_.out_channels, g.out_h, g.out_w};
+}
+
+void Conv2d::plan(const Shape& in) {
+  const ConvGeometry g = geometry_for(in);
+  const int64_t N = in[0], P = g.out_plane(), rows = g.rows();
+  CHECK(N >= 1, "Conv2d: plan needs a batch of at least 1, got ", in.str());
+  int64_t chunk = std::clamp<int64_t>((kTargetColumns + P - 1) / P, 1, N);
+  chunk = std::max<int64_t>(1, std::min(chunk, kColumnBudget / (rows * P)));
+  // Equal chunks: 16 images and a wanted chunk of 11 give two chunks of 8, not 11 + a narrow 5.
+  const int64_t nchunks = (N + chunk - 1) / chunk;
+  chunk = (N + nchunks - 1) / nchunks;
+  CHECK(chunk * P <= INT_MAX && rows <= INT_MAX,
+        "Conv2d: input ", in.str(), " is too large for 32-bit GEMM sizes");
+  geo_ = g;
+  planned_ = in;
+  chunk_ = chunk;
+  col_ = (g.is_pointwise() && chunk == 1) ? Tensor() : Tensor::empty({rows, chunk * P});
+  rows_ = chunk > 1 ? Tensor::empty({opt_.out_channels, chunk * P}) : Tensor();
+}
+
+void Conv2d::check_ready(const Tensor& in) const {
+  CHECK(weight.defined(), "Conv2d: parameters not allocated (ParamStore::allocate)");
+  CHECK(planned_.ndim == 4, "Conv2d: call plan() before forward/backward");
+  CHECK(in.dim() == 4 && in.size(1) == planned_[1] && in.size(2) == planned_[2] &&
+            in.size(3) == planned_[3] && in.size(0) >= 1 && in.size(0) <= planned_[0],
+        "Conv2d: input ", in.shape().str(), " does not fit the plan for ", planned_.str(),
+        " (same C, H, W and at most ", planned_[0], " images)");
+}
+
+void Conv2d::forward(Tensor& out, const Tensor& in) {
+  check_ready(in);
+  const ConvGeometry& g = geo_;
+  const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
+  const int64_t P = g.out_plane(), OCg = OC / G, Kg = g.rows() / G;
+  CHECK_SHAPE(out, {N, OC, g.out_h, g.out_w});
+  const float* w = weight.data();
+  const float* b = opt_.bias ? bias.data() : nullptr;
+  for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
+    const int64_t B = std::min(chunk_, N - n0), BP = B * P;
+    const float* x = in.data() + n0 * g.channels * g.in_plane();  // (B, IC, H, W)
+    float* y = out.data() + n0 * OC * P;                           // (B, OC, OH, OW)
+    const float* cols = x;  // (IC*KH*KW, B*P)
+    if (!(g.is_pointwise() && B == 1)) {
+      im2col(col_.data(), x, g, B);
+      cols = col_.data();
+    }
+    // A single image's (OC, P) rows are already NCHW: the GEMM writes the output directly,
+    // on top of the bias (beta = 1). OpenBLAS passes over C for beta = 0 too, so this is free.
+    float* rows = B == 1 ? y : rows_.data();  // (OC, B*P)
+    if (B == 1 && b) {
+#pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
+      for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
+    }
+    for (int64_t gi = 0; gi < G; ++gi)
+      sgemm(false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg, int(Kg),
+            cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f, rows + gi * OCg * BP,
+            int(BP));
+    if (B > 1) {
+#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
+      for (int64_t i = 0; i < B; ++i) {
+        for (int64_t oc = 0; oc < OC; ++oc) {
+          const float* __restrict s = rows + oc * BP + i * P;
+          float* __restrict d = y + (i * OC + oc) * P;
+          const float bv = b ? b[oc] : 0.f;
+          for (int64_t p = 0; p < P; ++p) d[p] = s[p] + bv;
+        }
+      }
+    }
+  }
+}
+
+void Conv2d::add_bias_grad(const Tensor& dout) {
+  const int64_t N = dout.size(0), OC = opt_.out_channels, P = geo_.out_plane();
+  const float* dy = dout.data();
+  float* gb = grad_bias.data();
+  // Double accumulators: a channel of a large batch sums ~1e6 terms.
+#pragma omp parallel for schedule(static) if (N * OC * P > kParallelMin)
+  for (int64_t oc = 0; oc < OC; ++oc) {
+    double acc = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* s = dy + (n * OC + oc) * P;
+      float part = 0.f;
+#pragma omp simd reduction(+ : part)
+      for (int64_t p = 0; p < P; ++p) part += s[p];
+      acc += part;
+    }
+    gb[oc] += float(acc);
+  }
+}
+
+void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& /*out*/) {
+  check_ready(in);
+  const ConvGeometry& g = geo_;
+  const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
+  const int64_t P = g.out_plane(), OCg = OC / G, Kg = g.rows() / G;
+  CHECK_SHAPE(dout, {N, OC, g.out_h, g.out_w});
+  if (din.defined()) CHECK_SHAPE(din, {N, g.channels, g.height, g.width});
+  if (opt_.bias) add_bias_grad(dout);
+  const float* w = weight.data();
+  float* gw = grad_weight.data();
+  for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
+    const int64_t B = std::min(chunk_, N - n0), BP = B * P;
+    const int64_t x_off = n0 * g.channels * g.in_plane();
+    const float* x = in.data() + x_off;               // (B, IC, H, W)
+    const float* dy = dout.data() + n0 * OC * P;      // (B, OC, OH, OW)
+    const float* rows = dy;                           // (OC, B*P)
+    if (B > 1) {
+      float* r = rows_.data();
+#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t oc = 0; oc < OC; ++oc)
+          std::memcpy(r + oc * BP + i * P, dy + (i * OC + oc) * P, size_t(P) * sizeof(float));
+      rows = r;
+    }
+    const bool direct = g.is_pointwise() && B == 1;
+    const float* cols = x;  // (IC*KH*KW, B*P)
+    if (!direct) {
+      im2col(col_.data(), x, g, B);
+      cols = col_.data();
+    }
+    for (int64_t gi = 0; gi < G; ++gi)
+      sgemm(false, true, int(OCg), int(Kg), int(BP), 1.f, rows + gi * OCg * BP, int(BP),
+            cols + gi * Kg * BP, int(BP), 1.f, gw + gi * OCg * Kg, int(Kg));
+    if (!din.defined()) continue;
+    // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
+    float* dx = din.data() + x_off;            // (B, IC, H, W)
+    float* dcol = direct ? dx : col_.data();   // (IC*KH*KW, B*P)
+    for (int64_t gi = 0; gi < G; ++gi)
+      sgemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
+            rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
+    if (!direct) col2im(dx, dcol, g, B);
+  }
+}
+
+}  // namespace mpicnn

@@ -1,0 +1,73 @@
+// Conv2d as torch.nn.Conv2d (zero padding, stride, dilation, groups, optional bias) on CPU:
+// im2col + OpenBLAS sgemm over chunks of images, workspaces sized once by plan().
+// Not a transposed convolution and not the GPU path (kernels/conv.cu, cuDNN).
+#pragma once
+#include <string>
+
+#include "layers/im2col.h"
+#include "layers/layer.h"
+
+namespace mpicnn {
+
+struct Conv2dOptions {
+  // (height, width) pair; a single number means both, as in PyTorch.
+  struct Hw {
+    int h = 1, w = 1;
+    Hw(int both) : h(both), w(both) {}  // NOLINT: implicit, so `.stride = 2` reads naturally
+    Hw(int h_, int w_) : h(h_), w(w_) {}
+  };
+  int in_channels = 0;
+  int out_channels = 0;
+  Hw kernel = 1;
+  Hw stride = 1;
+  Hw padding = 0;
+  Hw dilation = 1;
+  int groups = 1;
+  bool bias = true;
+};
+
+class Conv2d : public UnaryLayer {
+ public:
+  // Conv2d({.in_channels = 64, .out_channels = 128, .kernel = 3, .stride = 2, .padding = 1,
+  //         .bias = false})
+  explicit Conv2d(const Conv2dOptions& options);
+  const char* kind() const override { return "Conv2d"; }
+  // "weight" (OC, IC/groups, KH, KW), then "bias" (OC) when bias is on.
+  void register_state(ParamStore& store, const std::string& prefix) override;
+  // PyTorch's default: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+  // fan_in = IC/groups * KH * KW.
+  void reset_parameters(uint64_t seed) override;
+
+  Shape output_shape(const Shape& in) const override;  // (N, IC, H, W) -> (N, OC, OH, OW)
+  // Sizes the column workspace for inputs of this shape; forward/backward then accept any
+  // batch up to in[0] of the same (IC, H, W) and allocate nothing.
+  void plan(const Shape& in) override;
+  void forward(Tensor& out, const Tensor& in) override;  // out (N, OC, OH, OW), in (N, IC, H, W)
+  // din '=' (skipped when undefined); grad_weight and grad_bias '+='. Recomputes the columns
+  // of `in` rather than keeping those of forward.
+  void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
+
+  const Conv2dOptions& options() const { return opt_; }
+  // Images per GEMM chosen by plan() (1 before plan).
+  int64_t chunk() const { return chunk_; }
+  // Geometry of the planned input (valid after plan()).
+  const ConvGeometry& geometry() const { return geo_; }
+
+  Tensor weight, grad_weight;  // (OC, IC/groups, KH, KW)
+  Tensor bias, grad_bias;      // (OC), undefined without bias
+
+ private:
+  ConvGeometry geometry_for(const Shape& in) const;  // checks the input shape
+  void check_ready(const Tensor& in) const;
+  void add_bias_grad(const Tensor& dout);
+
+  Conv2dOptions opt_;
+  std::string weight_name_, bias_name_;
+  Shape planned_;        // (N, IC, H, W) given to plan()
+  ConvGeometry geo_;     // of planned_
+  int64_t chunk_ = 1;    // images per GEMM
+  Tensor col_;           // (IC*KH*KW, chunk*OH*OW); undefined when the input is its own column
+  Tensor rows_;          // (OC, chunk*OH*OW): GEMM output/gradient rows when chunk > 1
+};
+
+}  // namespace mpicnn

@@ -1,0 +1,239 @@
+// Conv2d: fast forward vs a direct-convolution loop in double on many geometries (padding,
+// stride, dilation, groups, 1x1, non-square, chunked and unchunked batches), finite-difference
+// checks of din / grad_weight / grad_bias, '+=' accumulation, and shape errors.
+#include <memory>
+#include <string>
+
+#include "layers/conv2d.h"
+#include "layers/params.h"
+#include "testing.h"
+
+using namespace mpicnn;
+using namespace mpicnn::testing;
+
+namespace {
+
+struct Case {
+  std::string name;
+  int N, IC, H, W, OC;
+  Conv2dOptions::Hw kernel, stride = 1, padding = 0, dilation = 1;
+  int groups = 1;
+  bool bias = true;
+  int plan_n = 0;  // batch given to plan(); 0 = N
+};
+
+Conv2dOptions options_of(const Case& c) {
+  return {.in_channels = c.IC, .out_channels = c.OC, .kernel = c.kernel, .stride = c.stride,
+          .padding = c.padding, .dilation = c.dilation, .groups = c.groups, .bias = c.bias};
+}
+
+int out_extent(int in, int k, int s, int p, int d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+// Direct convolution, one output element at a time, straight from the definition.
+Vec conv_ref(const Vec& x, const Vec& w, const Vec& b, const Case& c) {
+  const int OH = out_extent(c.H, c.kernel.h, c.stride.h, c.padding.h, c.dilation.h);
+  const int OW = out_extent(c.W, c.kernel.w, c.stride.w, c.padding.w, c.dilation.w);
+  const int ICg = c.IC / c.groups, OCg = c.OC / c.groups;
+  Vec y(size_t(c.N) * c.OC * OH * OW);
+  for (int n = 0; n < c.N; ++n)
+    for (int oc = 0; oc < c.OC; ++oc)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) {
+          double s = c.bias ? b[size_t(oc)] : 0.0;
+          const int g = oc / OCg;
+          for (int j = 0; j < ICg; ++j)
+            for (int kh = 0; kh < c.kernel.h; ++kh)
+              for (int kw = 0; kw < c.kernel.w; ++kw) {
+                const int ih = oh * c.stride.h - c.padding.h + kh * c.dilation.h;
+                const int iw = ow * c.stride.w - c.padding.w + kw * c.dilation.w;
+                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                const int ic = g * ICg + j;
+                s += x[((size_t(n) * c.IC + ic) * c.H + ih) * c.W + iw] *
+                     w[((size_t(oc) * ICg + j) * c.kernel.h + kh) * c.kernel.w + kw];
+              }
+          y[((size_t(n) * c.OC + oc) * OH + oh) * OW + ow] = s;
+        }
+  return y;
+}
+
+// A Conv2d bound to its own slabs, with random weights, planned for the case.
+struct Fixture {
+  Conv2d conv;
+  ParamStore store;
+  Tensor x, y;
+  explicit Fixture(const Case& c, uint64_t seed) : conv(options_of(c)) {
+    conv.register_state(store, "conv.");
+    store.allocate();
+    fill_uniform(conv.weight, seed);
+    if (c.bias) fill_uniform(conv.bias, seed + 1);
+    const Shape in{c.N, c.IC, c.H, c.W};
+    conv.plan({c.plan_n ? c.plan_n : c.N, c.IC, c.H, c.W});
+    x = random_tensor(in, seed + 2);
+    y = Tensor::empty(conv.output_shape(in));
+  }
+  Vec w() const { return to_double(conv.weight); }
+  Vec b() const { return conv.options().bias ? to_double(conv.bias) : Vec{}; }
+};
+
+// Each comment says which path of conv2d.cpp the case exercises beyond its geometry.
+const Case kCases[] = {
+    {"3x3 pad 1, odd size", 2, 3, 7, 9, 4, 3, 1, 1},
+    {"3x3 stride 2 pad 1", 3, 4, 9, 8, 5, 3, 2, 1},
+    {"5x5 no pad, no bias", 1, 2, 8, 8, 3, 5, 1, 0, 1, 1, false},
+    {"dilation 2", 2, 3, 9, 10, 2, 3, 1, 2, 2},
+    {"groups 2", 2, 4, 6, 7, 6, 3, 1, 1, 1, 2},
+    {"depthwise", 2, 4, 7, 6, 4, 3, 1, 1, 1, 4},
+    {"depthwise x2 multiplier, stride 2", 2, 3, 8, 9, 6, 3, 2, 1, 1, 3, false},
+    {"1x1", 3, 5, 4, 6, 7, 1},
+    {"1x1 stride 2 (downsample)", 2, 6, 7, 7, 4, 1, 2, 0, 1, 1, false},
+    {"1x1 unchunked: input is the column matrix", 2, 3, 32, 33, 4, 1},
+    {"non-square kernel/stride/pad", 2, 3, 9, 11, 4, {3, 2}, {2, 1}, {1, 0}, {1, 2}},
+    {"kernel 1x5, pad 0x2", 1, 2, 5, 9, 3, {1, 5}, 1, {0, 2}},
+    {"7x7 stride 2 pad 3 (resnet stem)", 2, 3, 15, 13, 4, 7, 2, 3},
+    {"stride larger than kernel", 2, 2, 10, 10, 3, 2, 3, 0},
+    {"padding larger than kernel", 1, 2, 3, 4, 2, 2, 1, 3},
+    {"unchunked: one image per GEMM", 2, 2, 33, 32, 3, 3, 1, 1},
+    {"batch smaller than planned", 3, 3, 5, 5, 4, 3, 1, 1, 1, 1, true, 8},
+    {"chunks of 6 with a 1-image tail", 7, 2, 10, 10, 3, 3, 1, 1, 1, 1, true, 12},
+    {"chunks of 6, grouped, with a tail", 8, 4, 10, 10, 4, 3, 1, 1, 1, 2, false, 12},
+    {"1x1 chunks with a 1-image tail", 7, 3, 10, 10, 4, 1, 1, 0, 1, 1, true, 12},
+};
+
+}  // namespace
+
+TEST_CASE("Conv2d forward matches the direct convolution") {
+  for (const Case& c : kCases) {
+    CAPTURE(c.name);
+    Fixture f(c, 11);
+    f.y.fill(1e9f);  // forward must overwrite every element
+    f.conv.forward(f.y, f.x);
+    expect_close("conv forward: " + c.name, f.y, conv_ref(to_double(f.x), f.w(), f.b(), c));
+  }
+}
+
+TEST_CASE("Conv2d plan picks the GEMM paths the cases above rely on") {
+  auto chunk_of = [](const Case& c) { return Fixture(c, 1).conv.chunk(); };
+  CHECK(chunk_of(kCases[9]) == 1);    // 1x1 over 1056 pixels: no im2col at all
+  CHECK(chunk_of(kCases[15]) == 1);   // 1056 columns per image: already wide
+  CHECK(chunk_of(kCases[16]) == 8);   // whole planned batch in one GEMM, run on 3
+  CHECK(chunk_of(kCases[17]) == 6);   // 7 images: a chunk of 6, then 1 (direct rows)
+  CHECK(chunk_of(kCases[19]) == 6);   // pointwise chunked, tail is pointwise-direct
+}
+
+TEST_CASE("Conv2d gradients match finite differences") {
+  const Case grad_cases[] = {
+      kCases[1], kCases[3], kCases[4], kCases[6], kCases[8],
+      kCases[9], kCases[10], kCases[12], kCases[17], kCases[19],
+  };
+  for (const Case& c : grad_cases) {
+    CAPTURE(c.name);
+    Fixture f(c, 21);
+    f.conv.forward(f.y, f.x);
+    Tensor dy = random_tensor(f.y.shape(), 22);
+    Tensor dx = Tensor::empty(f.x.shape());
+    dx.fill(1e9f);  // din is written with '='
+    f.store.zero_grad();
+    f.conv.backward(dx, dy, f.x, f.y);
+
+    const Vec x = to_double(f.x), w = f.w(), b = f.b(), wy = to_double(dy);
+    check_gradient("conv din: " + c.name, dx,
+                   [&](const Vec& v) { return dot(conv_ref(v, w, b, c), wy); }, x);
+    check_gradient("conv grad_weight: " + c.name, f.conv.grad_weight,
+                   [&](const Vec& v) { return dot(conv_ref(x, v, b, c), wy); }, w);
+    if (c.bias)
+      check_gradient("conv grad_bias: " + c.name, f.conv.grad_bias,
+                     [&](const Vec& v) { return dot(conv_ref(x, w, v, c), wy); }, b);
+  }
+}
+
+TEST_CASE("Conv2d backward accumulates parameter grads and overwrites din") {
+  for (const Case& c : {kCases[0], kCases[9], kCases[17]}) {
+    CAPTURE(c.name);
+    Fixture f(c, 31);
+    f.conv.forward(f.y, f.x);
+    Tensor dy = random_tensor(f.y.shape(), 32);
+    Tensor dx = Tensor::empty(f.x.shape());
+    f.store.zero_grad();
+    f.conv.backward(dx, dy, f.x, f.y);
+    const Vec gw1 = to_double(f.conv.grad_weight), gb1 = to_double(f.conv.grad_bias);
+    const Vec dx1 = to_double(dx);
+    f.conv.backward(dx, dy, f.x, f.y);
+    Vec gw2 = gw1, gb2 = gb1;
+    for (double& v : gw2) v *= 2;
+    for (double& v : gb2) v *= 2;
+    expect_close("grad_weight after two backwards", f.conv.grad_weight, gw2);
+    expect_close("grad_bias after two backwards", f.conv.grad_bias, gb2);
+    expect_close("din after two backwards", dx, dx1, 0, 0);
+
+    // Without din (first layer) the parameter grads are still produced.
+    Tensor none;
+    f.store.zero_grad();
+    f.conv.backward(none, dy, f.x, f.y);
+    expect_close("grad_weight without din", f.conv.grad_weight, gw1, 0, 0);
+  }
+}
+
+TEST_CASE("Conv2d reset_parameters draws PyTorch's default bounds") {
+  Conv2d conv({.in_channels = 4, .out_channels = 6, .kernel = 3, .groups = 2});
+  ParamStore store;
+  conv.register_state(store, "features.0.");
+  store.allocate();
+  CHECK(store.entries().size() == 2);
+  CHECK(store.entries()[0].name == "features.0.weight");
+  CHECK(store.entries()[0].shape == Shape{6, 2, 3, 3});
+  CHECK(store.entries()[1].name == "features.0.bias");
+  conv.reset_parameters(5);
+  const double bound = 1.0 / std::sqrt(2.0 * 9.0);
+  CHECK(max_abs(to_double(conv.weight)) <= bound);
+  CHECK(max_abs(to_double(conv.weight)) > 0.8 * bound);
+  CHECK(max_abs(to_double(conv.bias)) <= bound);
+  CHECK(max_abs(to_double(conv.bias)) > 0);
+
+  Conv2d nobias({.in_channels = 4, .out_channels = 6, .kernel = 3, .bias = false});
+  ParamStore store2;
+  nobias.register_state(store2, "c.");
+  CHECK(store2.entries().size() == 1);
+}
+
+TEST_CASE("Conv2d rejects bad options and shapes with clear errors") {
+  using doctest::Contains;
+  CHECK_THROWS_WITH_AS(Conv2d({.in_channels = 3, .out_channels = 4, .kernel = 3, .groups = 2}),
+                       Contains("divisible by groups"), Error);
+  CHECK_THROWS_WITH_AS(Conv2d({.in_channels = 4, .out_channels = 6, .kernel = 3, .groups = 4}),
+                       Contains("divisible by groups"), Error);
+  CHECK_THROWS_AS(Conv2d({.in_channels = 0, .out_channels = 4}), Error);
+  CHECK_THROWS_AS(Conv2d({.in_channels = 2, .out_channels = 4, .kernel = 0}), Error);
+  CHECK_THROWS_AS(Conv2d({.in_channels = 2, .out_channels = 4, .kernel = 3, .stride = 0}), Error);
+  CHECK_THROWS_AS(Conv2d({.in_channels = 2, .out_channels = 4, .kernel = 3, .padding = -1}),
+                  Error);
+  CHECK_THROWS_AS(Conv2d({.in_channels = 2, .out_channels = 4, .kernel = 3, .dilation = 0}),
+                  Error);
+
+  Conv2d conv({.in_channels = 3, .out_channels = 4, .kernel = 5, .padding = 1});
+  CHECK_THROWS_WITH_AS(conv.output_shape({2, 4, 8, 8}), Contains("input must be (N, 3, H, W)"),
+                       Error);
+  CHECK_THROWS_AS(conv.output_shape({3, 8, 8}), Error);
+  CHECK_THROWS_WITH_AS(conv.output_shape({1, 3, 2, 8}), Contains("smaller than the dilated kernel"),
+                       Error);
+  CHECK(conv.output_shape({1, 3, 3, 8}) == Shape{1, 4, 1, 6});
+
+  ParamStore store;
+  conv.register_state(store, "");
+  Tensor x = random_tensor({2, 3, 8, 8}, 1), y = Tensor::empty({2, 4, 6, 6});
+  CHECK_THROWS_WITH_AS(conv.forward(y, x), Contains("not allocated"), Error);
+  store.allocate();
+  CHECK_THROWS_WITH_AS(conv.forward(y, x), Contains("call plan()"), Error);
+  conv.plan({2, 3, 8, 8});
+  conv.forward(y, x);
+  Tensor y_bad = Tensor::empty({2, 4, 6, 5});
+  CHECK_THROWS_AS(conv.forward(y_bad, x), Error);
+  Tensor x_big = random_tensor({3, 3, 8, 8}, 2), y_big = Tensor::empty({3, 4, 6, 6});
+  CHECK_THROWS_WITH_AS(conv.forward(y_big, x_big), Contains("does not fit the plan"), Error);
+  Tensor x_other = random_tensor({2, 3, 9, 8}, 3), y_other = Tensor::empty({2, 4, 7, 6});
+  CHECK_THROWS_AS(conv.forward(y_other, x_other), Error);
+  Tensor dx_bad = Tensor::empty({2, 3, 8, 9});
+  CHECK_THROWS_AS(conv.backward(dx_bad, y, x, y), Error);
+  CHECK_THROWS_AS(conv.backward(x, y_bad, x, y), Error);
+}
