@@ -21,6 +21,11 @@
 
 static std::atomic<long> g_new_calls{0};
 
+// AddressSanitizer brings its own operator new family; replacing part of it makes ASan report
+// mismatched frees. Under ASan only the engine's own allocation counter is checked (the
+// normal build, which `make test` runs, checks both).
+#ifndef __SANITIZE_ADDRESS__
+#define COUNT_OPERATOR_NEW 1
 void* operator new(std::size_t n) {
   g_new_calls.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n ? n : 1)) return p;
@@ -28,6 +33,7 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#endif
 
 using namespace mpicnn;
 using namespace mpicnn::testing;
@@ -148,7 +154,11 @@ TEST_CASE("a planned training step allocates nothing") {
   const int64_t host_allocs = host_allocation_count() - host_before;
   const long news = g_new_calls.load() - new_before;
   CHECK(host_allocs == 0);
+#ifdef COUNT_OPERATOR_NEW
   CHECK(news == 0);
+#else
+  MESSAGE("operator new is not counted under AddressSanitizer (", news, ")");
+#endif
   CHECK(std::isfinite(l1));
   CHECK(std::isfinite(l2));
   // The counter itself works: planning a layer allocates.
