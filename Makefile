@@ -82,7 +82,7 @@ deps:
 
 # deps first, then a fresh make so the build sees what deps installed.
 test: deps
-	$(MAKE) --no-print-directory tests bench
+	$(MAKE) --no-print-directory -j$$(nproc) tests bench
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
 
 clean:
