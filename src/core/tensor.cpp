@@ -41,6 +41,11 @@ std::string Shape::str() const {
   return s + ")";
 }
 
+bool overlaps(const Tensor& a, const Tensor& b) {
+  return a.numel() > 0 && b.numel() > 0 && a.data() < b.data() + b.numel() &&
+         b.data() < a.data() + a.numel();
+}
+
 static std::atomic<int64_t> g_host_allocations{0};
 
 int64_t host_allocation_count() { return g_host_allocations.load(); }

@@ -66,6 +66,9 @@ class Tensor {
   Device device_ = Device::CPU;
 };
 
+// Whether two tensors share any memory (for layers that must not work in place).
+bool overlaps(const Tensor& a, const Tensor& b);
+
 // Aligned host allocation used by tensors and slabs (64-byte aligned for AVX-512).
 std::shared_ptr<void> alloc_host(size_t bytes);
 // Number of alloc_host calls so far (tests use it to prove a training step allocates nothing).

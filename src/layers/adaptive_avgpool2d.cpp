@@ -7,10 +7,6 @@ namespace mpicnn {
 
 namespace {
 
-bool overlaps(const Tensor& a, const Tensor& b) {
-  return a.data() < b.data() + b.numel() && b.data() < a.data() + a.numel();
-}
-
 inline int64_t bin_begin(int64_t i, int64_t out, int64_t in) { return i * in / out; }
 inline int64_t bin_end(int64_t i, int64_t out, int64_t in) {
   return ((i + 1) * in + out - 1) / out;

@@ -6,19 +6,11 @@
 #include <algorithm>
 #include <string>
 
-#include "layers/maxpool2d.h"  // pool_output_size
+#include "layers/pool_common.h"
 
 namespace mpicnn {
 
 namespace {
-
-std::string hw(const std::array<int, 2>& a) {
-  return std::to_string(a[0]) + "x" + std::to_string(a[1]);
-}
-
-bool overlaps(const Tensor& a, const Tensor& b) {
-  return a.data() < b.data() + b.numel() && b.data() < a.data() + a.numel();
-}
 
 // One axis of a window: real cells [begin, end) and the extent counted with padding, which
 // is clipped to the padded input (PyTorch: end = min(start + k, size + pad)).
@@ -81,18 +73,8 @@ AvgPool2d::AvgPool2d(int kernel, int stride, int padding, bool ceil_mode, bool c
                                  .count_include_pad = count_include_pad}) {}
 
 AvgPool2d::AvgPool2d(const AvgPool2dOptions& opt) : opt_(opt) {
-  for (int i = 0; i < 2; ++i)
-    if (opt_.stride[i] == 0) opt_.stride[i] = opt_.kernel[i];
-  const auto& o = opt_;
-  CHECK(o.kernel[0] > 0 && o.kernel[1] > 0, "AvgPool2d: kernel ", hw(o.kernel),
-        " must be positive");
-  CHECK(o.stride[0] > 0 && o.stride[1] > 0, "AvgPool2d: stride ", hw(o.stride),
-        " must be positive");
-  CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, "AvgPool2d: padding ", hw(o.padding),
-        " must not be negative");
-  CHECK(o.padding[0] <= o.kernel[0] / 2 && o.padding[1] <= o.kernel[1] / 2,
-        "AvgPool2d: padding ", hw(o.padding), " must be at most half the kernel ", hw(o.kernel));
-  CHECK(!o.divisor_override || *o.divisor_override != 0,
+  check_pool_window("AvgPool2d", opt_.kernel, opt_.stride, opt_.padding);
+  CHECK(!opt_.divisor_override || *opt_.divisor_override != 0,
         "AvgPool2d: divisor_override must not be 0");
 }
 
@@ -104,7 +86,7 @@ Shape AvgPool2d::output_shape(const Shape& in) const {
   const int64_t ow =
       pool_output_size(in.d[3], o.kernel[1], o.stride[1], o.padding[1], 1, o.ceil_mode);
   CHECK(oh >= 1 && ow >= 1, "AvgPool2d: input ", in.str(), " is too small for kernel ",
-        hw(o.kernel), ", stride ", hw(o.stride), ", padding ", hw(o.padding),
+        hw_str(o.kernel), ", stride ", hw_str(o.stride), ", padding ", hw_str(o.padding),
         " (output would be ", oh, "x", ow, ")");
   return {in.d[0], in.d[1], oh, ow};
 }

@@ -12,10 +12,6 @@ namespace mpicnn {
 
 namespace {
 
-std::string hw(const std::array<int, 2>& a) {
-  return std::to_string(a[0]) + "x" + std::to_string(a[1]);
-}
-
 // First valid cell of a dilated window starting at `start` (may be negative), and the end
 // of its span clipped to the input.
 inline void clip_window(int64_t& begin, int64_t& end, int64_t start, int kernel, int dilation,
@@ -49,22 +45,7 @@ void max_plane(float* y, int32_t* arg, const float* x, int64_t H, int64_t W, int
   }
 }
 
-bool overlaps(const Tensor& a, const Tensor& b) {
-  return a.data() < b.data() + b.numel() && b.data() < a.data() + a.numel();
-}
-
 }  // namespace
-
-int64_t pool_output_size(int64_t in, int kernel, int stride, int pad, int dilation,
-                         bool ceil_mode) {
-  const int64_t num = in + 2 * int64_t(pad) - int64_t(dilation) * (kernel - 1) - 1 +
-                      (ceil_mode ? stride - 1 : 0);
-  int64_t q = num / stride;  // stride > 0; round toward -inf like PyTorch's div_rtn
-  if (num % stride != 0 && num < 0) --q;
-  int64_t out = q + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
 
 MaxPool2d::MaxPool2d(int kernel, int stride, int padding, int dilation, bool ceil_mode)
     : MaxPool2d(MaxPool2dOptions{.kernel = {kernel, kernel},
@@ -74,19 +55,9 @@ MaxPool2d::MaxPool2d(int kernel, int stride, int padding, int dilation, bool cei
                                  .ceil_mode = ceil_mode}) {}
 
 MaxPool2d::MaxPool2d(const MaxPool2dOptions& opt) : opt_(opt) {
-  for (int i = 0; i < 2; ++i)
-    if (opt_.stride[i] == 0) opt_.stride[i] = opt_.kernel[i];
-  const auto& o = opt_;
-  CHECK(o.kernel[0] > 0 && o.kernel[1] > 0, "MaxPool2d: kernel ", hw(o.kernel),
-        " must be positive");
-  CHECK(o.stride[0] > 0 && o.stride[1] > 0, "MaxPool2d: stride ", hw(o.stride),
-        " must be positive");
-  CHECK(o.dilation[0] > 0 && o.dilation[1] > 0, "MaxPool2d: dilation ", hw(o.dilation),
-        " must be positive");
-  CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, "MaxPool2d: padding ", hw(o.padding),
-        " must not be negative");
-  CHECK(o.padding[0] <= o.kernel[0] / 2 && o.padding[1] <= o.kernel[1] / 2,
-        "MaxPool2d: padding ", hw(o.padding), " must be at most half the kernel ", hw(o.kernel));
+  check_pool_window("MaxPool2d", opt_.kernel, opt_.stride, opt_.padding);
+  CHECK(opt_.dilation[0] > 0 && opt_.dilation[1] > 0, "MaxPool2d: dilation ",
+        hw_str(opt_.dilation), " must be positive");
 }
 
 Shape MaxPool2d::output_shape(const Shape& in) const {
@@ -97,8 +68,8 @@ Shape MaxPool2d::output_shape(const Shape& in) const {
   const int64_t ow = pool_output_size(in.d[3], o.kernel[1], o.stride[1], o.padding[1],
                                       o.dilation[1], o.ceil_mode);
   CHECK(oh >= 1 && ow >= 1, "MaxPool2d: input ", in.str(), " is too small for kernel ",
-        hw(o.kernel), ", stride ", hw(o.stride), ", padding ", hw(o.padding), ", dilation ",
-        hw(o.dilation), " (output would be ", oh, "x", ow, ")");
+        hw_str(o.kernel), ", stride ", hw_str(o.stride), ", padding ", hw_str(o.padding), ", dilation ",
+        hw_str(o.dilation), " (output would be ", oh, "x", ow, ")");
   return {in.d[0], in.d[1], oh, ow};
 }
 

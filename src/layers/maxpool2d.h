@@ -1,5 +1,5 @@
 // MaxPool2d on CPU with PyTorch's semantics (padding is -inf, floor/ceil output sizes, first
-// maximum wins ties, NaN propagates). Also the pooling output-size rule AvgPool2d shares.
+// maximum wins ties, NaN propagates).
 // Not a max-unpool and not adaptive max pooling; no parameters, one int32 argmax workspace.
 #pragma once
 #include <array>
@@ -7,14 +7,9 @@
 #include <vector>
 
 #include "layers/layer.h"
+#include "layers/pool_common.h"
 
 namespace mpicnn {
-
-// One spatial extent of a pooling output as PyTorch computes it:
-// floor_or_ceil((in + 2*pad - dilation*(kernel-1) - 1) / stride) + 1, and in ceil mode the
-// last window must start inside the input or the left padding. May return <= 0 (too small).
-int64_t pool_output_size(int64_t in, int kernel, int stride, int pad, int dilation,
-                         bool ceil_mode);
 
 // {h, w} pairs. stride {0, 0} means "same as kernel" (PyTorch's stride=None).
 struct MaxPool2dOptions {
