@@ -69,6 +69,8 @@ TEST_CASE("BatchNorm2d registers torchvision names and defaults") {
   CHECK(e[2].name == "bn.running_mean");
   CHECK(e[3].name == "bn.running_var");
   CHECK(e[4].name == "bn.num_batches_tracked");
+  CHECK(!e[0].decay);  // BatchNorm parameters are left out of weight decay on request
+  CHECK(!e[1].decay);
   f.bn.reset_parameters(0);
   CHECK(f.bn.weight[0] == 1.f);
   CHECK(f.bn.bias[2] == 0.f);

@@ -16,8 +16,8 @@ BatchNorm2d::BatchNorm2d(int channels, float eps, float momentum)
 }
 
 void BatchNorm2d::register_state(ParamStore& store, const std::string& prefix) {
-  store.param(prefix + "weight", {channels_}, &weight, &grad_weight, /*decay=*/true);
-  store.param(prefix + "bias", {channels_}, &bias, &grad_bias, /*decay=*/true);
+  store.param(prefix + "weight", {channels_}, &weight, &grad_weight, /*decay=*/false);
+  store.param(prefix + "bias", {channels_}, &bias, &grad_bias, /*decay=*/false);
   store.buffer(prefix + "running_mean", {channels_}, &running_mean);
   store.buffer(prefix + "running_var", {channels_}, &running_var);
   store.buffer_i64(prefix + "num_batches_tracked", &num_batches_tracked);

@@ -52,7 +52,7 @@ void Conv2d::register_state(ParamStore& store, const std::string& prefix) {
               &weight, &grad_weight);
   if (opt_.bias) {
     bias_name_ = prefix + "bias";
-    store.param(bias_name_, {opt_.out_channels}, &bias, &grad_bias);
+    store.param(bias_name_, {opt_.out_channels}, &bias, &grad_bias, /*decay=*/false);
   }
 }
 

@@ -19,7 +19,7 @@ void Linear::register_state(ParamStore& store, const std::string& prefix) {
   store.param(weight_name_, {out_, in_}, &weight, &grad_weight);
   if (has_bias_) {
     bias_name_ = prefix + "bias";
-    store.param(bias_name_, {out_}, &bias, &grad_bias);
+    store.param(bias_name_, {out_}, &bias, &grad_bias, /*decay=*/false);
   }
 }
 

@@ -18,7 +18,9 @@ struct StateEntry {
   StateKind kind;
   Shape shape;
   int64_t offset = 0;      // into the param slab (Param) or buffer slab (Buffer)
-  bool decay = true;       // Param only: subject to weight decay
+  // Param only: false for BatchNorm parameters and biases, which optimizers leave out of
+  // weight decay when asked to (--no-decay-bn-bias); true for conv/linear weights.
+  bool decay = true;
   Tensor* value = nullptr; // bound to a slab view by allocate()
   Tensor* grad = nullptr;  // Param only
   int64_t* i64 = nullptr;  // BufferI64 only
