@@ -1,0 +1,48 @@
+// torch.nn.init distributions on counter-based draws.
+#include "models/init.h"
+
+#include <cmath>
+
+#include "core/rng.h"
+
+namespace mpicnn::init {
+
+static int64_t receptive(const Tensor& w) {
+  int64_t r = 1;
+  for (int i = 2; i < w.dim(); ++i) r *= w.size(i);
+  return r;
+}
+
+int64_t fan_in(const Tensor& w) {
+  CHECK(w.dim() >= 2, "fan_in needs a weight with >= 2 dims, got ", w.shape().str());
+  return w.size(1) * receptive(w);
+}
+
+int64_t fan_out(const Tensor& w) {
+  CHECK(w.dim() >= 2, "fan_out needs a weight with >= 2 dims, got ", w.shape().str());
+  return w.size(0) * receptive(w);
+}
+
+void constant(Tensor& t, float v) { t.fill(v); }
+
+void uniform(Tensor& t, uint64_t seed, const std::string& name, float lo, float hi) {
+  Rng rng(seed, name);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.uniform(uint64_t(i), lo, hi);
+}
+
+void normal(Tensor& t, uint64_t seed, const std::string& name, float mean, float std) {
+  Rng rng(seed, name);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = mean + std * rng.normal(uint64_t(i));
+}
+
+void kaiming_normal_relu(Tensor& t, uint64_t seed, const std::string& name, bool fan_out_mode) {
+  const double fan = double(fan_out_mode ? fan_out(t) : fan_in(t));
+  normal(t, seed, name, 0.f, float(std::sqrt(2.0 / fan)));
+}
+
+void kaiming_uniform_relu(Tensor& t, uint64_t seed, const std::string& name) {
+  const float bound = float(std::sqrt(6.0 / double(fan_in(t))));
+  uniform(t, seed, name, -bound, bound);
+}
+
+}  // namespace mpicnn::init

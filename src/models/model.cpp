@@ -1,0 +1,79 @@
+// Model: registration, planning, and the state dict in safetensors.
+#include "models/model.h"
+
+#include <map>
+#include <set>
+
+#include "io/safetensors.h"
+
+namespace mpicnn {
+
+Model::Model(std::string name, std::unique_ptr<Module> root, ModelOptions options,
+             const std::function<void(Model&, uint64_t)>& init, uint64_t seed)
+    : name_(std::move(name)), root_(std::move(root)), options_(options) {
+  CHECK(options.num_classes >= 1, "model ", name_, ": num_classes must be >= 1, got ",
+        options.num_classes);
+  CHECK(options.in_channels >= 1, "model ", name_, ": in_channels must be >= 1, got ",
+        options.in_channels);
+  root_->register_state(store_, "");
+  store_.allocate();
+  init(*this, seed);
+}
+
+Shape Model::plan(const Shape& input) {
+  CHECK(input.ndim == 4 && input[1] == options_.in_channels, "model ", name_,
+        ": input must be (N, ", options_.in_channels, ", H, W), got ", input.str());
+  const Shape out = root_->plan(input);
+  CHECK(out.ndim == 2 && out[1] == options_.num_classes, "model ", name_, ": produces ",
+        out.str(), ", expected (N, ", options_.num_classes, ")");
+  planned_ = input;
+  return out;
+}
+
+void Model::set_training(bool training) {
+  training_ = training;
+  root_->set_training(training);
+}
+
+const Tensor& Model::forward(const Tensor& x) {
+  CHECK(planned_.ndim == 4, "model ", name_, ": forward before plan()");
+  CHECK(x.dim() == 4 && x.size(1) == planned_[1] && x.size(2) == planned_[2] &&
+            x.size(3) == planned_[3] && x.size(0) <= planned_[0],
+        "model ", name_, ": input ", x.shape().str(), " does not fit the plan ", planned_.str());
+  return root_->forward(x);
+}
+
+void Model::backward(const Tensor& dlogits) {
+  Tensor none;
+  root_->backward(none, dlogits);
+}
+
+void Model::save_state_dict(const std::string& path,
+                            const std::map<std::string, std::string>& metadata) const {
+  SafetensorsWriter w;
+  for (const StateEntry& e : store_.entries()) {
+    if (e.kind == StateKind::BufferI64)
+      w.add_i64_scalar(e.name, *e.i64);
+    else
+      w.add_f32(e.name, *e.value);
+  }
+  for (const auto& [k, v] : metadata) w.set_metadata(k, v);
+  w.write(path);
+}
+
+void Model::load_state_dict(const std::string& path) {
+  SafetensorsReader r(path);
+  std::set<std::string> expected;
+  for (const StateEntry& e : store_.entries()) {
+    expected.insert(e.name);
+    CHECK(r.contains(e.name), path, ": no tensor '", e.name, "' (model ", name_, ")");
+    if (e.kind == StateKind::BufferI64)
+      *e.i64 = r.read_i64_scalar(e.name);
+    else
+      r.read_f32(*e.value, e.name);
+  }
+  for (const TensorInfo& t : r.tensors())
+    CHECK(expected.count(t.name), path, ": unexpected tensor '", t.name, "' for model ", name_);
+}
+
+}  // namespace mpicnn

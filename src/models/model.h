@@ -1,0 +1,61 @@
+// Model: a named module tree with its parameter slabs, planned for one input shape, plus the
+// state dict as safetensors with torchvision's names. Not a trainer: the loss, optimizer and
+// data live elsewhere; this is what they drive.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "layers/params.h"
+#include "models/module.h"
+
+namespace mpicnn {
+
+struct ModelOptions {
+  int num_classes = 1000;
+  int in_channels = 3;
+  // Dropout probability of the classifiers that have one (AlexNet, VGG, SqueezeNet), as
+  // torchvision 0.14's `dropout` argument. Parity tests set 0: masks cannot match torch's.
+  float dropout = 0.5f;
+};
+
+class Model {
+ public:
+  // Registers the tree's state (in torchvision order), allocates the slabs and initialises
+  // with `init` (the model family's torchvision initialisation) from `seed`.
+  Model(std::string name, std::unique_ptr<Module> root, ModelOptions options,
+        const std::function<void(Model&, uint64_t)>& init, uint64_t seed);
+
+  const std::string& name() const { return name_; }
+  const ModelOptions& options() const { return options_; }
+  ParamStore& params() { return store_; }
+  const ParamStore& params() const { return store_; }
+  Module& root() { return *root_; }
+
+  // Plans for inputs of this shape (N, C, H, W); returns the logits shape (N, classes).
+  Shape plan(const Shape& input);
+  const Shape& planned_input() const { return planned_; }
+  void set_training(bool training);
+  bool training() const { return training_; }
+  // Logits (N, classes) for x (N, C, H, W), N up to the planned batch.
+  const Tensor& forward(const Tensor& x);
+  // Parameter gradients '+=' from dlogits of the last forward (the caller zeroes them).
+  void backward(const Tensor& dlogits);
+
+  // State dict (parameters and buffers) by torchvision name. load is strict: every entry must
+  // be present with its shape, and no other tensor may be in the file.
+  void save_state_dict(const std::string& path,
+                       const std::map<std::string, std::string>& metadata = {}) const;
+  void load_state_dict(const std::string& path);
+
+ private:
+  std::string name_;
+  std::unique_ptr<Module> root_;
+  ModelOptions options_;
+  ParamStore store_;
+  Shape planned_;
+  bool training_ = true;
+};
+
+}  // namespace mpicnn

@@ -1,0 +1,135 @@
+// Module: a node of a model's tree (torchvision's nn.Module shape): it names its parameters
+// under a prefix, plans its own output buffer once per batch size, and runs forward and
+// backward. Leaf wraps one layer; Sequential chains children named "0", "1", ... as
+// torchvision does. Blocks with branches (ResNet, Fire, DenseNet) write their own
+// forward/backward in their model files. Not an autograd graph: every backward is explicit.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "layers/layer.h"
+#include "layers/params.h"
+
+namespace mpicnn {
+
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  // Declare parameters and buffers as prefix + torchvision names, in state_dict order.
+  virtual void register_state(ParamStore& store, const std::string& prefix) = 0;
+  // Visit every layer with its full name prefix ("layer1.0.conv1."), in registration order.
+  virtual void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) = 0;
+  virtual void set_training(bool training) = 0;
+  // Size the output buffer (and any internal ones) for inputs up to `in`; returns the output
+  // shape. Called outside the training step; forward then takes any batch up to in[0].
+  virtual Shape plan(const Shape& in) = 0;
+  // Output for `in`, a view into this module's planned buffer (or `in` itself for in-place
+  // modules). `in` must stay untouched until the matching backward.
+  virtual const Tensor& forward(const Tensor& in) = 0;
+  // din '=' (skipped when undefined), parameter gradients '+='. dout is the gradient of the
+  // last forward's output; din must not alias dout unless the module says it may.
+  virtual void backward(Tensor& din, const Tensor& dout) = 0;
+};
+
+// One layer and its output buffer. With in_place (ReLU, Dropout, as torchvision's
+// inplace=True) the output is the input tensor itself, rewritten.
+template <class L>
+class Leaf : public Module {
+ public:
+  template <class... Args>
+  explicit Leaf(Args&&... args) : layer(std::forward<Args>(args)...) {}
+
+  Leaf& in_place(bool on = true) {
+    in_place_ = on;
+    return *this;
+  }
+  void register_state(ParamStore& store, const std::string& prefix) override {
+    prefix_ = prefix;
+    layer.register_state(store, prefix);
+  }
+  void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override {
+    fn(layer, prefix_);
+  }
+  void set_training(bool training) override { layer.set_training(training); }
+  Shape plan(const Shape& in) override {
+    layer.plan(in);
+    const Shape out = layer.output_shape(in);
+    if (!in_place_) buffer_ = Tensor::empty(out);
+    return out;
+  }
+  const Tensor& forward(const Tensor& in) override {
+    in_ = in;
+    if (in_place_) {
+      out_ = in;
+    } else {
+      MPICNN_CHECK(buffer_.defined(), layer.kind(), " '", prefix_, "': forward before plan()");
+      const Shape want = layer.output_shape(in.shape());
+      MPICNN_CHECK(want[0] <= buffer_.size(0), layer.kind(), " '", prefix_, "': batch ", want[0],
+                   " exceeds the planned ", buffer_.size(0));
+      out_ = buffer_.slice0(0, want[0]);
+    }
+    layer.forward(out_, in);
+    return out_;
+  }
+  void backward(Tensor& din, const Tensor& dout) override { layer.backward(din, dout, in_, out_); }
+  // The last forward's output, writable: blocks add a residual into it in place.
+  Tensor& output() { return out_; }
+
+  L layer;
+
+ private:
+  bool in_place_ = false;
+  std::string prefix_;
+  Tensor buffer_, in_, out_;
+};
+
+// Children run in order; gradients between them ping-pong through two buffers sized for the
+// largest intermediate activation, so backward needs two buffers, not one per child.
+class Sequential : public Module {
+ public:
+  // Appends a child named by its index (the torchvision name), returns it.
+  template <class M>
+  M& add(std::unique_ptr<M> child) {
+    M& ref = *child;
+    children_.emplace_back(std::to_string(children_.size()), std::move(child));
+    return ref;
+  }
+  // Appends a child with an explicit name (ResNet's "conv1", DenseNet's "denseblock1").
+  template <class M>
+  M& add(const std::string& name, std::unique_ptr<M> child) {
+    M& ref = *child;
+    children_.emplace_back(name, std::move(child));
+    return ref;
+  }
+  size_t size() const { return children_.size(); }
+
+  void register_state(ParamStore& store, const std::string& prefix) override;
+  void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
+  void set_training(bool training) override;
+  Shape plan(const Shape& in) override;
+  const Tensor& forward(const Tensor& in) override;
+  void backward(Tensor& din, const Tensor& dout) override;
+
+ private:
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::vector<Shape> in_shapes_;  // planned input shape of each child
+  Tensor ping_, pong_;            // gradient buffers, each the largest intermediate's size
+  int64_t planned_batch_ = 0;
+  int64_t batch_ = 0;             // batch of the last forward
+};
+
+// Convenience for building: std::make_unique of a Leaf.
+template <class L, class... Args>
+std::unique_ptr<Leaf<L>> leaf(Args&&... args) {
+  return std::make_unique<Leaf<L>>(std::forward<Args>(args)...);
+}
+
+}  // namespace mpicnn

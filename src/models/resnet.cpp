@@ -1,0 +1,184 @@
+// torchvision ResNets. Block backward, with the residual gradient reused for both branches:
+//   g_out = relu'(out) * dout                      (the gradient of bn_last's output and of
+//   main: bn_k, conv_k, relu_{k-1}, ... conv_1     the identity branch alike)
+//   din = main + (downsample ? downsample'(g_out) : g_out)
+#include "models/resnet.h"
+
+#include <algorithm>
+
+#include "layers/adaptive_avgpool2d.h"
+#include "layers/flatten.h"
+#include "layers/linear.h"
+#include "layers/maxpool2d.h"
+#include "models/init.h"
+#include "models/registry.h"
+
+namespace mpicnn {
+
+ResidualBlock::ResidualBlock(int in_channels, int width, int stride, bool bottleneck) {
+  auto conv = [](int in, int out, int k, int s) {
+    return leaf<Conv2d>(Conv2dOptions{.in_channels = in, .out_channels = out, .kernel = k,
+                                      .stride = s, .padding = k / 2, .bias = false});
+  };
+  if (bottleneck) {
+    convs_.push_back(conv(in_channels, width, 1, 1));
+    convs_.push_back(conv(width, width, 3, stride));  // stride on the 3x3, as torchvision
+    convs_.push_back(conv(width, width * 4, 1, 1));
+    out_channels_ = width * 4;
+  } else {
+    convs_.push_back(conv(in_channels, width, 3, stride));
+    convs_.push_back(conv(width, width, 3, 1));
+    out_channels_ = width;
+  }
+  for (auto& c : convs_) bns_.push_back(leaf<BatchNorm2d>(c->layer.options().out_channels));
+  for (size_t i = 0; i + 1 < convs_.size(); ++i) {
+    relus_.push_back(leaf<ReLU>());
+    relus_.back()->in_place();
+  }
+  if (stride != 1 || in_channels != out_channels_) {
+    downsample_ = std::make_unique<Sequential>();
+    downsample_->add(conv(in_channels, out_channels_, 1, stride));
+    downsample_->add(leaf<BatchNorm2d>(out_channels_));
+  }
+}
+
+void ResidualBlock::register_state(ParamStore& store, const std::string& prefix) {
+  for (size_t i = 0; i < convs_.size(); ++i) {
+    const std::string k = std::to_string(i + 1);
+    convs_[i]->register_state(store, prefix + "conv" + k + ".");
+    bns_[i]->register_state(store, prefix + "bn" + k + ".");
+  }
+  if (downsample_) downsample_->register_state(store, prefix + "downsample.");
+}
+
+void ResidualBlock::for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) {
+  for (size_t i = 0; i < convs_.size(); ++i) {
+    convs_[i]->for_each_layer(fn);
+    bns_[i]->for_each_layer(fn);
+  }
+  if (downsample_) downsample_->for_each_layer(fn);
+}
+
+void ResidualBlock::set_training(bool training) {
+  for (auto& b : bns_) b->set_training(training);
+  if (downsample_) downsample_->set_training(training);
+}
+
+Shape ResidualBlock::plan(const Shape& in) {
+  in_shape_ = in;
+  Shape s = in;
+  int64_t max_out = 0, max_mid_in = 0;
+  for (size_t i = 0; i < convs_.size(); ++i) {
+    if (i > 0) max_mid_in = std::max(max_mid_in, s.numel());
+    s = convs_[i]->plan(s);
+    max_out = std::max(max_out, s.numel());
+    s = bns_[i]->plan(s);
+    if (i + 1 < convs_.size()) relus_[i]->plan(s);
+  }
+  if (downsample_) {
+    const Shape d = downsample_->plan(in);
+    CHECK(d == s, "residual block: downsample gives ", d.str(), ", main branch ", s.str());
+    g_in_ = Tensor::empty(in);
+  } else {
+    CHECK(in == s, "residual block: identity ", in.str(), " does not match ", s.str());
+  }
+  g_out_ = Tensor::empty(s);
+  g_a_ = Tensor::empty({max_out});
+  g_b_ = Tensor::empty({std::max<int64_t>(max_mid_in, 1)});
+  return s;
+}
+
+const Tensor& ResidualBlock::forward(const Tensor& in) {
+  in_ = in;
+  const Tensor* x = &in;
+  for (size_t i = 0; i < convs_.size(); ++i) {
+    const Tensor& c = convs_[i]->forward(*x);
+    x = &bns_[i]->forward(c);
+    if (i + 1 < convs_.size()) x = &relus_[i]->forward(*x);
+  }
+  Tensor& sum = bns_.back()->output();
+  accumulate(sum, downsample_ ? downsample_->forward(in) : in);
+  out_relu_.forward(sum, sum);
+  out_ = sum;
+  return out_;
+}
+
+void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
+  const int64_t N = out_.size(0);
+  auto view = [N](Tensor& buf, Shape s) {
+    s.d[0] = N;
+    return Tensor::view(buf.data(), s);
+  };
+  Tensor g_out = g_out_.slice0(0, N);
+  out_relu_.backward(g_out, dout, out_, out_);
+  const Tensor* g = &g_out;
+  Tensor ga, gb;
+  for (size_t i = convs_.size(); i-- > 0;) {
+    ga = view(g_a_, bns_[i]->output().shape());  // conv_i's output shape
+    bns_[i]->backward(ga, *g);
+    if (i == 0) {
+      convs_[0]->backward(din, ga);
+      break;
+    }
+    gb = view(g_b_, bns_[i - 1]->output().shape());
+    convs_[i]->backward(gb, ga);
+    relus_[i - 1]->backward(gb, gb);
+    g = &gb;
+  }
+  if (!din.defined()) {
+    Tensor none;
+    if (downsample_) downsample_->backward(none, g_out);
+    return;
+  }
+  if (downsample_) {
+    Tensor gi = g_in_.slice0(0, N);
+    downsample_->backward(gi, g_out);
+    accumulate(din, gi);
+  } else {
+    accumulate(din, g_out);
+  }
+}
+
+void init_resnet(Model& model, uint64_t seed) {
+  model.root().for_each_layer([seed](Layer& l, const std::string& prefix) {
+    if (auto* c = dynamic_cast<Conv2d*>(&l))
+      init::kaiming_normal_relu(c->weight, seed, prefix + "weight", /*fan_out_mode=*/true);
+    else
+      l.reset_parameters(seed);  // BatchNorm: 1/0; Linear: nn.Linear's default
+  });
+}
+
+std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& options,
+                                   uint64_t seed) {
+  std::vector<int> blocks;
+  bool bottleneck = false;
+  if (name == "resnet18") blocks = {2, 2, 2, 2};
+  else if (name == "resnet34") blocks = {3, 4, 6, 3};
+  else if (name == "resnet50") blocks = {3, 4, 6, 3}, bottleneck = true;
+  else FAIL("unknown ResNet '", name, "' (resnet18, resnet34, resnet50)");
+
+  auto root = std::make_unique<Sequential>();
+  root->add("conv1", leaf<Conv2d>(Conv2dOptions{.in_channels = options.in_channels,
+                                                .out_channels = 64, .kernel = 7, .stride = 2,
+                                                .padding = 3, .bias = false}));
+  root->add("bn1", leaf<BatchNorm2d>(64));
+  root->add("relu", leaf<ReLU>()).in_place();
+  root->add("maxpool", leaf<MaxPool2d>(3, 2, 1));
+  int in = 64;
+  const int widths[] = {64, 128, 256, 512};
+  for (int stage = 0; stage < 4; ++stage) {
+    auto layer = std::make_unique<Sequential>();
+    for (int b = 0; b < blocks[size_t(stage)]; ++b) {
+      auto& block = layer->add(std::make_unique<ResidualBlock>(
+          in, widths[stage], (b == 0 && stage > 0) ? 2 : 1, bottleneck));
+      in = block.out_channels();
+    }
+    root->add("layer" + std::to_string(stage + 1), std::move(layer));
+  }
+  root->add("avgpool", leaf<AdaptiveAvgPool2d>(1, 1));
+  root->add("flatten", leaf<Flatten>());
+  root->add("fc", leaf<Linear>(in, options.num_classes));
+  return std::make_unique<Model>(name, std::move(root), options, init_resnet, seed);
+}
+
+}  // namespace mpicnn

@@ -1,0 +1,54 @@
+// ResNet-18/34/50 exactly as torchvision 0.14 builds them (names, shapes, order, default
+// initialisation), with num_classes and in_channels options. Also the blocks, for the
+// CIFAR-style ResNet in small.cpp.
+#pragma once
+#include <memory>
+
+#include "layers/add.h"
+#include "layers/batchnorm.h"
+#include "layers/conv2d.h"
+#include "layers/relu.h"
+#include "models/model.h"
+#include "models/module.h"
+
+namespace mpicnn {
+
+// torchvision BasicBlock (expansion 1) or Bottleneck (expansion 4). The residual is added
+// into the last BatchNorm's output in place, then ReLU runs in place, as torchvision does.
+class ResidualBlock : public Module {
+ public:
+  // bottleneck: conv1x1(in, width) -> conv3x3(width, width, stride) -> conv1x1(width, 4*width);
+  // else conv3x3(in, width, stride) -> conv3x3(width, width). A downsample (conv1x1 + BN) is
+  // added when the stride or the channel count changes.
+  ResidualBlock(int in_channels, int width, int stride, bool bottleneck);
+  int out_channels() const { return out_channels_; }
+
+  void register_state(ParamStore& store, const std::string& prefix) override;
+  void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
+  void set_training(bool training) override;
+  Shape plan(const Shape& in) override;
+  const Tensor& forward(const Tensor& in) override;
+  void backward(Tensor& din, const Tensor& dout) override;
+
+ private:
+  // conv_i / bn_i pairs of the main branch (2 or 3), torchvision names conv1, bn1, ...
+  std::vector<std::unique_ptr<Leaf<Conv2d>>> convs_;
+  std::vector<std::unique_ptr<Leaf<BatchNorm2d>>> bns_;
+  std::vector<std::unique_ptr<Leaf<ReLU>>> relus_;  // after bn_i, i < last (in place)
+  std::unique_ptr<Sequential> downsample_;
+  ReLU out_relu_;
+  int out_channels_;
+  Tensor in_, out_;                  // last forward's input and output (a view of bn_last's)
+  Tensor g_out_, g_a_, g_b_, g_in_;  // gradient buffers: (N, out, H', W') x2, mid, input
+  Shape in_shape_;
+};
+
+// torchvision resnet18/34/50 ("resnet18", ...).
+std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& options,
+                                   uint64_t seed);
+
+// torchvision's ResNet init: conv weights kaiming_normal(fan_out, relu), BatchNorm weight 1 and
+// bias 0, Linear as nn.Linear's default.
+void init_resnet(Model& model, uint64_t seed);
+
+}  // namespace mpicnn

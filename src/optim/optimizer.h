@@ -1,0 +1,79 @@
+// Optimizer: what SGD and AdamW share. They update a ParamStore's whole parameter slab in one
+// pass from its gradient slab, keep their state in slabs of the same layout, and save / load
+// that state per parameter name through safetensors.
+// Not a learning-rate schedule (optim/schedule.h sets lr() before each step) and not a
+// checkpoint policy (io/checkpoint decides which file and prefix).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "layers/params.h"
+
+namespace mpicnn {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter from store.grads(). Allocates nothing.
+  virtual void step() = 0;
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);          // finite and >= 0
+  int64_t steps() const { return steps_; }  // steps taken so far (torch's state['step'])
+  virtual const char* name() const = 0;     // "sgd", "adamw": the type recorded in the state
+
+  // State as tensors named `prefix + slab + "." + parameter name` (F32, the parameter's shape),
+  // `prefix + "step"` (I64 scalar) and metadata `prefix + "type"` / `prefix + option`, e.g.
+  // optim.momentum_buffer.layer1.0.conv1.weight, optim.step, optim.lr. Metadata values print
+  // doubles in shortest round-trip form, so they are exact.
+  void save_state(SafetensorsWriter& out, const std::string& prefix = "optim.") const;
+  // Restores the slabs, the step count and lr (as torch's load_state_dict does). Everything is
+  // validated before anything changes: the type, every option other than lr (a resumed run
+  // with different hyperparameters would silently not be a resume), every name and shape,
+  // and no stray tensor under `prefix`. Errors name the file and the tensor or option.
+  void load_state(const SafetensorsReader& in, const std::string& prefix = "optim.");
+
+ protected:
+  Optimizer(ParamStore& store, double lr, const char* who);
+
+  // A run of parameter floats [begin, end) that takes weight decay or not. Runs never cover
+  // the padding between entries, so it stays zero whatever the gradient slab holds there.
+  // Entries are split into runs of at most kChunkFloats so the OpenMP loop over runs is
+  // balanced and each run's inner loop vectorises.
+  struct Chunk {
+    int64_t begin, end;
+    bool decay;
+  };
+  static constexpr int64_t kChunkFloats = 16384;
+  // Builds chunks_: an entry decays unless exclude_no_decay and its `decay` flag is false.
+  void build_chunks(bool exclude_no_decay);
+
+  // A state slab with the parameter slab's layout, zeroed, saved and loaded under `slab_name`.
+  // The returned handle shares the slab's memory.
+  Tensor add_state_slab(const std::string& slab_name);
+  // Options recorded in the state and checked on load, as (name, value), lr excluded.
+  virtual std::vector<std::pair<std::string, double>> options() const = 0;
+
+  ParamStore& store_;
+  std::vector<Chunk> chunks_;
+  double lr_ = 0;
+  int64_t steps_ = 0;
+  const char* who_;  // "SGD", "AdamW": the word that starts our error messages
+
+ private:
+  struct StateSlab {
+    std::string name;
+    Tensor slab;  // (param slab floats)
+  };
+  std::vector<StateSlab> slabs_;
+};
+
+// Formats a double so that parsing it back gives the same bits ("0.1", "1e-08").
+std::string exact_double(double v);
+
+}  // namespace mpicnn
