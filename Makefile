@@ -11,7 +11,9 @@ VARIANT  := $(if $(filter 1,$(DEBUG)),debug,release)$(if $(filter 1,$(SANITIZE))
 BUILD    := build/$(VARIANT)
 
 CPPFLAGS := -Isrc -Itests -I/usr/include/stb -DMPICNN_SOURCE_DIR='"$(CURDIR)"'
-CXXFLAGS := -std=c++20 -Wall -Wextra -fopenmp -march=native -MMD -MP
+# -fno-math-errno: nothing reads errno, and it lets GCC vectorise sqrt (AdamW 67 -> 14 ms per
+# step on 11.7M parameters). No -ffast-math: results must match PyTorch bit for bit.
+CXXFLAGS := -std=c++20 -Wall -Wextra -fopenmp -march=native -fno-math-errno -MMD -MP
 LDFLAGS  := -fopenmp
 # OpenBLAS's OpenMP build (not the pthreads default): with one OpenMP runtime for our loops and
 # BLAS, idle threads of one pool no longer spin on the cores the other needs (measured in

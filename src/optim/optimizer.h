@@ -1,11 +1,10 @@
 // Optimizer: what SGD and AdamW share. They update a ParamStore's whole parameter slab in one
-// pass from its gradient slab, keep their state in slabs of the same layout, and save / load
-// that state per parameter name through safetensors.
-// Not a learning-rate schedule (optim/schedule.h sets lr() before each step) and not a
-// checkpoint policy (io/checkpoint decides which file and prefix).
+// pass, keep their state in slabs of the same layout, and save / load it per parameter name.
+// Not a learning-rate schedule (optim/schedule.h) and not a checkpoint policy (io/checkpoint).
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/safetensors.h"
