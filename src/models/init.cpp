@@ -25,13 +25,16 @@ int64_t fan_out(const Tensor& w) {
 
 void constant(Tensor& t, float v) { t.fill(v); }
 
+// Parallel loops: draws are counter-based, so values do not depend on the thread count.
 void uniform(Tensor& t, uint64_t seed, const std::string& name, float lo, float hi) {
   Rng rng(seed, name);
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.uniform(uint64_t(i), lo, hi);
 }
 
 void normal(Tensor& t, uint64_t seed, const std::string& name, float mean, float std) {
   Rng rng(seed, name);
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = mean + std * rng.normal(uint64_t(i));
 }
 

@@ -1,16 +1,55 @@
-// The list of models. Each family file provides its make_* function.
+// The list of models. Each family file provides its make_* function. min_size is the smallest
+// square input on which the model runs in training mode with a batch of one image: every pool
+// and strided conv leaves at least one pixel and every BatchNorm sees more than one value per
+// channel (its last maps are at least 2x2). It is where torchvision's model stops raising;
+// tests/test_models.cpp checks it against PyTorch. Below it, ResNets, ResNet-20 and DenseNet
+// still run shapes-wise, with batches of two or more, but their last BatchNorms then normalise
+// 1x1 maps over the batch alone.
 #include "models/registry.h"
 
+#include "models/alexnet.h"
+#include "models/densenet.h"
 #include "models/resnet.h"
+#include "models/small.h"
+#include "models/squeezenet.h"
+#include "models/vgg.h"
 
 namespace mpicnn {
 
 const std::vector<ModelSpec>& model_specs() {
   static const std::vector<ModelSpec> specs = [] {
     std::vector<ModelSpec> v;
-    for (const char* n : {"resnet18", "resnet34", "resnet50"})
-      v.push_back({n, "torchvision ResNet", 224, 32,
+    v.push_back({"lenet", "LeNet-5 style convnet for 28x28 (Fashion-MNIST) or 32x32 images", 28,
+                 12, [](const ModelOptions& o, uint64_t seed) { return make_lenet(o, seed); }});
+    v.push_back({"resnet20", "CIFAR ResNet-20 of He et al. 2016, projection shortcuts", 32, 5,
+                 [](const ModelOptions& o, uint64_t seed) { return make_resnet20(o, seed); }});
+    const std::pair<const char*, const char*> resnets[] = {
+        {"resnet18", "torchvision ResNet-18 (BasicBlocks 2-2-2-2)"},
+        {"resnet34", "torchvision ResNet-34 (BasicBlocks 3-4-6-3)"},
+        {"resnet50", "torchvision ResNet-50 (Bottlenecks 3-4-6-3)"}};
+    for (auto [n, what] : resnets)
+      v.push_back({n, what, 224, 33,
                    [n](const ModelOptions& o, uint64_t seed) { return make_resnet(n, o, seed); }});
+    v.push_back({"alexnet", "torchvision AlexNet (64-192-384-256-256 convs)", 224, 63,
+                 [](const ModelOptions& o, uint64_t seed) { return make_alexnet(o, seed); }});
+    for (int depth : {11, 13, 16, 19}) {
+      for (bool bn : {false, true}) {
+        const std::string n = "vgg" + std::to_string(depth) + (bn ? "_bn" : "");
+        v.push_back({n,
+                     "torchvision VGG-" + std::to_string(depth) + (bn ? " with BatchNorm" : ""),
+                     224, 32, [n](const ModelOptions& o, uint64_t seed) {
+                       return make_vgg(n, o, seed);
+                     }});
+      }
+    }
+    v.push_back({"squeezenet1_1", "torchvision SqueezeNet 1.1 (Fire blocks, conv classifier)",
+                 224, 17, [](const ModelOptions& o, uint64_t seed) {
+                   return make_squeezenet("squeezenet1_1", o, seed);
+                 }});
+    v.push_back({"densenet121", "torchvision DenseNet-121 (growth 32, blocks 6-12-24-16)", 224,
+                 61, [](const ModelOptions& o, uint64_t seed) {
+                   return make_densenet("densenet121", o, seed);
+                 }});
     return v;
   }();
   return specs;

@@ -1,0 +1,46 @@
+"""PyTorch side of bench/compare_train.sh: the same model, synthetic batch, thread count and
+step (forward, cross-entropy, backward, SGD with momentum) as bench/train_bench.cpp; prints
+images/s (median step) and this process's peak memory in the same format."""
+import argparse
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+p = argparse.ArgumentParser()
+p.add_argument("--model", default="resnet18")
+p.add_argument("--mode", default="train", choices=["train", "infer"])
+p.add_argument("--size", type=int, default=32)
+p.add_argument("--batch", type=int, default=64)
+p.add_argument("--steps", type=int, default=10)
+p.add_argument("--warmup", type=int, default=3)
+p.add_argument("--threads", type=int, default=2)
+a = p.parse_args()
+
+torch.set_num_threads(a.threads)
+model = torchvision.models.__dict__[a.model](num_classes=1000)
+model.train(a.mode == "train")
+x = torch.randn(a.batch, 3, a.size, a.size)
+t = torch.randint(0, 1000, (a.batch,))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+times = []
+for s in range(a.warmup + a.steps):
+    start = time.perf_counter()
+    if a.mode == "train":
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), t).backward()
+        opt.step()
+    else:
+        with torch.inference_mode():
+            model(x)
+    if s >= a.warmup:
+        times.append(time.perf_counter() - start)
+times.sort()
+median = times[len(times) // 2]
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+print("engine=pytorch model=%s mode=%s size=%d batch=%d threads=%d images_per_s=%.2f "
+      "peak_rss_mb=%.1f" % (a.model, a.mode, a.size, a.batch, a.threads, a.batch / median, rss))
+sys.stdout.flush()

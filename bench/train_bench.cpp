@@ -1,0 +1,86 @@
+// Training-step and inference throughput of one registry model on synthetic data (images/s),
+// and this process's peak memory. bench/compare_train.sh runs it next to PyTorch
+// (bench/torch_train_bench.py, same model, batch, threads and step) and prints the ratios.
+//   build/release/bench/train_bench --model resnet18 --size 32 --batch 64 --mode train
+//                                   [--steps 10] [--warmup 3] [--threads N]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "layers/softmax_xent.h"
+#include "models/registry.h"
+#include "optim/sgd.h"
+
+using namespace mpicnn;
+
+int main(int argc, char** argv) {
+  try {
+    std::string model_name = "resnet18", mode = "train";
+    int size = 32, batch = 64, steps = 10, warmup = 3, threads = default_num_threads();
+    for (int i = 1; i < argc; ++i) {
+      const std::string k = argv[i];
+      CHECK(i + 1 < argc, k, " needs a value");
+      const std::string v = argv[++i];
+      if (k == "--model") model_name = v;
+      else if (k == "--mode") mode = v;
+      else if (k == "--size") size = std::stoi(v);
+      else if (k == "--batch") batch = std::stoi(v);
+      else if (k == "--steps") steps = std::stoi(v);
+      else if (k == "--warmup") warmup = std::stoi(v);
+      else if (k == "--threads") threads = std::stoi(v);
+      else FAIL("unknown option ", k);
+    }
+    CHECK(mode == "train" || mode == "infer", "--mode must be train or infer, got '", mode, "'");
+    CHECK(steps >= 1 && warmup >= 0 && batch >= 1 && size >= 1, "bad --steps/--warmup/--batch/--size");
+    set_num_threads(threads);
+    const int classes = 1000;
+    auto model = build_model(model_name, {.num_classes = classes, .in_channels = 3}, 1);
+    const Shape in{batch, 3, size, size};
+    const Shape out = model->plan(in);
+    model->set_training(mode == "train");
+    Tensor x = Tensor::empty(in);
+    Rng rng(7, 1);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = rng.normal(uint64_t(i));
+    std::vector<int32_t> targets;
+    for (int n = 0; n < batch; ++n) targets.push_back(int32_t(rng.below(uint64_t(n), classes)));
+    SGD opt(model->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+    SoftmaxCrossEntropy loss;
+    loss.plan(batch, classes);
+    Tensor dlogits = Tensor::empty(out);
+
+    std::vector<double> times;
+    for (int s = 0; s < warmup + steps; ++s) {
+      Timer t;
+      if (mode == "train") {
+        model->params().zero_grad();
+        loss.forward(model->forward(x), targets.data());
+        loss.backward(dlogits, targets.data());
+        model->backward(dlogits);
+        opt.step();
+      } else {
+        model->forward(x);
+      }
+      if (s >= warmup) times.push_back(t.seconds());
+    }
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    std::printf("engine=mpicnn model=%s mode=%s size=%d batch=%d threads=%d images_per_s=%.2f "
+                "peak_rss_mb=%.1f\n",
+                model_name.c_str(), mode.c_str(), size, batch, threads, batch / median,
+                ru.ru_maxrss / 1024.0);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "train_bench: %s\n", e.message().c_str());
+    return 2;
+  }
+}
