@@ -258,17 +258,6 @@ int64_t max_ulps(const float* a, const float* b, int64_t n) {
   return worst;
 }
 
-template <class F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    FAIL_CHECK("no error; expected one saying: ", part);
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.message().find(part) != std::string::npos, "error '", e.message(),
-                  "' does not say '", part, "'");
-  }
-}
-
 }  // namespace
 
 TEST_CASE("optimizers match torch.optim.SGD and AdamW step by step") {

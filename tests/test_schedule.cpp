@@ -8,21 +8,7 @@
 #include "testing.h"
 
 using namespace mpicnn;
-
-namespace {
-
-template <class F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    FAIL_CHECK("no error; expected one saying: ", part);
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.message().find(part) != std::string::npos, "error '", e.message(),
-                  "' does not say '", part, "'");
-  }
-}
-
-}  // namespace
+using mpicnn::testing::expect_error;
 
 TEST_CASE("lr schedules: per-step warmup, constant, scaling rule") {
   const LrSchedule s = parse_lr_schedule("warmup:3:0.1+cosine:0.01", 0.5, 20);

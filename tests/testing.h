@@ -149,4 +149,16 @@ inline Vec part(const Vec& x, size_t begin, size_t count) {
 
 inline std::string source_dir() { return MPICNN_SOURCE_DIR; }
 
+// `f` must throw mpicnn::Error whose message contains `part`.
+template <class F>
+void expect_error(F&& f, const std::string& part) {
+  try {
+    f();
+    FAIL_CHECK("no error; expected one saying: ", part);
+  } catch (const Error& e) {
+    CHECK_MESSAGE(e.message().find(part) != std::string::npos, "error '", e.message(),
+                  "' does not say '", part, "'");
+  }
+}
+
 }  // namespace mpicnn::testing
