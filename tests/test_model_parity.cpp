@@ -195,7 +195,9 @@ TEST_CASE("every registry model matches PyTorch: forward, backward, 3 optimizer 
     if (c.tag != c.model) continue;
     if (std::find(std::begin(kUnderInvestigation), std::end(kUnderInvestigation), c.tag) !=
         std::end(kUnderInvestigation)) {
-      MESSAGE("parity of ", c.tag, " is under investigation and not checked (see test source)");
+      static bool said = false;  // doctest re-enters this test case once per subcase
+      if (!said) MESSAGE("parity of ", c.tag, " is under investigation, not checked (see source)");
+      said = true;
       continue;
     }
     SUBCASE(c.tag.c_str()) { run_case(c); }
