@@ -49,6 +49,8 @@ BENCH_SRC := $(sort $(wildcard bench/*.cpp))
 BENCH_BIN := $(BENCH_SRC:bench/%.cpp=$(BUILD)/bench/%)
 
 .PHONY: all lib tests bench deps test clean
+# Bench objects are intermediates of a pattern chain; keep them so `make` does not rebuild them.
+.SECONDARY: $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.o)
 all: lib tests bench
 lib: $(LIB)
 tests: $(TEST_BIN)
