@@ -19,7 +19,7 @@ LDFLAGS  := -fopenmp
 # BLAS, idle threads of one pool no longer spin on the cores the other needs (measured in
 # bench/RESULTS.md: the pthreads build halved 3x3 conv throughput on 2 cores).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lpthread
+LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lboost_program_options -lz -lpthread
 ifeq ($(DEBUG),1)
   CXXFLAGS += -O0 -g
 else
@@ -36,8 +36,8 @@ endif
 
 # Debian packages the project and its tests need (installed by `make deps`).
 DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
-  libboost-program-options-dev doctest-dev libstb-dev nlohmann-json3-dev \
-  python3-torch python3-torchvision python3-numpy dataset-fashion-mnist
+  libboost-program-options-dev doctest-dev libstb-dev nlohmann-json3-dev zlib1g-dev \
+  python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist
 
 LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*'))
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/obj/%.o)
@@ -47,14 +47,18 @@ TEST_OBJ  := $(TEST_SRC:%.cpp=$(BUILD)/obj/%.o)
 TEST_BIN  := $(BUILD)/tests/unit_tests
 BENCH_SRC := $(sort $(wildcard bench/*.cpp))
 BENCH_BIN := $(BENCH_SRC:bench/%.cpp=$(BUILD)/bench/%)
+# Data tools: data_tools/X.cpp -> $(BUILD)/bin/X (thin mains over the library).
+TOOLS_SRC := $(sort $(wildcard data_tools/*.cpp))
+TOOLS_BIN := $(TOOLS_SRC:data_tools/%.cpp=$(BUILD)/bin/%)
 
-.PHONY: all lib tests bench deps test clean
+.PHONY: all lib tests bench tools deps test clean
 # Bench objects are intermediates of a pattern chain; keep them so `make` does not rebuild them.
-.SECONDARY: $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.o)
-all: lib tests bench
+.SECONDARY: $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.o) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.o)
+all: lib tests bench tools
 lib: $(LIB)
 tests: $(TEST_BIN)
 bench: $(BENCH_BIN)
+tools: $(TOOLS_BIN)
 
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(@D)
@@ -72,6 +76,10 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+$(BUILD)/bin/%: $(BUILD)/obj/data_tools/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
 # Installs only what is missing; as root directly, otherwise through sudo.
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -86,10 +94,10 @@ deps:
 
 # deps first, then a fresh make so the build sees what deps installed.
 test: deps
-	$(MAKE) --no-print-directory -j$$(nproc) tests bench
+	$(MAKE) --no-print-directory -j$$(nproc) tests bench tools
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
 
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d)
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)
