@@ -99,6 +99,14 @@ const Case kCases[] = {
     {"chunks of 6 with a 1-image tail", 7, 2, 10, 10, 3, 3, 1, 1, 1, 1, true, 12},
     {"chunks of 6, grouped, with a tail", 8, 4, 10, 10, 4, 3, 1, 1, 1, 2, false, 12},
     {"1x1 chunks with a 1-image tail", 7, 3, 10, 10, 4, 1, 1, 0, 1, 1, true, 12},
+    // Dead taps (reading only padding) dropped from the GEMMs; small-plane offset tables.
+    {"3x3 pad 1 on 1x1: one live tap", 4, 3, 1, 1, 5, 3, 1, 1},
+    {"3x3 stride 2 pad 1 on 2x2: four live taps", 3, 4, 2, 2, 3, 3, 2, 1, 1, 1, false},
+    {"5x5 pad 2 on 2x3, grouped", 2, 4, 2, 3, 6, 5, 1, 2, 1, 2},
+    {"3x3 pad 2 on 1x4, dilation 2", 2, 2, 1, 4, 3, 3, 1, 2, 2},
+    // Planes above the table threshold: the range path with stride 2 and dilation.
+    {"3x3 stride 2 pad 1, large plane", 2, 3, 21, 22, 4, 3, 2, 1},
+    {"3x3 dilation 2 pad 2, large plane", 1, 2, 12, 13, 3, 3, 1, 2, 2},
 };
 
 }  // namespace
@@ -120,6 +128,16 @@ TEST_CASE("Conv2d plan picks the GEMM paths the cases above rely on") {
   CHECK(chunk_of(kCases[16]) == 8);   // whole planned batch in one GEMM, run on 3
   CHECK(chunk_of(kCases[17]) == 6);   // 7 images: a chunk of 6, then 1 (direct rows)
   CHECK(chunk_of(kCases[19]) == 6);   // pointwise chunked, tail is pointwise-direct
+  auto live_of = [](const Case& c) { return Fixture(c, 1).conv.columns().live_taps().size(); };
+  CHECK(live_of(kCases[20]) == 1);   // only the centre tap reads the 1x1 map
+  CHECK(live_of(kCases[21]) == 4);
+  CHECK(live_of(kCases[22]) == 15);  // rows -2 and +2 of a 2-row map are dead: 3 x 5
+  CHECK(live_of(kCases[23]) == 3);   // dilated rows -2 and +2 of a 1-row map are dead
+  CHECK(live_of(kCases[0]) == 9);
+  auto table_of = [](const Case& c) { return Fixture(c, 1).conv.columns().uses_table(); };
+  CHECK(table_of(kCases[0]));        // 7x9 output plane
+  CHECK(!table_of(kCases[24]));      // 11x11
+  CHECK(!table_of(kCases[25]));
 }
 
 TEST_CASE("Conv2d gradients match finite differences") {

@@ -2,9 +2,10 @@
 //   forward          rows (OCg, B*P)  = W_g (OCg, Kg) * col_g (Kg, B*P)
 //   backward weight  dW_g (OCg, Kg)  += dy_g (OCg, B*P) * col_g^T
 //   backward data    dcol_g (Kg, B*P) = W_g^T * dy_g, then col2im
-// with P = OH*OW and Kg = IC/groups*KH*KW. Chunking several images into one GEMM keeps the
-// GEMMs wide for deep layers with tiny planes (7x7); the rows buffer converts between the
-// GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here, OpenBLAS the GEMMs.
+// with P = OH*OW and Kg = IC/groups*T, T the kernel taps that read any input pixel (taps that
+// only ever read padding are dropped: see ColumnPlan in im2col.h). Chunking several images
+// into one GEMM keeps the GEMMs wide for deep layers with tiny planes (7x7); the rows buffer
+// converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here, OpenBLAS the GEMMs.
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -99,8 +100,9 @@ Shape Conv2d::output_shape(const Shape& in) const {
 
 void Conv2d::plan(const Shape& in) {
   const ConvGeometry g = geometry_for(in);
-  const int64_t N = in[0], P = g.out_plane(), rows = g.rows();
-  CHECK(N >= 1, "Conv2d: plan needs a batch of at least 1, got ", in.str());
+  CHECK(in[0] >= 1, "Conv2d: plan needs a batch of at least 1, got ", in.str());
+  ColumnPlan cols(g);
+  const int64_t N = in[0], P = g.out_plane(), rows = cols.rows();
   int64_t chunk = std::clamp<int64_t>((kTargetColumns + P - 1) / P, 1, N);
   chunk = std::max<int64_t>(1, std::min(chunk, kColumnBudget / (rows * P)));
   // Equal chunks: 16 images and a wanted chunk of 11 give two chunks of 8, not 11 + a narrow 5.
@@ -109,10 +111,32 @@ void Conv2d::plan(const Shape& in) {
   CHECK(chunk * P <= INT_MAX && rows <= INT_MAX,
         "Conv2d: input ", in.str(), " is too large for 32-bit GEMM sizes");
   geo_ = g;
+  cols_ = std::move(cols);
   planned_ = in;
   chunk_ = chunk;
   col_ = (g.is_pointwise() && chunk == 1) ? Tensor() : Tensor::empty({rows, chunk * P});
   rows_ = chunk > 1 ? Tensor::empty({opt_.out_channels, chunk * P}) : Tensor();
+  if (cols_.all_taps_live()) {
+    live_weight_ = live_grad_ = Tensor();
+  } else {
+    const Shape live{opt_.out_channels, rows / opt_.groups};
+    live_weight_ = Tensor::empty(live);
+    live_grad_ = Tensor::empty(live);
+  }
+}
+
+const float* Conv2d::gemm_weight() {
+  if (cols_.all_taps_live()) return weight.data();
+  // (OC, IC/groups, taps) -> (OC, IC/groups, live taps)
+  const std::vector<int32_t>& taps = cols_.live_taps();
+  const int64_t T = int64_t(taps.size()), KT = geo_.taps();
+  const int64_t n = opt_.out_channels * (opt_.in_channels / opt_.groups);
+  const float* w = weight.data();
+  float* lw = live_weight_.data();
+#pragma omp parallel for schedule(static) if (n * T > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < T; ++j) lw[i * T + j] = w[i * KT + taps[size_t(j)]];
+  return lw;
 }
 
 void Conv2d::check_ready(const Tensor& in) const {
@@ -128,17 +152,17 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
   check_ready(in);
   const ConvGeometry& g = geo_;
   const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
-  const int64_t P = g.out_plane(), OCg = OC / G, Kg = g.rows() / G;
+  const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
   CHECK_SHAPE(out, {N, OC, g.out_h, g.out_w});
-  const float* w = weight.data();
+  const float* w = gemm_weight();  // (OC, Kg)
   const float* b = opt_.bias ? bias.data() : nullptr;
   for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
     const int64_t B = std::min(chunk_, N - n0), BP = B * P;
     const float* x = in.data() + n0 * g.channels * g.in_plane();  // (B, IC, H, W)
     float* y = out.data() + n0 * OC * P;                           // (B, OC, OH, OW)
-    const float* cols = x;  // (IC*KH*KW, B*P)
+    const float* cols = x;  // (IC*T, B*P)
     if (!(g.is_pointwise() && B == 1)) {
-      im2col(col_.data(), x, g, B);
+      cols_.im2col(col_.data(), x, B);
       cols = col_.data();
     }
     // A single image's (OC, P) rows are already NCHW: the GEMM writes the output directly,
@@ -189,12 +213,15 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   check_ready(in);
   const ConvGeometry& g = geo_;
   const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
-  const int64_t P = g.out_plane(), OCg = OC / G, Kg = g.rows() / G;
+  const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
   CHECK_SHAPE(dout, {N, OC, g.out_h, g.out_w});
   if (din.defined()) CHECK_SHAPE(din, {N, g.channels, g.height, g.width});
   if (opt_.bias) add_bias_grad(dout);
-  const float* w = weight.data();
-  float* gw = grad_weight.data();
+  const float* w = din.defined() ? gemm_weight() : nullptr;  // (OC, Kg)
+  // With dead taps the GEMMs accumulate into the live columns, added to grad_weight at the end.
+  const bool live = !cols_.all_taps_live();
+  if (live) live_grad_.fill(0.f);
+  float* gw = live ? live_grad_.data() : grad_weight.data();  // (OC, Kg)
   for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
     const int64_t B = std::min(chunk_, N - n0), BP = B * P;
     const int64_t x_off = n0 * g.channels * g.in_plane();
@@ -210,9 +237,9 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
       rows = r;
     }
     const bool direct = g.is_pointwise() && B == 1;
-    const float* cols = x;  // (IC*KH*KW, B*P)
+    const float* cols = x;  // (IC*T, B*P)
     if (!direct) {
-      im2col(col_.data(), x, g, B);
+      cols_.im2col(col_.data(), x, B);
       cols = col_.data();
     }
     for (int64_t gi = 0; gi < G; ++gi)
@@ -221,11 +248,20 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     if (!din.defined()) continue;
     // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
     float* dx = din.data() + x_off;            // (B, IC, H, W)
-    float* dcol = direct ? dx : col_.data();   // (IC*KH*KW, B*P)
+    float* dcol = direct ? dx : col_.data();   // (IC*T, B*P)
     for (int64_t gi = 0; gi < G; ++gi)
       sgemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
             rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
-    if (!direct) col2im(dx, dcol, g, B);
+    if (!direct) cols_.col2im(dx, dcol, B);
+  }
+  if (live) {
+    const std::vector<int32_t>& taps = cols_.live_taps();
+    const int64_t T = int64_t(taps.size()), KT = g.taps(), n = OC * (g.channels / G);
+    const float* lg = live_grad_.data();
+    float* dst = grad_weight.data();
+#pragma omp parallel for schedule(static) if (n * T > kParallelMin)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < T; ++j) dst[i * KT + taps[size_t(j)]] += lg[i * T + j];
   }
 }
 

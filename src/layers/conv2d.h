@@ -52,6 +52,8 @@ class Conv2d : public UnaryLayer {
   int64_t chunk() const { return chunk_; }
   // Geometry of the planned input (valid after plan()).
   const ConvGeometry& geometry() const { return geo_; }
+  // How the planned input is unfolded (valid after plan()).
+  const ColumnPlan& columns() const { return cols_; }
 
   Tensor weight, grad_weight;  // (OC, IC/groups, KH, KW)
   Tensor bias, grad_bias;      // (OC), undefined without bias
@@ -60,14 +62,19 @@ class Conv2d : public UnaryLayer {
   ConvGeometry geometry_for(const Shape& in) const;  // checks the input shape
   void check_ready(const Tensor& in) const;
   void add_bias_grad(const Tensor& dout);
+  // The GEMMs' (OC, IC/groups * live taps) weight matrix: the weights themselves when every
+  // tap is live, else their live columns gathered into live_weight_.
+  const float* gemm_weight();
 
   Conv2dOptions opt_;
   std::string weight_name_, bias_name_;
   Shape planned_;        // (N, IC, H, W) given to plan()
   ConvGeometry geo_;     // of planned_
+  ColumnPlan cols_;      // how geo_ is unfolded (live taps, small-plane table)
   int64_t chunk_ = 1;    // images per GEMM
   Tensor col_;           // (IC*KH*KW, chunk*OH*OW); undefined when the input is its own column
   Tensor rows_;          // (OC, chunk*OH*OW): GEMM output/gradient rows when chunk > 1
+  Tensor live_weight_, live_grad_;  // (OC, IC/groups * live taps), only when a tap is dead
 };
 
 }  // namespace mpicnn
