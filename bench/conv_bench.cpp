@@ -1,10 +1,12 @@
 // Conv2d CPU benchmark at ResNet-18 layer shapes: forward + backward (data and weight)
-// GFLOP/s next to OpenBLAS sgemm measured in the same run, on a large square GEMM (peak) and
+// GFLOP/s next to sgemm (the engine's backend: MPICNN_GEMM=eigen|openblas) measured in the same run, on a large square GEMM (peak) and
 // on exactly the GEMMs the convolution performs (same FLOPs without im2col/col2im). Also
 // times im2col/col2im alone, to show where the rest goes. Not a test: it checks nothing.
 //
 //   build/release/bench/conv_bench [--threads N] [--batch 16] [--reps 7] [--warmup 2]
 //                                  [--only TEXT]   (rows whose name contains TEXT)
+#include <cblas.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -122,7 +124,8 @@ int main(int argc, char** argv) {
     const double peak = square_sgemm_gflops(a, 2048);
     const int par = openblas_get_parallel();
     const char* wait = std::getenv("OMP_WAIT_POLICY");
-    std::printf("OpenBLAS %s, %s build; OMP_WAIT_POLICY=%s\n", openblas_get_config(),
+    std::printf("GEMM backend %s; OpenBLAS %s, %s build; OMP_WAIT_POLICY=%s\n",
+                gemm_backend_name(gemm_backend()), openblas_get_config(),
                 par == 2 ? "OpenMP" : par == 1 ? "pthreads" : "sequential",
                 wait ? wait : "(unset)");
     std::printf("threads %d, batch %d, median of %d (warmup %d)\n", num_threads(), a.batch, a.reps,
@@ -151,7 +154,7 @@ int main(int argc, char** argv) {
       // live where the convolution's do: weights A and the column buffer B are reused by every
       // chunk, while the output / output-gradient rows C are the chunk's own slice of the batch.
       const ConvGeometry& g = conv.geometry();
-      const int64_t P = g.out_plane(), K = g.rows(), OC = r.oc, chunk = conv.chunk();
+      const int64_t P = g.out_plane(), K = conv.columns().rows(), OC = r.oc, chunk = conv.chunk();
       Tensor A = random({OC, K}, 4), B = random({K, chunk * P}, 5);
       Tensor C = random({a.batch, OC, P}, 6), D = Tensor::zeros({OC, K});
       auto gemms = [&] {
@@ -169,9 +172,9 @@ int main(int argc, char** argv) {
         for (int64_t c0 = 0; c0 < a.batch; c0 += chunk) {
           const int64_t n = std::min(chunk, a.batch - c0);
           const float* xc = x.data() + c0 * r.ic * g.in_plane();
-          im2col(B.data(), xc, g, n);
-          im2col(B.data(), xc, g, n);
-          col2im(dx.data() + c0 * r.ic * g.in_plane(), B.data(), g, n);
+          conv.columns().im2col(B.data(), xc, n);
+          conv.columns().im2col(B.data(), xc, n);
+          conv.columns().col2im(dx.data() + c0 * r.ic * g.in_plane(), B.data(), n);
         }
       };
       const std::vector<double> t = median_seconds(

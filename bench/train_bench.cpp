@@ -4,6 +4,7 @@
 //   build/release/bench/train_bench --model resnet18 --size 32 --batch 64 --mode train
 //                                   [--steps 10] [--warmup 3] [--threads N]
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/blas.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/threads.h"
@@ -56,9 +58,17 @@ int main(int argc, char** argv) {
     loss.plan(batch, classes);
     Tensor dlogits = Tensor::empty(out);
 
-    std::vector<double> times;
+    // CPU time too: with --threads 1 it is a load-independent measure for A/B comparisons of
+    // our own changes on a busy machine (wall time is what the comparison with PyTorch uses).
+    auto cpu_seconds = [] {
+      timespec ts{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+    };
+    std::vector<double> times, cpu_times;
     for (int s = 0; s < warmup + steps; ++s) {
       Timer t;
+      const double c0 = cpu_seconds();
       if (mode == "train") {
         model->params().zero_grad();
         loss.forward(model->forward(x), targets.data());
@@ -68,16 +78,21 @@ int main(int argc, char** argv) {
       } else {
         model->forward(x);
       }
-      if (s >= warmup) times.push_back(t.seconds());
+      if (s >= warmup) {
+        times.push_back(t.seconds());
+        cpu_times.push_back(cpu_seconds() - c0);
+      }
     }
     std::sort(times.begin(), times.end());
-    const double median = times[times.size() / 2];
+    std::sort(cpu_times.begin(), cpu_times.end());
+    const double median = times[times.size() / 2], cpu_median = cpu_times[cpu_times.size() / 2];
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     std::printf("engine=mpicnn model=%s mode=%s size=%d batch=%d threads=%d images_per_s=%.2f "
-                "peak_rss_mb=%.1f\n",
+                "peak_rss_mb=%.1f cpu_ms_per_step=%.1f gemm=%s\n",
                 model_name.c_str(), mode.c_str(), size, batch, threads, batch / median,
-                ru.ru_maxrss / 1024.0);
+                ru.ru_maxrss / 1024.0, cpu_median * 1e3,
+                gemm_backend_name(gemm_backend()));
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "train_bench: %s\n", e.message().c_str());

@@ -1,16 +1,26 @@
-// Row-major single-precision GEMM on OpenBLAS: C = alpha * op(A) * op(B) + beta * C.
-// The one place the engine calls BLAS, so the library can be swapped or instrumented here.
+// Row-major single-precision GEMM: C = alpha * op(A) * op(B) + beta * C, on OpenBLAS or on
+// Eigen's GEMM. The one place the engine calls BLAS, so the backend is chosen here.
+// Not a BLAS: only the row-major sgemm the layers need.
 #pragma once
-#include <cblas.h>
+#include <string>
 
 namespace mpicnn {
 
+// Eigen compiles its kernels for this machine (-march=native: AVX-512 where the CPU has it);
+// Debian's OpenBLAS picks its kernels at run time, and OPENBLAS_CORETYPE can hold it to an
+// older set (AVX2). bench/RESULTS.md measures both on the convolution shapes.
+enum class GemmBackend { kEigen, kOpenBlas };
+
+// Process-wide; the default comes from MPICNN_GEMM=eigen|openblas, else kEigen. Both give
+// deterministic results for a fixed thread count, but not the same bits as each other.
+GemmBackend gemm_backend();
+void set_gemm_backend(GemmBackend backend);
+GemmBackend parse_gemm_backend(const std::string& name);  // "eigen" | "openblas", else Error
+const char* gemm_backend_name(GemmBackend backend);
+
 // op(A) is M x K, op(B) is K x N, C is M x N; lda/ldb/ldc are row strides of the stored
-// (untransposed) matrices.
-inline void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                  int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
+// (untransposed) matrices. Threads: the OpenMP pool (set_num_threads).
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc);
 
 }  // namespace mpicnn

@@ -1,0 +1,88 @@
+// sgemm on OpenBLAS (cblas) or Eigen. Eigen's product runs on the OpenMP pool (it reads
+// omp_get_max_threads, which set_num_threads sets) and splits C among threads, each element
+// summed by one thread in a fixed order: deterministic for a fixed thread count.
+#include "core/blas.h"
+
+#include <cblas.h>
+
+#include <Eigen/Core>
+#include <atomic>
+#include <cstdlib>
+
+#include "core/check.h"
+
+namespace mpicnn {
+
+namespace {
+
+GemmBackend initial_backend() {
+  const char* env = std::getenv("MPICNN_GEMM");
+  if (env && *env) return parse_gemm_backend(env);
+  return GemmBackend::kEigen;
+}
+
+std::atomic<GemmBackend>& backend_slot() {
+  static std::atomic<GemmBackend> slot{initial_backend()};
+  return slot;
+}
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
+using Map = Eigen::Map<RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+template <typename OpA, typename OpB>
+void eigen_product(Map& c, const OpA& a, const OpB& b, float alpha, float beta) {
+  if (beta == 0.f) {
+    if (alpha == 1.f) c.noalias() = a * b;
+    else c.noalias() = alpha * (a * b);
+    return;
+  }
+  if (beta != 1.f) c *= beta;
+  if (alpha == 1.f) c.noalias() += a * b;
+  else c.noalias() += alpha * (a * b);
+}
+
+void eigen_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc) {
+  // Stored shapes: A is (M, K) or, transposed, (K, M); likewise B.
+  const ConstMap a(A, ta ? K : M, ta ? M : K, Eigen::OuterStride<>(lda));
+  const ConstMap b(B, tb ? N : K, tb ? K : N, Eigen::OuterStride<>(ldb));
+  Map c(C, M, N, Eigen::OuterStride<>(ldc));
+  if (!ta && !tb) eigen_product(c, a, b, alpha, beta);
+  else if (!ta && tb) eigen_product(c, a, b.transpose(), alpha, beta);
+  else if (ta && !tb) eigen_product(c, a.transpose(), b, alpha, beta);
+  else eigen_product(c, a.transpose(), b.transpose(), alpha, beta);
+}
+
+}  // namespace
+
+GemmBackend gemm_backend() { return backend_slot().load(std::memory_order_relaxed); }
+void set_gemm_backend(GemmBackend backend) { backend_slot().store(backend); }
+
+GemmBackend parse_gemm_backend(const std::string& name) {
+  if (name == "eigen") return GemmBackend::kEigen;
+  if (name == "openblas") return GemmBackend::kOpenBlas;
+  FAIL("GEMM backend must be eigen or openblas, got '", name, "'");
+}
+
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::kEigen ? "eigen" : "openblas";
+}
+
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // op(A) * op(B) is all zeros: C = beta * C (BLAS semantics)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) C[size_t(i) * ldc + j] = beta == 0.f ? 0.f : beta * C[size_t(i) * ldc + j];
+    return;
+  }
+  if (gemm_backend() == GemmBackend::kEigen) {
+    eigen_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace mpicnn
