@@ -28,10 +28,14 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path);
 // the file or sample the bytes came from; a truncated, corrupt or unsupported file is an Error
 // naming it and saying why.
 Image decode_image(std::span<const std::uint8_t> bytes, int channels, const std::string& name);
+// The same into `out`, reusing its pixel storage (a loader thread keeps one Image per thread).
+void decode_image(Image& out, std::span<const std::uint8_t> bytes, int channels, const std::string& name);
 Image read_image(const std::string& path, int channels);
 
 // Gray <-> RGB as in decode_image; returns a copy when the count already matches.
 Image convert_channels(const Image& in, int channels);
+// The same into `out` (reusing its storage); `out` must not be `in`.
+void convert_channels(Image& out, const Image& in, int channels);
 
 // PNG writer (for the data tools); written atomically (temp file, rename).
 void write_png(const std::string& path, const Image& img);

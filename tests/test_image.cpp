@@ -1,0 +1,618 @@
+// Image decode, PIL-exact resize and crops, and the preprocessing transforms: decoder round
+// trips and errors; resize/crop and the eval recipe against PIL/torchvision computed at test
+// time (tests/python/preprocess_torch.py), with a torchvision model's predictions on both; the
+// augmentation's determinism, thread independence and torchvision bounds.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "data/image.h"
+#include "data/transform.h"
+#include "io/safetensors.h"
+#include "testing.h"
+
+using namespace mpicnn;
+using namespace mpicnn::data;
+using mpicnn::testing::expect_error;
+using mpicnn::testing::source_dir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) {
+    if (ch == '\'')
+      out.append("'\\''");
+    else
+      out.push_back(ch);
+  }
+  out.push_back('\'');
+  return out;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/mpicnn_image_XXXXXX";
+    REQUIRE_MESSAGE(mkdtemp(tmpl.data()) != nullptr, "cannot create a directory like ", tmpl);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// Runs tests/python/SCRIPT with ARGS under $PYTHON (default /usr/bin/python3: it has torch).
+void run_python(const std::string& script, const std::string& args) {
+  const char* py = std::getenv("PYTHON");
+  const std::string cmd = shell_quote(py && *py ? py : "/usr/bin/python3") + " " +
+                          shell_quote(source_dir() + "/tests/python/" + script) + " " + args;
+  const int status = std::system(cmd.c_str());
+  REQUIRE_MESSAGE((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0), script, " failed (status ",
+                  status, "): ", cmd);
+}
+
+// Deterministic test picture: gradients plus per-pixel noise of amplitude `noise` (0..255),
+// so resampling sees both smooth regions and every byte value.
+Image test_image(int h, int w, int c, uint64_t seed, int noise = 96) {
+  Image img(h, w, c);
+  const Rng rng(seed, stream_id("test_image"));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int k = 0; k < c; ++k) {
+        const std::size_t i = (std::size_t(y) * w + x) * c + k;
+        const double smooth = 127.5 + 100 * std::sin(0.05 * (k + 1) * x + 0.03 * y + double(seed % 7));
+        const double v = smooth + noise * (rng.uniform(i) - 0.5);
+        img.pixels[i] = uint8_t(std::clamp(int(std::lround(v)), 0, 255));
+      }
+  return img;
+}
+
+void add_u8(SafetensorsWriter& w, const std::string& name, const Image& img) {
+  w.add(name, DType::U8, {img.height, img.width, img.channels}, img.pixels);
+}
+
+Image read_u8(const SafetensorsReader& r, const std::string& name) {
+  const TensorInfo& t = r.info(name);
+  REQUIRE_MESSAGE((t.dtype == DType::U8 && t.shape.size() == 3), name, ": not an H x W x C U8 tensor");
+  Image img(int(t.shape[0]), int(t.shape[1]), int(t.shape[2]));
+  const auto b = r.bytes(name);
+  std::copy(b.begin(), b.end(), img.pixels.begin());
+  return img;
+}
+
+// Largest |a - b| over all bytes; -1 if the shapes differ.
+int max_diff(const Image& a, const Image& b) {
+  if (a.height != b.height || a.width != b.width || a.channels != b.channels) return -1;
+  int m = 0;
+  for (std::size_t i = 0; i < a.pixels.size(); ++i)
+    m = std::max(m, std::abs(int(a.pixels[i]) - int(b.pixels[i])));
+  return m;
+}
+
+std::string dims(const Image& a) {
+  std::ostringstream os;
+  os << a.height << "x" << a.width << "x" << a.channels;
+  return os.str();
+}
+
+Image channels_of(const Image& in, int first, int count) {
+  Image out(in.height, in.width, count);
+  for (std::size_t p = 0; p < std::size_t(in.height) * in.width; ++p)
+    for (int k = 0; k < count; ++k) out.pixels[p * count + k] = in.pixels[p * in.channels + first + k];
+  return out;
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  REQUIRE(f.good());
+}
+
+// Float (C, H, W) of a transform with mean 0, std 1 back to 8 bits: v / 255 * 255 rounds to v.
+Image to_u8(const std::vector<float>& x, int c, int h, int w) {
+  Image img(h, w, c);
+  for (int k = 0; k < c; ++k)
+    for (int i = 0; i < h * w; ++i)
+      img.pixels[std::size_t(i) * c + k] = uint8_t(std::lround(x[std::size_t(k) * h * w + i] * 255.0f));
+  return img;
+}
+
+}  // namespace
+
+// ---- decode ------------------------------------------------------------------------------------
+
+TEST_CASE("image decode: PNG, JPEG, BMP round trips and PIL's channel conversions") {
+  TempDir dir;
+  struct Case {
+    std::string name, format, mode;
+    int h, w;
+  };
+  const std::vector<Case> cases = {
+      {"png_l", "png", "L", 37, 53},       {"png_la", "png", "LA", 20, 11}, {"png_rgb", "png", "RGB", 41, 29},
+      {"png_rgba", "png", "RGBA", 16, 33}, {"png_p", "png", "P", 25, 25},   {"bmp_l", "bmp", "L", 19, 23},
+      {"bmp_rgb", "bmp", "RGB", 30, 17},   {"jpg_l", "jpg", "L", 48, 40},   {"jpg_rgb", "jpg", "RGB", 45, 61},
+      {"png_1px", "png", "RGB", 1, 1},     {"gif", "gif", "P", 8, 8},
+  };
+  SafetensorsWriter inputs;
+  std::map<std::string, Image> source;
+  {
+    std::ofstream list(dir / "encode.txt");
+    uint64_t seed = 1;
+    for (const Case& c : cases) {
+      // JPEG gets smooth content (its loss on noise would hide decoder differences).
+      source[c.name] = test_image(c.h, c.w, 4, seed++, c.format == "jpg" ? 8 : 96);
+      add_u8(inputs, c.name, source[c.name]);
+      list << c.name << ' ' << c.format << ' ' << c.mode << '\n';
+    }
+  }
+  inputs.write(dir / "inputs.safetensors");
+  run_python("preprocess_torch.py", "encode " + shell_quote(dir.path.string()));
+  const SafetensorsReader pil(dir / "decoded.safetensors");
+
+  for (const Case& c : cases) {
+    const std::string path = dir / (c.name + "." + c.format);
+    if (c.format == "gif") {  // PIL can write it; we do not read GIF
+      expect_error([&] { read_image(path, 3); }, path);
+      continue;
+    }
+    // PIL writes gray BMPs with a gray palette; stb_image expands palettes to RGB, so the stored
+    // form of those is RGB with three equal channels (PIL calls it L: same values either way).
+    const bool gray = (c.mode == "L" || c.mode == "LA") && c.format != "bmp";
+    const Image keep = read_image(path, 0), rgb = read_image(path, 3), l = read_image(path, 1);
+    CHECK_MESSAGE(keep.channels == (gray ? 1 : 3), c.name, ": decoded ", dims(keep));
+    const Image pil_rgb = read_u8(pil, c.name + ".rgb"), pil_l = read_u8(pil, c.name + ".l");
+    // Lossless formats: identical to PIL, and (except the quantized palette) to what was saved.
+    const int tol = c.format == "jpg" ? 4 : 0;
+    const int d_rgb = max_diff(rgb, pil_rgb), d_l = max_diff(l, pil_l),
+              d_keep = max_diff(keep, gray ? pil_l : pil_rgb);
+    MESSAGE(c.name, ": max |ours - PIL| RGB ", d_rgb, ", L ", d_l, ", as stored ", d_keep);
+    CHECK_MESSAGE((d_rgb >= 0 && d_rgb <= tol), c.name, ": RGB differs from PIL by ", d_rgb);
+    CHECK_MESSAGE((d_l >= 0 && d_l <= tol), c.name, ": L differs from PIL by ", d_l);
+    CHECK_MESSAGE((d_keep >= 0 && d_keep <= tol), c.name, ": as-stored differs from PIL by ", d_keep);
+    if (c.format != "jpg" && c.mode != "P")
+      CHECK_MESSAGE(max_diff(convert_channels(keep, c.mode[0] == 'L' ? 1 : 3),
+                             channels_of(source[c.name], 0, c.mode[0] == 'L' ? 1 : 3)) == 0,
+                    c.name, ": lossless round trip changed pixels");
+    // convert_channels is PIL's convert: from our own lossless decode, exactly.
+    if (c.format != "jpg") {
+      CHECK_MESSAGE(max_diff(convert_channels(keep, 1), pil_l) == 0, c.name,
+                    ": convert to L differs from PIL");
+      CHECK_MESSAGE(max_diff(convert_channels(keep, 3), pil_rgb) == 0, c.name,
+                    ": convert to RGB differs from PIL");
+    }
+  }
+
+  // write_png round trip, gray and RGB.
+  for (int c : {1, 3}) {
+    const Image img = test_image(13, 21, c, 40 + c);
+    const std::string path = dir / ("ours_" + std::to_string(c) + ".png");
+    write_png(path, img);
+    CHECK(max_diff(read_image(path, 0), img) == 0);
+  }
+
+  // Broken files: each an Error naming the file.
+  const std::vector<uint8_t> png = read_file_bytes(dir / "png_rgb.png");
+  const std::vector<uint8_t> jpg = read_file_bytes(dir / "jpg_rgb.jpg");
+  const std::vector<uint8_t> bmp = read_file_bytes(dir / "bmp_rgb.bmp");
+  auto broken = [&](const std::string& name, std::vector<uint8_t> bytes) {
+    const std::string path = dir / name;
+    write_bytes(path, bytes);
+    expect_error([&] { read_image(path, 3); }, path);
+    expect_error([&] { decode_image(bytes, 0, "sample 17"); }, "sample 17");
+  };
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> files = {
+      {"png", png}, {"jpg", jpg}, {"bmp", bmp}};
+  for (const auto& [name, bytes] : files) {
+    for (double keep : {0.5, 0.9}) {
+      std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + std::ptrdiff_t(double(bytes.size()) * keep));
+      broken("truncated_" + std::to_string(int(keep * 100)) + "." + name, cut);
+    }
+    std::vector<uint8_t> bad = bytes;  // the header after the signature overwritten
+    for (std::size_t i = 2; i < 40 && i < bad.size(); ++i) bad[i] = 0xFF;
+    broken("corrupt." + name, bad);
+  }
+  broken("empty.png", {});
+  const std::string text = "not an image, just text\n";
+  broken("notes.txt", std::vector<uint8_t>(text.begin(), text.end()));
+  expect_error([&] { read_image(dir / "missing.png", 3); }, dir / "missing.png");
+  expect_error([&] { read_image(dir / "png_rgb.png", 2); }, "png_rgb.png");
+}
+
+// ---- resize and crops vs PIL / torchvision -----------------------------------------------------
+
+TEST_CASE("image resize and crops equal PIL and torchvision") {
+  TempDir dir;
+  std::ostringstream list;
+  SafetensorsWriter inputs;
+  struct Ours {
+    std::string key;
+    Image img;
+  };
+  std::vector<Ours> ours;
+  int id = 0;
+  auto input = [&](int h, int w, int c) {
+    std::string key(1, 'i');  // (not "i" + ...: GCC 12 warns -Wrestrict on that falsely)
+    key += std::to_string(id++);
+    Image img = test_image(h, w, c, uint64_t(id));
+    add_u8(inputs, key, img);
+    return std::pair{key, img};
+  };
+  // (h, w) -> (oh, ow): upscale, downscale by large and non-integer factors, 1-pixel images,
+  // identity, one side only.
+  const std::vector<std::array<int, 4>> resizes = {
+      {1, 1, 1, 1},        {1, 1, 5, 7},         {7, 5, 1, 1},         {1, 9, 3, 2},
+      {9, 1, 2, 3},        {375, 500, 256, 341}, {500, 375, 341, 256}, {480, 640, 256, 341},
+      {90, 120, 256, 341}, {224, 224, 224, 224}, {224, 224, 224, 100}, {224, 224, 100, 224},
+      {33, 17, 7, 3},      {10, 1000, 3, 997},   {1000, 10, 997, 3},   {2, 3, 300, 299},
+      {401, 397, 13, 11},  {640, 480, 37, 29},   {300, 300, 299, 301}, {64, 64, 32, 32},
+      {65, 63, 33, 31}};
+  for (int c : {1, 3})
+    for (const auto& r : resizes) {
+      auto [key, img] = input(r[0], r[1], c);
+      list << key << " resize " << r[2] << ' ' << r[3] << '\n';
+      ours.push_back({key, resize(img, r[2], r[3])});
+    }
+  const std::vector<std::array<int, 3>> shorter = {{375, 500, 256}, {500, 375, 256}, {480, 640, 256},
+                                                   {333, 500, 256}, {257, 383, 256}, {256, 256, 256},
+                                                   {90, 120, 256},  {1, 7, 5}};
+  for (int c : {1, 3})
+    for (const auto& s : shorter) {
+      auto [key, img] = input(s[0], s[1], c);
+      list << key << " shorter " << s[2] << '\n';
+      ours.push_back({key, resize_shorter(img, s[2])});
+    }
+  // Center crops: odd differences (Python rounds half to even), crops larger than the image.
+  const std::vector<std::array<int, 4>> centers = {
+      {256, 341, 224, 224}, {257, 383, 224, 224}, {258, 259, 224, 224}, {225, 226, 224, 224},
+      {100, 120, 224, 224}, {101, 300, 224, 150}, {7, 7, 4, 3},         {5, 4, 9, 8}};
+  for (int c : {1, 3})
+    for (const auto& cc : centers) {
+      auto [key, img] = input(cc[0], cc[1], c);
+      list << key << " center " << cc[2] << ' ' << cc[3] << '\n';
+      ours.push_back({key, center_crop(img, cc[2], cc[3])});
+    }
+  const std::vector<std::array<int, 6>> crops = {{30, 40, 5, 7, 10, 12},
+                                                 {30, 40, -3, -4, 10, 12},
+                                                 {30, 40, 25, 35, 10, 12},
+                                                 {30, 40, -5, -5, 40, 50},
+                                                 {30, 40, 31, 0, 4, 4}};
+  for (const auto& k : crops) {
+    auto [key, img] = input(k[0], k[1], 3);
+    list << key << " crop " << k[2] << ' ' << k[3] << ' ' << k[4] << ' ' << k[5] << '\n';
+    ours.push_back({key, crop(img, k[2], k[3], k[4], k[5])});
+  }
+  // The fused path Transform uses: a source box resized, then a window of that (partly outside),
+  // optionally mirrored, as float output converted back to 8 bits.
+  const Rng rng(99, stream_id("place cases"));
+  for (int n = 0; n < 48; ++n) {
+    const int c = n % 2 ? 3 : 1;
+    const int h = 1 + int(rng.below(6 * n, 400)), w = 1 + int(rng.below(6 * n + 1, 400));
+    auto [key, img] = input(h, w, c);
+    Placement p;
+    p.src_height = 1 + int(rng.below(6 * n + 2, uint64_t(h)));
+    p.src_width = 1 + int(rng.below(6 * n + 3, uint64_t(w)));
+    p.src_top = int(rng.below(6 * n + 4, uint64_t(h - p.src_height + 1)));
+    p.src_left = int(rng.below(6 * n + 5, uint64_t(w - p.src_width + 1)));
+    const Rng r2(7, uint64_t(n));
+    p.resized_height = 1 + int(r2.below(0, 300));
+    p.resized_width = 1 + int(r2.below(1, 300));
+    const int H = 1 + int(r2.below(2, 64)), W = 1 + int(r2.below(3, 64));
+    p.top = int(r2.below(4, uint64_t(p.resized_height + 20))) - 10;
+    p.left = int(r2.below(5, uint64_t(p.resized_width + 20))) - 10;
+    p.flip = r2.below(6, 2) == 1;
+    Preprocess spec;
+    spec.channels = c, spec.height = H, spec.width = W;
+    const Transform tf(spec);
+    std::vector<float> x(tf.output_numel());
+    tf.render(x.data(), img, p);
+    list << key << " place " << p.src_top << ' ' << p.src_left << ' ' << p.src_height << ' ' << p.src_width
+         << ' ' << p.resized_height << ' ' << p.resized_width << ' ' << p.top << ' ' << p.left << ' ' << H
+         << ' ' << W << ' ' << int(p.flip) << '\n';
+    ours.push_back({key, to_u8(x, c, H, W)});
+  }
+  inputs.write(dir / "inputs.safetensors");
+  std::ofstream(dir / "resize.txt") << list.str();
+  run_python("preprocess_torch.py", "resize " + shell_quote(dir.path.string()));
+
+  const SafetensorsReader pil(dir / "outputs.safetensors");
+  std::istringstream lines(list.str());
+  int worst = 0, differing = 0;
+  for (const Ours& o : ours) {
+    std::string line;
+    std::getline(lines, line);
+    const Image want = read_u8(pil, o.key);
+    const int d = max_diff(o.img, want);
+    CHECK_MESSAGE(d == 0, line, ": ours ", dims(o.img), ", PIL ", dims(want), ", max |diff| ", d);
+    worst = std::max(worst, d);
+    differing += d != 0;
+  }
+  MESSAGE(ours.size(), " resize/crop cases vs PIL: max |diff| ", worst, ", ", differing, " differ");
+}
+
+// ---- the eval recipe vs torchvision, and a torchvision model on both --------------------------
+
+TEST_CASE("image eval recipe matches torchvision; a torchvision model's predictions agree") {
+  TempDir dir;
+  // 100 photo-like images (10 sizes from 120x90 to 640x480, every 7th gray), PNG and JPEG q90.
+  run_python("photo_images.py", shell_quote(dir.path.string()) + " 100 --png-level 1");
+  std::vector<std::string> names;
+  {
+    std::ifstream list(dir / "list.txt");
+    for (std::string n; std::getline(list, n);)
+      if (!n.empty()) names.push_back(n);
+  }
+  REQUIRE(names.size() == 200);
+  const Transform rgb(imagenet_eval()), gray(imagenet_eval(224, 256, 1));
+  REQUIRE(rgb.output_numel() == 3u * 224 * 224);
+  for (const std::string set : {"png", "jpg", "gray"}) {
+    const Transform& tf = set == "gray" ? gray : rgb;
+    const std::string ext = set == "jpg" ? ".jpg" : ".png";
+    std::vector<float> all;
+    Image img;
+    int64_t n = 0;
+    for (const std::string& name : names) {
+      if (fs::path(name).extension() != ext) continue;
+      const std::string path = dir / name;
+      decode_image(img, read_file_bytes(path), 0, path);  // as stored; apply converts
+      all.resize(all.size() + tf.output_numel());
+      tf.apply(all.data() + all.size() - tf.output_numel(), img, 0, uint64_t(n), path);
+      ++n;
+    }
+    SafetensorsWriter w;
+    w.add_f32("x", all.data(), {n, tf.channels(), 224, 224});
+    w.write(dir / ("ours_" + set + ".safetensors"));
+  }
+  run_python("preprocess_torch.py", "eval " + shell_quote(dir.path.string()));
+
+  const SafetensorsReader r(dir / "eval.safetensors");
+  for (const std::string set : {"png", "jpg", "gray"}) {
+    const std::vector<float> mx = r.read_f32(set + ".max_levels"), mean = r.read_f32(set + ".mean_levels");
+    const double worst = *std::max_element(mx.begin(), mx.end());
+    double avg = 0;
+    for (float v : mean) avg += v / double(mean.size());
+    MESSAGE(set, ": ", mx.size(), " images, |ours - torchvision| max ", worst, " levels (of 255), mean ", avg,
+            ", bit-identical: ", r.read_i64(set + ".identical")[0]);
+    if (set == "jpg") {
+      // stb_image and libjpeg-turbo round the IDCT, upsampling and colour conversion
+      // differently: a few pixels differ by 1-3 levels before the resize averages them.
+      CHECK_MESSAGE(worst <= 4.0, "JPEG tensors differ from torchvision's by up to ", worst, " levels");
+      CHECK_MESSAGE(avg <= 0.1, "JPEG tensors differ from torchvision's by ", avg, " levels on average");
+    } else {
+      // Same pixels, PIL's resize to the bit, and the lookup table rounds as torchvision does.
+      CHECK_MESSAGE(worst == 0.0, set, " tensors differ from torchvision's by up to ", worst, " levels");
+    }
+  }
+  for (const std::string fmt : {"png", "jpg"}) {
+    const std::vector<int64_t> theirs = r.read_i64(fmt + ".pred_torchvision"),
+                               ours = r.read_i64(fmt + ".pred_ours");
+    REQUIRE(theirs.size() == ours.size());
+    int agree = 0;
+    for (std::size_t i = 0; i < ours.size(); ++i) agree += ours[i] == theirs[i];
+    const std::set<int64_t> classes(theirs.begin(), theirs.end());
+    const double frac = double(agree) / double(ours.size());
+    MESSAGE(fmt, ": mobilenet_v3_small (seed 0) top-1 agrees on ", agree, " of ", ours.size(), " images (",
+            100 * frac, "%); ", classes.size(), " distinct classes predicted");
+    // Agreement only means something when the predictions depend on the image.
+    CHECK_MESSAGE(classes.size() >= 5, fmt, ": only ", classes.size(), " distinct classes");
+    CHECK_MESSAGE(frac >= 0.99, fmt, ": predictions agree on ", 100 * frac, "% of images");
+  }
+}
+
+// ---- augmentation ------------------------------------------------------------------------------
+
+namespace {
+std::vector<float> run(const Transform& tf, const Image& img, uint64_t epoch, uint64_t index) {
+  std::vector<float> x(tf.output_numel());
+  tf.apply(x.data(), img, epoch, index, "sample " + std::to_string(index));
+  return x;
+}
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
+
+TEST_CASE("transform augmentation is a function of (seed, epoch, index) only") {
+  const Image img = test_image(180, 240, 3, 5);
+  const Transform tf(imagenet_train(42, 64)), copy(tf.spec());
+  Preprocess other_seed = tf.spec();
+  other_seed.seed = 43;
+  const Transform tf43(other_seed);
+  int same_epoch = 0, same_index = 0, same_seed = 0;
+  for (uint64_t i = 0; i < 16; ++i) {
+    const std::vector<float> a = run(tf, img, 3, i);
+    CHECK(same_bits(a, run(tf, img, 3, i)));
+    CHECK(same_bits(a, run(copy, img, 3, i)));
+    same_epoch += same_bits(a, run(tf, img, 4, i));
+    same_index += same_bits(a, run(tf, img, 3, i + 1000));
+    same_seed += same_bits(a, run(tf43, img, 3, i));
+  }
+  // Two independent RandomResizedCrop draws giving the same output would be a fluke.
+  CHECK(same_epoch == 0);
+  CHECK(same_index == 0);
+  CHECK(same_seed == 0);
+  CHECK(tf.random());
+  CHECK_FALSE(Transform(imagenet_eval()).random());
+}
+
+TEST_CASE("transform output does not depend on threads or call order") {
+  const Image rgb = test_image(150, 200, 3, 8), gray = test_image(120, 90, 1, 9),
+              small = test_image(32, 32, 3, 10);
+  const Transform rrc(imagenet_train(5, 72)), eval(imagenet_eval(64, 72)), cifar(cifar_train(5));
+  struct Job {
+    const Transform* tf;
+    const Image* img;
+  };
+  const std::vector<Job> jobs = {
+      {&rrc, &rgb}, {&rrc, &gray}, {&eval, &rgb}, {&eval, &gray}, {&cifar, &small}};
+  constexpr int kSamples = 48;
+  std::vector<std::vector<float>> serial, threaded(jobs.size() * kSamples);
+  for (const Job& j : jobs)
+    for (int i = 0; i < kSamples; ++i) serial.push_back(run(*j.tf, *j.img, 2, uint64_t(i)));
+  // Four threads, each taking every fourth sample in reverse, all at once on shared transforms.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int k = int(threaded.size()) - 1 - t; k >= 0; k -= 4)
+        threaded[size_t(k)] =
+            run(*jobs[size_t(k / kSamples)].tf, *jobs[size_t(k / kSamples)].img, 2, uint64_t(k % kSamples));
+    });
+  for (auto& th : threads) th.join();
+  int mismatches = 0;
+  for (std::size_t k = 0; k < serial.size(); ++k) mismatches += !same_bits(serial[k], threaded[k]);
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("transform RandomResizedCrop stays within torchvision's bounds; fallback; crop + resize") {
+  const Transform tf(imagenet_train(3));
+  const Preprocess& s = tf.spec();
+  const std::vector<std::pair<int, int>> sizes = {{375, 500}, {500, 375}, {224, 224}, {50, 80}, {3, 7}};
+  for (const auto& [h, w] : sizes) {
+    std::set<int> tops, lefts;
+    int flips = 0;
+    for (uint64_t i = 0; i < 400; ++i) {
+      const Placement p = tf.place(h, w, 1, i, "s");
+      REQUIRE((p.src_top >= 0 && p.src_left >= 0 && p.src_height >= 1 && p.src_width >= 1 &&
+               p.src_top + p.src_height <= h && p.src_left + p.src_width <= w));
+      CHECK((p.resized_height == 224 && p.resized_width == 224 && p.top == 0 && p.left == 0));
+      const double ch = p.src_height, cw = p.src_width, area = double(h) * w;
+      const bool fallback_shape =
+          (p.src_top == (h - p.src_height) / 2 && p.src_left == (w - p.src_width) / 2);
+      // Rounded sides of a draw with area in [0.08, 1] * area and aspect in [3/4, 4/3].
+      const bool drawn = (cw - 0.5) * (ch - 0.5) <= s.scale_max * area + 1e-9 &&
+                         (cw + 0.5) * (ch + 0.5) >= s.scale_min * area - 1e-9 &&
+                         (cw - 0.5) / (ch + 0.5) <= s.ratio_max && (cw + 0.5) / (ch - 0.5) >= s.ratio_min;
+      CHECK_MESSAGE((drawn || fallback_shape), h, "x", w, " sample ", i, ": box ", ch, "x", cw);
+      tops.insert(p.src_top), lefts.insert(p.src_left);
+      flips += p.flip;
+    }
+    if (h >= 50) CHECK((tops.size() > 10 && lefts.size() > 10));
+    CHECK((flips > 150 && flips < 250));
+  }
+  // No draw can fit a 20 x 1000 image (the crop would be at most 20 rows): always torchvision's
+  // fallback, the central crop with the ratio clamped to 4/3 (and 3/4 for the tall image).
+  for (uint64_t i = 0; i < 20; ++i) {
+    const Placement wide = tf.place(20, 1000, 0, i, "wide"), tall = tf.place(1000, 20, 0, i, "tall");
+    CHECK((wide.src_top == 0 && wide.src_left == 486 && wide.src_height == 20 && wide.src_width == 27));
+    CHECK((tall.src_top == 486 && tall.src_left == 0 && tall.src_height == 27 && tall.src_width == 20));
+  }
+  // The fused render equals crop, then resize, then flip, on 8-bit images.
+  Preprocess plain = s;
+  plain.mean.clear(), plain.stddev.clear();
+  const Transform raw(plain);
+  const Image img = test_image(97, 131, 3, 12);
+  for (uint64_t i = 0; i < 8; ++i) {
+    const Placement p = raw.place(img.height, img.width, 0, i, "s");
+    Image want = resize(crop(img, p.src_top, p.src_left, p.src_height, p.src_width), 224, 224);
+    if (p.flip)
+      for (int y = 0; y < 224; ++y)
+        for (int x = 0; x < 112; ++x)
+          for (int c = 0; c < 3; ++c) std::swap(want.row(y)[x * 3 + c], want.row(y)[(223 - x) * 3 + c]);
+    CHECK(max_diff(to_u8(run(raw, img, 0, i), 3, 224, 224), want) == 0);
+  }
+  // And the eval geometry equals resize_shorter + center_crop.
+  Preprocess ev = imagenet_eval(200, 230);
+  ev.mean.clear(), ev.stddev.clear();
+  CHECK(max_diff(to_u8(run(Transform(ev), img, 0, 0), 3, 200, 200),
+                 center_crop(resize_shorter(img, 230), 200, 200)) == 0);
+}
+
+TEST_CASE("transform flip is an exact mirror; pad-crop adds zeros only outside the image") {
+  Image img = test_image(32, 32, 3, 21);
+  for (auto& v : img.pixels) v = std::max<uint8_t>(v, 1);  // so a 0 can only come from padding
+  Preprocess spec = cifar_train(11);
+  spec.mean.clear(), spec.stddev.clear();  // output = v / 255
+  const Transform tf(spec);
+  std::set<std::pair<int, int>> offsets;
+  int flips = 0;
+  for (uint64_t i = 0; i < 300; ++i) {
+    const Placement p = tf.place(32, 32, 0, i, "s");
+    REQUIRE((p.top >= -4 && p.top <= 4 && p.left >= -4 && p.left <= 4));
+    offsets.insert({p.top, p.left});
+    flips += p.flip;
+    const std::vector<float> got = run(tf, img, 0, i);
+    Placement q = p;
+    q.flip = false;
+    std::vector<float> plain(tf.output_numel());
+    tf.render(plain.data(), img, q);
+    int wrong = 0;
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < 32; ++y)
+        for (int x = 0; x < 32; ++x) {
+          const int sy = y + p.top, sx = x + p.left;
+          const bool inside = sy >= 0 && sy < 32 && sx >= 0 && sx < 32;
+          const float want = inside ? float(img.row(sy)[sx * 3 + c]) / 255.0f : 0.0f;
+          const std::size_t at = (std::size_t(c) * 32 + y) * 32;
+          wrong += plain[at + x] != want;
+          wrong += got[at + (p.flip ? 31 - x : x)] != plain[at + x];
+        }
+    CHECK_MESSAGE(wrong == 0, "sample ", i, ": ", wrong, " wrong values");
+  }
+  CHECK(offsets.size() >= 60);  // of the 81 possible
+  CHECK((flips > 110 && flips < 190));
+}
+
+TEST_CASE("transform specs: recipes, channel conversion, validation and parse errors") {
+  CHECK(parse_float_list("0.485,0.456, 0.406", "--mean") == std::vector<float>{0.485f, 0.456f, 0.406f});
+  CHECK(parse_float_list("2", "--std") == std::vector<float>{2.0f});
+  for (const char* bad : {"", "0.5,,0.2", "abc", "1,2x", "0.1,nan"})
+    expect_error([&] { parse_float_list(bad, "--mean"); }, "--mean");
+
+  // Fashion-MNIST: identity + normalize, exactly torchvision's float rounding.
+  const Transform fm(normalize_only(28, 28, 1, {kFashionMnistMean}, {kFashionMnistStd}));
+  const Image digit = test_image(28, 28, 1, 30);
+  const std::vector<float> x = run(fm, digit, 0, 0);
+  int wrong = 0;
+  for (int i = 0; i < 28 * 28; ++i)
+    wrong += x[size_t(i)] != (float(digit.pixels[size_t(i)]) / 255.0f - kFashionMnistMean) / kFashionMnistStd;
+  CHECK(wrong == 0);
+  expect_error([&] { run(fm, test_image(27, 28, 1, 1), 0, 5); }, "sample 5: image is 27x28, expected 28x28");
+  // An RGB image for a gray model goes through PIL's luma first; gray for an RGB model replicates.
+  const Image color = test_image(28, 28, 3, 31);
+  CHECK(same_bits(run(fm, color, 0, 0), run(fm, convert_channels(color, 1), 0, 0)));
+  const Transform fm3(normalize_only(28, 28, 3, {0.5f}, {0.25f}));
+  CHECK(same_bits(run(fm3, digit, 0, 0), run(fm3, convert_channels(digit, 3), 0, 0)));
+  // Explicit resize to H x W for fixed-size datasets.
+  Preprocess fixed = normalize_only(20, 30, 3, {}, {});
+  fixed.geometry = Geometry::Resize;
+  CHECK(max_diff(to_u8(run(Transform(fixed), color, 0, 0), 3, 20, 30), resize(color, 20, 30)) == 0);
+
+  Preprocess p = imagenet_eval();
+  CHECK((p.geometry == Geometry::ResizeCenterCrop && p.resize == 256 && p.height == 224 && p.width == 224));
+  p.mean = {0.1f, 0.2f};
+  expect_error([&] { Transform t(p); }, "mean has 2 values");
+  p = imagenet_eval();
+  p.stddev = {0.2f, 0.0f, 0.2f};
+  expect_error([&] { Transform t(p); }, "std must be non-zero");
+  p = imagenet_eval();
+  p.channels = 2;
+  expect_error([&] { Transform t(p); }, "channels must be 1 or 3");
+  p = normalize_only(28, 28, 1, {}, {});
+  p.resize = 32;
+  expect_error([&] { Transform t(p); }, "needs a center crop");
+  p = imagenet_train(1);
+  p.scale_min = 0;
+  expect_error([&] { Transform t(p); }, "scale");
+  const Transform cifar(cifar_train(1));
+  CHECK((cifar.spec().padding == 4 && cifar.height() == 32 && cifar.spec().hflip));
+  std::vector<float> out(cifar.output_numel());
+  const Image wide = test_image(20, 40, 3, 1);
+  expect_error([&] { cifar.apply(out.data(), wide, 0, 9); }, "sample 9: image is 20x40");  // unnamed
+  expect_error([&] { cifar.apply(out.data(), wide, 0, 9, "cat.png"); }, "cat.png: image is 20x40");
+}
