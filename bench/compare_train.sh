@@ -2,7 +2,7 @@
 # Training and inference throughput, mpicnn vs PyTorch 1.13 CPU, side by side: for each row,
 # ROUNDS alternating runs of each (separate processes, so peak memory is per row), same model,
 # batch, thread count and step; prints the best images/s of each, the ratio and peak memory.
-# With BACKENDS="eigen openblas" our engine runs once per GEMM backend (MPICNN_GEMM) and the
+# With BACKENDS="openblas eigen" our engine runs once per GEMM backend (MPICNN_GEMM) and the
 # table gets a column for each; the ratio is for the first.
 # Usage: bench/compare_train.sh [ROUNDS] (default 2); THREADS defaults to all cores.
 set -euo pipefail
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-2}
 threads=${THREADS:-$(nproc)}
 python=${PYTHON:-/usr/bin/python3}
-read -r -a backends <<<"${BACKENDS:-eigen}"
+read -r -a backends <<<"${BACKENDS:-openblas}"
 bin=${BENCH_BIN:-build/release/bench/train_bench}
 [ -x "$bin" ] || make -s bench >/dev/null
 rows=("resnet18 32 64" "resnet18 224 16" "alexnet 224 16" "vgg11 64 32")

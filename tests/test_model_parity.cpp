@@ -4,8 +4,8 @@
 // gradients, and final parameters and buffers as PyTorch computing in float64 (see the script
 // for why not its float32 path). Norm-wise relative errors: logits and loss <= 1e-4, each
 // gradient <= 1e-3, each final parameter <= 1e-4. Where PyTorch's own float32 run misses a
-// tolerance (its error against float64 is recorded by the script), ours may be at most 5x
-// PyTorch's float32 error instead. Dropout is 0 on both sides (masks cannot match).
+// tolerance (its error against float64 is recorded by the script: the larger of two float32 runs,
+// batch in order and reversed), ours may be at most 5x PyTorch's float32 error instead. Dropout is 0 on both sides (masks cannot match).
 // Why lr 1e-4: a ReLU or max-pool kink crossed because of rounding makes the next gradient jump
 // (measured: 3e-6 error growing smoothly, then 2e-3 across one crossing), and BatchNorm makes
 // early conv gradients large relative to their weights, so with a larger step three updates
@@ -111,7 +111,8 @@ double rel_err(const float* got, const std::vector<float>& want, double floor = 
 // BatchNorm nets at these batch sizes: vgg16_bn, densenet121, resnet50, where float32 cannot
 // pin the gradient down better than ~1e-2); then the same order as PyTorch's error, 5x. Two
 // float32 implementations round differently, so their errors against the exact result vary
-// by a few times either way; a real bug gives errors of order 1.
+// by a few times either way (one float32 run is one draw of that spread, hence two runs in
+// the script); a real bug gives errors of order 1.
 double tolerance(const SafetensorsReader& ref, const std::string& key, double fixed) {
   return std::max(fixed, 5.0 * double(ref.read_f32("torch_f32_err." + key)[0]));
 }

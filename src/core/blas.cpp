@@ -18,7 +18,7 @@ namespace {
 GemmBackend initial_backend() {
   const char* env = std::getenv("MPICNN_GEMM");
   if (env && *env) return parse_gemm_backend(env);
-  return GemmBackend::kEigen;
+  return GemmBackend::kOpenBlas;
 }
 
 std::atomic<GemmBackend>& backend_slot() {
