@@ -11,9 +11,10 @@ trap 'rm -f "$log"' EXIT
 
 # doctest binary: take its own counts; a crash with no summary counts as one failure.
 run_doctest() {
-  local name=$1 bin=$2
+  local name=$1
+  shift
   echo "=== $name"
-  "$bin" --no-intro=true 2>&1 | tee "$log"
+  "$@" --no-intro=true 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local line
   line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1)
@@ -30,6 +31,13 @@ run_doctest() {
 }
 
 run_doctest "unit tests" "$build/tests/unit_tests"
+
+# MPI tests on 1, 2 and 3 ranks (oversubscribed on 2 cores). OpenMPI refuses root without the
+# two variables; the timeout turns a hang (a collective some rank never reaches) into a failure.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for k in 1 2 3; do
+  run_doctest "mpi tests, $k ranks" timeout 600 mpiexec -n "$k" --oversubscribe "$build/tests/mpi_tests"
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
