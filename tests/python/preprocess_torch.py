@@ -44,7 +44,7 @@ def to_pil(a):
 
 
 def from_pil(im):
-    a = np.asarray(im)
+    a = np.array(im)  # a writable copy: torch.from_numpy warns about PIL's read-only buffer
     if a.ndim == 2:
         a = a[..., None]
     return torch.from_numpy(np.ascontiguousarray(a))
