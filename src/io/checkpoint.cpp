@@ -1,0 +1,421 @@
+// Checkpoint save / resolve / load and the stop-signal flag (POSIX: rename, renameat2,
+// symlink, sigaction). Not the decision of when to checkpoint: that is the trainer's.
+#include "io/checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "core/check.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "models/model.h"
+#include "optim/optimizer.h"
+
+namespace mpicnn {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const char* const kModelFile = "model.safetensors";
+const char* const kOptimFile = "optimizer.safetensors";
+const char* const kTrainerFile = "trainer.json";
+
+std::string iso_utc(std::chrono::system_clock::time_point t) {
+  const std::time_t s = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A rename or a new directory entry is durable only once its directory is fsync'ed.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  CHECK(fd >= 0, dir.string(), ": cannot open directory: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  CHECK(rc == 0, dir.string(), ": fsync failed: ", std::strerror(err));
+}
+
+std::vector<uint8_t> read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  CHECK(in, path.string(), ": missing or unreadable");
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+uint32_t crc32_of(const std::vector<uint8_t>& bytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  size_t done = 0;
+  while (done < bytes.size()) {  // zlib takes uInt lengths
+    const size_t n = std::min<size_t>(bytes.size() - done, 1u << 30);
+    crc = ::crc32(crc, bytes.data() + done, uInt(n));
+    done += n;
+  }
+  return uint32_t(crc);
+}
+
+// Removes a directory when the save that made it fails, so failed saves leave no litter.
+struct TempDirGuard {
+  fs::path path;
+  ~TempDirGuard() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  return std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+json state_to_json(const TrainerState& s) {
+  json j;
+  j["format"] = "mpicnn-checkpoint";
+  j["format_version"] = kCheckpointFormatVersion;
+  j["model"] = s.model;
+  j["optimizer"] = s.optimizer;
+  j["epoch"] = s.epoch;
+  j["step_in_epoch"] = s.step_in_epoch;
+  j["global_step"] = s.global_step;
+  j["samples_seen"] = s.samples_seen;
+  j["seed"] = s.seed;  // nlohmann keeps uint64 exact
+  j["rng_counters"] = s.rng_counters;
+  j["ranks"] = s.ranks;
+  j["config"] = s.config;
+  j["run_started"] = s.run_started;
+  j["saved_at"] = s.saved_at;
+  j["saved_unix_ms"] = s.saved_unix_ms;
+  return j;
+}
+
+template <typename T>
+T field(const json& j, const char* key, const std::string& path) {
+  auto it = j.find(key);
+  CHECK(it != j.end(), path, ": field '", key, "' missing");
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    FAIL(path, ": field '", key, "' has the wrong type (", it->type_name(), ")");
+  }
+}
+
+// trainer.json parsed and version-checked; the state plus its "files" record.
+std::pair<TrainerState, json> parse_trainer(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_all(path);
+  json j;
+  try {
+    j = json::parse(bytes.begin(), bytes.end());
+  } catch (const json::exception& e) {
+    FAIL(path, ": not valid JSON (truncated or corrupt): ", e.what());
+  }
+  CHECK(j.is_object(), path, ": not a JSON object");
+  CHECK(field<std::string>(j, "format", path) == "mpicnn-checkpoint", path,
+        ": not an mpicnn checkpoint (format '", j["format"].dump(), "')");
+  const int version = field<int>(j, "format_version", path);
+  CHECK(version == kCheckpointFormatVersion, path, ": checkpoint format version ", version,
+        ", this build reads version ", kCheckpointFormatVersion);
+  TrainerState s;
+  s.model = field<std::string>(j, "model", path);
+  s.optimizer = field<std::string>(j, "optimizer", path);
+  s.epoch = field<int64_t>(j, "epoch", path);
+  s.step_in_epoch = field<int64_t>(j, "step_in_epoch", path);
+  s.global_step = field<int64_t>(j, "global_step", path);
+  s.samples_seen = field<int64_t>(j, "samples_seen", path);
+  s.seed = field<uint64_t>(j, "seed", path);
+  s.rng_counters = field<std::map<std::string, uint64_t>>(j, "rng_counters", path);
+  s.ranks = field<int>(j, "ranks", path);
+  s.config = field<std::map<std::string, std::string>>(j, "config", path);
+  s.run_started = field<std::string>(j, "run_started", path);
+  s.saved_at = field<std::string>(j, "saved_at", path);
+  s.saved_unix_ms = field<int64_t>(j, "saved_unix_ms", path);
+  CHECK(s.epoch >= 0 && s.step_in_epoch >= 0 && s.global_step >= 0 && s.samples_seen >= 0 &&
+            s.ranks >= 1,
+        path, ": negative counter or ranks < 1");
+  json files = field<json>(j, "files", path);
+  CHECK(files.is_object(), path, ": field 'files' is not an object");
+  return {s, files};
+}
+
+// The recorded size and CRC-32 catch a truncated or bit-flipped tensor file, which the
+// safetensors reader alone cannot (a flipped data byte is still a well-formed file).
+void verify_file(const fs::path& file, const json& files, const std::string& trainer_path) {
+  const std::string name = file.filename().string();
+  CHECK(files.contains(name) && files[name].is_object(), trainer_path, ": no record of ", name);
+  const auto size = field<uint64_t>(files[name], "bytes", trainer_path);
+  const auto crc = field<uint32_t>(files[name], "crc32", trainer_path);
+  CHECK(fs::exists(file), file.string(), ": missing");
+  const std::vector<uint8_t> bytes = read_all(file);
+  CHECK(bytes.size() == size, file.string(), ": ", bytes.size(), " bytes, ", trainer_path,
+        " records ", size, " (truncated or replaced)");
+  CHECK(crc32_of(bytes) == crc, file.string(), ": CRC-32 differs from the one in ", trainer_path,
+        " (corrupt)");
+}
+
+// Model::load_state_dict changes tensors as it goes; checking every name and shape first
+// keeps a failed load from leaving a half-restored model.
+void validate_model_file(const SafetensorsReader& r, const Model& model) {
+  std::set<std::string> expected;
+  for (const StateEntry& e : model.params().entries()) {
+    expected.insert(e.name);
+    CHECK(r.contains(e.name), r.path(), ": no tensor '", e.name, "' (model ", model.name(), ")");
+    const TensorInfo& t = r.info(e.name);
+    const Dims want = e.kind == StateKind::BufferI64 ? Dims{} : dims_of(e.shape);
+    CHECK(t.shape == want, r.path(), ": tensor '", e.name, "' has shape ", dims_str(t.shape),
+          ", model ", model.name(), " needs ", dims_str(want));
+    const bool int_ok = e.kind == StateKind::BufferI64 ? dtype_is_int(t.dtype) : dtype_is_float(t.dtype);
+    CHECK(int_ok, r.path(), ": tensor '", e.name, "' has dtype ", dtype_name(t.dtype));
+  }
+  for (const TensorInfo& t : r.tensors())
+    CHECK(expected.count(t.name), r.path(), ": unexpected tensor '", t.name, "' for model ",
+          model.name());
+}
+
+bool is_checkpoint_name(const std::string& n) {
+  return n.rfind("epoch-", 0) == 0 || n.rfind("step-", 0) == 0;
+}
+
+void update_latest(const fs::path& run, const std::string& target) {
+  const fs::path tmp = run / (".latest.tmp-" + unique_suffix());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  CHECK(::symlink(target.c_str(), tmp.c_str()) == 0, tmp.string(), ": cannot create symlink: ",
+        std::strerror(errno));
+  if (::rename(tmp.c_str(), (run / "latest").c_str()) != 0) {
+    const int err = errno;
+    fs::remove(tmp, ec);
+    FAIL((run / "latest").string(), ": cannot replace: ", std::strerror(err));
+  }
+  fsync_dir(run);
+}
+
+// Keeps the `keep_last` most recently saved checkpoints (by trainer.json's saved_unix_ms,
+// then global step, then name). A checkpoint whose trainer.json cannot be read is left alone:
+// pruning must never be the thing that destroys evidence. Removal first renames the
+// directory to a hidden name, so a crash mid-removal never leaves a half-deleted visible one.
+void prune(const fs::path& ckdir, int keep_last, const std::string& keep_name) {
+  if (keep_last <= 0) return;
+  struct Item {
+    int64_t ms, step;
+    std::string name;
+  };
+  std::vector<Item> items;
+  for (const auto& d : fs::directory_iterator(ckdir)) {
+    const std::string n = d.path().filename().string();
+    if (!d.is_directory() || !is_checkpoint_name(n)) continue;
+    try {
+      const TrainerState s = read_trainer_state((d.path() / kTrainerFile).string());
+      items.push_back({s.saved_unix_ms, s.global_step, n});
+    } catch (const Error&) {
+    }
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return std::tie(a.ms, a.step, a.name) > std::tie(b.ms, b.step, b.name);
+  });
+  int kept = 0;
+  for (const Item& it : items) {
+    if (it.name == keep_name || kept < keep_last - 1) {
+      if (it.name != keep_name) ++kept;
+      continue;
+    }
+    const fs::path gone = ckdir / (".del-" + it.name + "-" + unique_suffix());
+    std::error_code ec;
+    fs::rename(ckdir / it.name, gone, ec);
+    if (!ec) fs::remove_all(gone, ec);
+  }
+  fsync_dir(ckdir);
+}
+
+}  // namespace
+
+std::string checkpoint_name(const TrainerState& s) {
+  char buf[48];
+  if (s.step_in_epoch == 0)
+    std::snprintf(buf, sizeof buf, "epoch-%04lld", static_cast<long long>(s.epoch));
+  else
+    std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(s.global_step));
+  return buf;
+}
+
+CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
+                                const Optimizer& optimizer, const TrainerState& state,
+                                int keep_last, const CheckpointHook& hook) {
+  CHECK(keep_last >= 0, "keep_last must be >= 0, got ", keep_last);
+  const fs::path run(run_dir);
+  const fs::path ckdir = run / "checkpoints";
+  std::error_code ec;
+  fs::create_directories(ckdir, ec);
+  CHECK(!ec, ckdir.string(), ": cannot create: ", ec.message());
+  // Leftovers of saves that crashed (temp and half-removed dirs) are never visible
+  // checkpoints; clear them so they do not accumulate.
+  for (const auto& d : fs::directory_iterator(ckdir)) {
+    const std::string n = d.path().filename().string();
+    if (n.rfind(".tmp-", 0) == 0 || n.rfind(".del-", 0) == 0) fs::remove_all(d.path(), ec);
+  }
+
+  const std::string name = checkpoint_name(state);
+  const fs::path tmp = ckdir / (".tmp-" + name + "-" + unique_suffix());
+  CHECK(fs::create_directory(tmp, ec) && !ec, tmp.string(), ": cannot create: ", ec.message());
+  TempDirGuard guard{tmp};
+  auto stage = [&](std::string_view s) {
+    if (hook) hook(s);
+  };
+
+  TrainerState st = state;
+  const auto now = std::chrono::system_clock::now();
+  st.saved_at = iso_utc(now);
+  st.saved_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  st.model = model.name();
+  st.optimizer = optimizer.name();
+  if (st.run_started.empty()) st.run_started = st.saved_at;
+
+  // "format: pt" is what safetensors' torch helpers write; loaders use it as a hint.
+  model.save_state_dict((tmp / kModelFile).string(),
+                        {{"format", "pt"}, {"mpicnn.model", st.model}});
+  stage("model");
+  SafetensorsWriter ow;
+  optimizer.save_state(ow);
+  ow.set_metadata("mpicnn.model", st.model);
+  ow.write((tmp / kOptimFile).string());
+  stage("optimizer");
+
+  json j = state_to_json(st);
+  for (const char* f : {kModelFile, kOptimFile}) {
+    const std::vector<uint8_t> bytes = read_all(tmp / f);  // what is on disk, not in memory
+    j["files"][f] = {{"bytes", bytes.size()}, {"crc32", crc32_of(bytes)}};
+  }
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic((tmp / kTrainerFile).string(),
+                    {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  stage("trainer");
+  fsync_dir(tmp);
+
+  const fs::path final_dir = ckdir / name;
+  if (!fs::exists(fs::symlink_status(final_dir))) {
+    CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, final_dir.string(),
+          ": cannot publish: ", std::strerror(errno));
+  } else {
+    // Resumed from an earlier checkpoint and reached a name saved before: swap atomically so
+    // `latest` (which may point here) never sees a missing or partial directory; the guard
+    // then removes the old one, now at the temp name.
+    CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0,
+          final_dir.string(), ": cannot replace: ", std::strerror(errno));
+  }
+  fsync_dir(ckdir);
+  stage("published");
+  update_latest(run, "checkpoints/" + name);
+  stage("latest");
+  prune(ckdir, keep_last, name);
+
+  CheckpointPaths p;
+  p.dir = final_dir.string();
+  p.run_dir = run.string();
+  p.model = (final_dir / kModelFile).string();
+  p.optimizer = (final_dir / kOptimFile).string();
+  p.trainer = (final_dir / kTrainerFile).string();
+  return p;
+}
+
+CheckpointPaths resolve_checkpoint(const std::string& arg) {
+  CHECK(!arg.empty(), "--resume: empty checkpoint path");
+  fs::path p(arg);
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec))
+    FAIL(arg, ": symlink to missing ", fs::read_symlink(p, ec).string());
+  CHECK(fs::is_directory(p, ec), arg, ": no such checkpoint or run directory");
+  if (!fs::exists(p / kTrainerFile, ec)) {
+    // A run directory: its latest pointer names the checkpoint.
+    const fs::path latest = p / "latest";
+    if (fs::is_symlink(fs::symlink_status(latest, ec)) && !fs::exists(latest, ec))
+      FAIL(latest.string(), ": points to missing ", fs::read_symlink(latest, ec).string());
+    CHECK(fs::exists(latest, ec), arg,
+          ": not a checkpoint (no trainer.json) and no latest checkpoint in it");
+    p = latest;
+  }
+  const fs::path dir = fs::canonical(p, ec);
+  CHECK(!ec, p.string(), ": ", ec.message());
+  CHECK(fs::exists(dir / kTrainerFile, ec), (dir / kTrainerFile).string(),
+        ": missing (not a checkpoint directory)");
+  CheckpointPaths r;
+  r.dir = dir.string();
+  if (dir.parent_path().filename() == "checkpoints") r.run_dir = dir.parent_path().parent_path().string();
+  r.model = (dir / kModelFile).string();
+  r.optimizer = (dir / kOptimFile).string();
+  r.trainer = (dir / kTrainerFile).string();
+  return r;
+}
+
+TrainerState read_trainer_state(const std::string& trainer_json_path) {
+  return parse_trainer(trainer_json_path).first;
+}
+
+TrainerState load_checkpoint(const std::string& arg, Model& model, Optimizer& optimizer) {
+  const CheckpointPaths p = resolve_checkpoint(arg);
+  auto [state, files] = parse_trainer(p.trainer);
+  CHECK(state.model == model.name(), p.trainer, ": checkpoint of model '", state.model,
+        "', not '", model.name(), "'");
+  CHECK(state.optimizer == optimizer.name(), p.trainer, ": checkpoint of optimizer '",
+        state.optimizer, "', not '", optimizer.name(), "'");
+  verify_file(p.model, files, p.trainer);
+  verify_file(p.optimizer, files, p.trainer);
+  const SafetensorsReader mr(p.model);
+  validate_model_file(mr, model);
+  const SafetensorsReader orr(p.optimizer);
+  optimizer.load_state(orr);  // validates everything before changing anything
+  model.load_state_dict(p.model);
+  return state;
+}
+
+// ---- stop signals ----
+
+namespace {
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-free atomic");
+struct sigaction g_old_term, g_old_usr1;
+bool g_installed = false;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig, std::memory_order_relaxed); }
+}  // namespace
+
+void install_stop_signals() {
+  if (g_installed) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a blocking read or MPI wait resumes; the flag is polled later
+  CHECK(::sigaction(SIGTERM, &sa, &g_old_term) == 0, "sigaction(SIGTERM): ", std::strerror(errno));
+  CHECK(::sigaction(SIGUSR1, &sa, &g_old_usr1) == 0, "sigaction(SIGUSR1): ", std::strerror(errno));
+  g_installed = true;
+}
+
+void restore_stop_signals() {
+  if (!g_installed) return;
+  ::sigaction(SIGTERM, &g_old_term, nullptr);
+  ::sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  g_installed = false;
+}
+
+bool stop_requested() { return g_stop_signal.load(std::memory_order_relaxed) != 0; }
+int stop_signal() { return g_stop_signal.load(std::memory_order_relaxed); }
+void clear_stop_request() { g_stop_signal.store(0, std::memory_order_relaxed); }
+
+}  // namespace mpicnn

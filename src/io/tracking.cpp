@@ -1,0 +1,280 @@
+// RunTracker: metrics.jsonl, summary.json and the MLflow FileStore layout (the classic
+// mlruns/<experiment>/<run>/{meta.yaml,params,metrics,tags,artifacts} that `mlflow ui
+// --backend-store-uri file:RUN/mlruns` reads). Not an MLflow client: no server, no database.
+#include "io/tracking.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/check.h"
+#include "io/atomic_file.h"
+
+namespace mpicnn {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+int64_t system_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  write_file_atomic(path.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+// YAML single-quoted scalar: only the quote itself needs escaping.
+std::string yq(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// Shortest text that parses back to the same double; "nan" / "inf" as Python's repr.
+std::string num(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  (void)ec;
+  return std::string(buf, end);
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  char buf[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", unsigned(rd()));
+  return buf;
+}
+
+std::string file_uri(const fs::path& p) { return "file://" + fs::absolute(p).lexically_normal().string(); }
+
+// JSON has no NaN: a metric that was not measured (no test set) is written as null.
+json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+}  // namespace
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const auto b = line.find_first_not_of(" \t", colon + 1);
+    return b == std::string::npos ? "" : line.substr(b);
+  }
+  return "";
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+// MLflow accepts alphanumerics, '_', '-', '.', ' ' and '/' in keys; '/' would make a
+// subdirectory in the file store, so it is replaced as well.
+std::string mlflow_safe_key(const std::string& key) {
+  std::string out = key;
+  for (char& c : out)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ' '))
+      c = '_';
+  return out.empty() ? "_" : out;
+}
+
+RunTracker::RunTracker(const std::string& run_dir, RunInfo info, std::function<int64_t()> clock_ms)
+    : run_dir_(run_dir), info_(std::move(info)), clock_ms_(clock_ms ? std::move(clock_ms) : system_ms) {
+  std::error_code ec;
+  fs::create_directories(run_dir_, ec);
+  CHECK(!ec, run_dir_, ": cannot create run directory: ", ec.message());
+  if (info_.run_name.empty()) info_.run_name = fs::path(run_dir_).lexically_normal().filename().string();
+  if (info_.run_name.empty()) info_.run_name = "run";
+  mlruns_ = (fs::path(run_dir_) / "mlruns").string();
+  start_ms_ = clock_ms_();
+
+  // Resuming continues the same MLflow run and keeps the epochs already recorded.
+  const fs::path summary_path = fs::path(run_dir_) / "summary.json";
+  if (info_.resume && fs::exists(summary_path)) {
+    std::ifstream in(summary_path);
+    json old;
+    try {
+      old = json::parse(in);
+      run_id_ = old.at("mlflow_run_id").get<std::string>();
+      start_ms_ = old.at("started_unix_ms").get<int64_t>();
+      for (const json& e : old.at("per_epoch"))
+        epochs_.push_back({e.at("epoch").get<int64_t>(), e.value("train_loss", NAN),
+                           e.value("test_loss", NAN), e.value("top1", NAN), e.value("top5", NAN),
+                           e.at("epoch_seconds").get<double>(), e.value("comm_share", 0.0),
+                           e.value("data_wait_s", 0.0), e.value("images", int64_t(0))});
+    } catch (const json::exception& e) {
+      FAIL(summary_path.string(), ": cannot resume from it: ", e.what());
+    }
+  }
+  if (run_id_.empty()) run_id_ = new_run_id();
+
+  const fs::path exp = fs::path(mlruns_) / "0";
+  mlrun_ = (exp / run_id_).string();
+  for (const char* sub : {"params", "metrics", "tags", "artifacts"}) {
+    fs::create_directories(fs::path(mlrun_) / sub, ec);
+    CHECK(!ec, mlrun_, "/", sub, ": cannot create: ", ec.message());
+  }
+  if (!fs::exists(exp / "meta.yaml")) {
+    const std::string now = std::to_string(start_ms_);
+    write_text(exp / "meta.yaml", "artifact_location: " + yq(file_uri(exp)) +
+                                      "\ncreation_time: " + now +
+                                      "\nexperiment_id: '0'\nlast_update_time: " + now +
+                                      "\nlifecycle_stage: active\nname: Default\n");
+  }
+  const char* user = std::getenv("USER");
+  const std::map<std::string, std::string> tags = {
+      {"mlflow.runName", info_.run_name},
+      {"mlflow.user", user && *user ? user : "unknown"},
+      {"mlflow.source.name", "mpicnn"},
+      {"mlflow.source.type", "LOCAL"}};
+  for (const auto& [k, v] : tags) write_text(fs::path(mlrun_) / "tags" / k, v);
+  for (const auto& [k, v] : info_.params) write_text(fs::path(mlrun_) / "params" / mlflow_safe_key(k), v);
+  write_run_meta(RunStatus::Running, -1);
+  write_summary();
+}
+
+RunTracker::~RunTracker() {
+  if (finished_) return;
+  try {
+    finish(RunStatus::Failed);
+  } catch (...) {  // a destructor must not throw; the run stays RUNNING on disk
+  }
+}
+
+void RunTracker::write_run_meta(RunStatus status, int64_t end_ms) {
+  const char* user = std::getenv("USER");
+  std::string y;
+  y += "artifact_uri: " + yq(file_uri(fs::path(mlrun_) / "artifacts")) + "\n";
+  y += "end_time: " + (end_ms < 0 ? std::string("null") : std::to_string(end_ms)) + "\n";
+  y += "entry_point_name: ''\n";
+  y += "experiment_id: '0'\n";
+  y += "lifecycle_stage: active\n";
+  y += "run_id: " + yq(run_id_) + "\n";
+  y += "run_name: " + yq(info_.run_name) + "\n";
+  y += "run_uuid: " + yq(run_id_) + "\n";
+  y += "source_name: ''\n";
+  y += "source_type: 4\n";  // SourceType.LOCAL
+  y += "source_version: ''\n";
+  y += "start_time: " + std::to_string(start_ms_) + "\n";
+  y += "status: " + std::to_string(int(status)) + "\n";
+  y += "tags: []\n";
+  y += "user_id: " + yq(user && *user ? user : "unknown") + "\n";
+  write_text(fs::path(mlrun_) / "meta.yaml", y);
+}
+
+void RunTracker::append_jsonl(const json& j) {
+  const fs::path path = fs::path(run_dir_) / "metrics.jsonl";
+  std::ofstream out(path, std::ios::app);
+  out << j.dump() << '\n';
+  out.flush();
+  CHECK(out, path.string(), ": write failed");
+}
+
+void RunTracker::log_metric(const std::string& key, double value, int64_t step, int64_t ts) {
+  const fs::path path = fs::path(mlrun_) / "metrics" / mlflow_safe_key(key);
+  std::ofstream out(path, std::ios::app);
+  out << ts << ' ' << num(value) << ' ' << step << '\n';
+  CHECK(out, path.string(), ": write failed");
+}
+
+void RunTracker::log_step(const StepRecord& r) {
+  append_jsonl({{"kind", "step"}, {"step", r.step}, {"epoch", r.epoch}, {"loss", num_or_null(r.loss)},
+                {"lr", r.lr}, {"images_per_s", r.images_per_s}, {"time", r.time}});
+  const int64_t ts = clock_ms_();
+  log_metric("loss", r.loss, r.step, ts);
+  log_metric("lr", r.lr, r.step, ts);
+  log_metric("images_per_s", r.images_per_s, r.step, ts);
+}
+
+void RunTracker::log_epoch(const EpochRecord& r) {
+  append_jsonl({{"kind", "epoch"}, {"epoch", r.epoch}, {"train_loss", num_or_null(r.train_loss)},
+                {"test_loss", num_or_null(r.test_loss)}, {"top1", num_or_null(r.top1)},
+                {"top5", num_or_null(r.top5)}, {"epoch_seconds", r.epoch_seconds},
+                {"comm_share", r.comm_share}, {"data_wait_s", r.data_wait_s}, {"images", r.images}});
+  const int64_t ts = clock_ms_();
+  const std::pair<const char*, double> ms[] = {
+      {"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"top1", r.top1},
+      {"top5", r.top5}, {"epoch_seconds", r.epoch_seconds}, {"comm_share", r.comm_share},
+      {"data_wait_s", r.data_wait_s}};
+  for (const auto& [k, v] : ms)
+    if (std::isfinite(v)) log_metric(k, v, r.epoch, ts);
+  // A resumed run that repeats an epoch replaces it rather than counting it twice.
+  std::erase_if(epochs_, [&](const EpochRecord& e) { return e.epoch == r.epoch; });
+  epochs_.push_back(r);
+  write_summary();
+}
+
+void RunTracker::set_summary(const std::string& key, json value) {
+  extra_[key] = std::move(value);
+  write_summary();
+}
+
+json RunTracker::summary() const {
+  json s;
+  s["run_name"] = info_.run_name;
+  s["status"] = status_;
+  s["mlflow_run_id"] = run_id_;
+  s["started_unix_ms"] = start_ms_;
+  s["model"] = info_.model;
+  s["dataset"] = info_.dataset;
+  s["ranks"] = info_.ranks;
+  s["nodes"] = info_.nodes;
+  s["threads_per_rank"] = info_.threads_per_rank;
+  s["hosts"] = info_.hosts;
+  s["cpu_model"] = cpu_model_name();
+  s["gpu_model"] = "";  // CPU build
+  s["batch_per_rank"] = info_.batch_per_rank;
+  s["global_batch"] = info_.global_batch;
+  s["epochs"] = info_.epochs;
+  s["epochs_done"] = epochs_.size();
+  double seconds = 0;
+  int64_t images = 0;
+  json times = json::array(), per = json::array();
+  for (const EpochRecord& e : epochs_) {
+    seconds += e.epoch_seconds;
+    images += e.images;
+    times.push_back(e.epoch_seconds);
+    per.push_back({{"epoch", e.epoch}, {"train_loss", num_or_null(e.train_loss)},
+                   {"test_loss", num_or_null(e.test_loss)}, {"top1", num_or_null(e.top1)},
+                   {"top5", num_or_null(e.top5)}, {"epoch_seconds", e.epoch_seconds},
+                   {"comm_share", e.comm_share}, {"data_wait_s", e.data_wait_s}, {"images", e.images}});
+  }
+  s["train_seconds"] = seconds;
+  s["images_per_s"] = seconds > 0 ? json(double(images) / seconds) : json(nullptr);
+  s["epoch_seconds"] = times;
+  s["final_train_loss"] = epochs_.empty() ? json(nullptr) : num_or_null(epochs_.back().train_loss);
+  s["final_test_loss"] = epochs_.empty() ? json(nullptr) : num_or_null(epochs_.back().test_loss);
+  s["test_top1"] = epochs_.empty() ? json(nullptr) : num_or_null(epochs_.back().top1);
+  s["test_top5"] = epochs_.empty() ? json(nullptr) : num_or_null(epochs_.back().top5);
+  s["per_epoch"] = per;
+  s["params"] = info_.params;
+  for (const auto& [k, v] : extra_.items()) s[k] = v;
+  return s;
+}
+
+void RunTracker::write_summary() {
+  write_text(fs::path(run_dir_) / "summary.json", summary().dump(2) + "\n");
+}
+
+void RunTracker::finish(RunStatus status) {
+  CHECK(!finished_, run_dir_, ": run already finished");
+  CHECK(status != RunStatus::Running, run_dir_, ": finish() needs a terminal status");
+  finished_ = true;
+  status_ = status == RunStatus::Finished ? "FINISHED" : status == RunStatus::Failed ? "FAILED" : "KILLED";
+  write_summary();
+  write_run_meta(status, clock_ms_());
+}
+
+}  // namespace mpicnn

@@ -1,0 +1,86 @@
+// Run tracking on rank 0: RUN/metrics.jsonl (one JSON object per line, flushed per line),
+// RUN/summary.json (rewritten atomically each epoch and at the end) and an MLflow FileStore
+// under RUN/mlruns (experiment 0, one run). Not MPI (the caller gathers per-rank numbers) and
+// not progress output (io/progress.h).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mpicnn {
+
+struct StepRecord {
+  int64_t step = 0;   // global step
+  int64_t epoch = 0;
+  double loss = 0, lr = 0, images_per_s = 0;
+  double time = 0;    // seconds since the run started
+};
+
+struct EpochRecord {
+  int64_t epoch = 0;
+  double train_loss = 0, test_loss = 0;
+  double top1 = 0, top5 = 0;  // fractions in [0, 1]
+  double epoch_seconds = 0;
+  double comm_share = 0;      // fraction of step time spent in gradient communication
+  double data_wait_s = 0;     // seconds the step loop waited for data
+  int64_t images = 0;         // training images this epoch, over all ranks
+};
+
+struct RunInfo {
+  std::string run_name;  // shown by MLflow; default: the run directory's name
+  std::string model, dataset;
+  int ranks = 1, nodes = 1, threads_per_rank = 1;
+  std::vector<std::string> hosts;
+  int batch_per_rank = 0, global_batch = 0;
+  int epochs = 0;
+  std::map<std::string, std::string> params;  // the run configuration -> MLflow params
+  bool resume = false;  // continue RUN's metrics, summary and MLflow run instead of a new one
+};
+
+enum class RunStatus { Running = 1, Finished = 3, Failed = 4, Killed = 5 };  // MLflow's numbers
+
+class RunTracker {
+ public:
+  // Creates RUN (and mlruns), writes the MLflow run as RUNNING and a first summary.json.
+  // `clock_ms` (Unix milliseconds) is injectable for tests.
+  RunTracker(const std::string& run_dir, RunInfo info, std::function<int64_t()> clock_ms = {});
+  // An unfinished tracker (an exception unwinding) marks the run FAILED.
+  ~RunTracker();
+  RunTracker(const RunTracker&) = delete;
+  RunTracker& operator=(const RunTracker&) = delete;
+
+  void log_step(const StepRecord& r);
+  void log_epoch(const EpochRecord& r);  // also rewrites summary.json
+  void set_summary(const std::string& key, nlohmann::json value);  // caller's extra fields
+  void finish(RunStatus status);  // summary.json, MLflow status and end_time; once
+
+  const std::string& run_id() const { return run_id_; }
+  const std::string& mlflow_run_dir() const { return mlrun_; }
+  nlohmann::json summary() const;
+
+ private:
+  void append_jsonl(const nlohmann::json& j);
+  void log_metric(const std::string& key, double value, int64_t step, int64_t ts);
+  void write_run_meta(RunStatus status, int64_t end_ms);
+  void write_summary();
+
+  std::string run_dir_, mlruns_, mlrun_, run_id_;
+  RunInfo info_;
+  std::function<int64_t()> clock_ms_;
+  int64_t start_ms_ = 0;
+  std::vector<EpochRecord> epochs_;
+  nlohmann::json extra_ = nlohmann::json::object();
+  std::string status_ = "RUNNING";
+  bool finished_ = false;
+};
+
+// Helpers shared with the apps: the first "model name" of /proc/cpuinfo ("" if unknown),
+// this host's name, and a key made safe for an MLflow file name.
+std::string cpu_model_name();
+std::string host_name();
+std::string mlflow_safe_key(const std::string& key);
+
+}  // namespace mpicnn
