@@ -11,10 +11,10 @@ loss and every parameter gradient of step 1, and the whole state dict after the 
 The reference runs in float64 from the float32 weights and input (exact in double), stored
 as float32: PyTorch's float32 CPU path is the wrong yardstick, since on small batches it can
 differ from its own float64 result by 1e-2 (sums that cancel in BatchNorm backward). The same
-steps also run in float32, twice: with the batch in order and reversed (the same mathematics,
-other summation orders in BatchNorm statistics and GEMMs), and `torch_f32_err.KEY` records the
-larger distance of the two from the exact result, an estimate of float32's own spread on this
-model: the test holds us to the fixed tolerances, or, where PyTorch's own float32 misses them
+steps also run in float32 (for models with BatchNorm twice: with the batch in order and
+reversed, the same mathematics with other summation orders in BatchNorm statistics and GEMMs),
+and `torch_f32_err.KEY` records the larger distance from the exact result, an estimate of
+float32's own spread on this model: the test holds us to the fixed tolerances, or, where PyTorch's own float32 misses them
 (deep BatchNorm nets at these batch sizes), to the same order as PyTorch's own error (5x).
 """
 import copy
@@ -86,8 +86,12 @@ def run(case, out_dir):
 
     exact = steps(model, x, t, case, torch.float64)
     single = steps(model, x, t, case, torch.float32)
-    flipped = steps(model, x.flip(0), t.flip(0), case, torch.float32)
-    flipped["logits"] = flipped["logits"].flip(0)
+    # The second float32 run only where float32's spread decides the tolerance: models with
+    # BatchNorm (elsewhere PyTorch's error stays far below the fixed tolerances).
+    flipped = single
+    if any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()):
+        flipped = steps(model, x.flip(0), t.flip(0), case, torch.float32)
+        flipped["logits"] = flipped["logits"].flip(0)
     ref = {"input": x, "target": t}
     for key, v in exact.items():
         if not v.is_floating_point():
