@@ -14,8 +14,9 @@ differ from its own float64 result by 1e-2 (sums that cancel in BatchNorm backwa
 steps also run in float32 (for models with BatchNorm twice: with the batch in order and
 reversed, the same mathematics with other summation orders in BatchNorm statistics and GEMMs),
 and `torch_f32_err.KEY` records the larger distance from the exact result, an estimate of
-float32's own spread on this model: the test holds us to the fixed tolerances, or, where PyTorch's own float32 misses them
-(deep BatchNorm nets at these batch sizes), to the same order as PyTorch's own error (5x).
+float32's own spread on this model: the test holds us to the fixed tolerances, or, where
+PyTorch's own float32 misses them (deep BatchNorm nets at these batch sizes), to the same
+order as PyTorch's own error (5x).
 """
 import copy
 import json
