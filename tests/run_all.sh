@@ -14,7 +14,7 @@ run_doctest() {
   local name=$1
   shift
   echo "=== $name"
-  "$@" --no-intro=true 2>&1 | tee "$log"
+  "$@" --no-intro=true --no-colors=true 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local line
   line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1)

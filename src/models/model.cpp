@@ -45,7 +45,18 @@ const Tensor& Model::forward(const Tensor& x) {
 
 void Model::backward(const Tensor& dlogits) {
   Tensor none;
+  if (!grad_ready_) {
+    root_->backward(none, dlogits);
+    return;
+  }
+  // Restores the previous hook also when backward throws.
+  struct Scope {
+    const GradReadyFn* saved;
+    explicit Scope(const GradReadyFn* f) : saved(detail::grad_ready_hook) { detail::grad_ready_hook = f; }
+    ~Scope() { detail::grad_ready_hook = saved; }
+  } scope(&grad_ready_);
   root_->backward(none, dlogits);
+  grad_ready_(0);
 }
 
 void Model::save_state_dict(const std::string& path,

@@ -42,6 +42,10 @@ class Model {
   const Tensor& forward(const Tensor& x);
   // Parameter gradients '+=' from dlogits of the last forward (the caller zeroes them).
   void backward(const Tensor& dlogits);
+  // Called during backward with offsets such that every gradient at grad-slab offset >= it is
+  // final (non-increasing; the last call, after backward, is 0). See GradReadyFn in
+  // module.h. An empty function removes the hook.
+  void set_grad_ready(GradReadyFn fn) { grad_ready_ = std::move(fn); }
 
   // State dict (parameters and buffers) by torchvision name. load is strict: every entry must
   // be present with its shape, and no other tensor may be in the file.
@@ -56,6 +60,7 @@ class Model {
   ParamStore store_;
   Shape planned_;
   bool training_ = true;
+  GradReadyFn grad_ready_;
 };
 
 }  // namespace mpicnn

@@ -5,8 +5,28 @@
 
 namespace mpicnn {
 
+namespace detail {
+thread_local const GradReadyFn* grad_ready_hook = nullptr;
+}
+
 void Sequential::register_state(ParamStore& store, const std::string& prefix) {
-  for (auto& [name, child] : children_) child->register_state(store, prefix + name + ".");
+  // Offsets are assigned at declaration, so each child's first parameter offset is known here.
+  std::vector<int64_t> first(children_.size(), -1);
+  for (size_t i = 0; i < children_.size(); ++i) {
+    const size_t before = store.entries().size();
+    children_[i].second->register_state(store, prefix + children_[i].first + ".");
+    for (size_t e = before; e < store.entries().size(); ++e)
+      if (store.entries()[e].kind == StateKind::Param) {
+        first[i] = store.entries()[e].offset;
+        break;
+      }
+  }
+  ready_from_.assign(children_.size(), -1);
+  int64_t lowest = -1;
+  for (size_t i = children_.size(); i-- > 0;) {
+    if (first[i] >= 0) lowest = first[i];  // registration order: earlier children sit lower
+    ready_from_[i] = lowest;
+  }
 }
 
 void Sequential::for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) {
@@ -46,9 +66,11 @@ const Tensor& Sequential::forward(const Tensor& in) {
 void Sequential::backward(Tensor& din, const Tensor& dout) {
   const Tensor* g = &dout;
   Tensor views[2];
+  const GradReadyFn* hook = detail::grad_ready_hook;
   for (size_t i = children_.size(); i-- > 0;) {
     if (i == 0) {
       children_[0].second->backward(din, *g);
+      if (hook && ready_from_[0] >= 0) (*hook)(ready_from_[0]);
       break;
     }
     // Gradient w.r.t. child i's input, in whichever buffer g is not using.
@@ -58,6 +80,7 @@ void Sequential::backward(Tensor& din, const Tensor& dout) {
     Tensor& v = views[i % 2];
     v = Tensor::view(buf.data(), s);
     children_[i].second->backward(v, *g);
+    if (hook && ready_from_[i] >= 0) (*hook)(ready_from_[i]);
     g = &v;
   }
 }

@@ -16,6 +16,20 @@
 
 namespace mpicnn {
 
+// Gradient-ready hook, for overlapping the gradient allreduce with backward (src/dist): while
+// Model::backward runs with a hook set, every Sequential calls it after each child's backward
+// with an offset such that every parameter gradient at grad-slab offset >= it is final. Valid
+// because a Sequential's children are registered in order and run backward in reverse, and
+// every block that holds a Sequential (ResidualBlock's downsample) registers it last, so all
+// parameters after a Sequential's range are final before its backward starts. A block that
+// breaks this (a Sequential child registered before parameters its backward finishes later)
+// must clear detail::grad_ready_hook around that child. Blocks without Sequential children
+// (Fire, DenseBlock) report nothing inside: their parent reports when they finish.
+using GradReadyFn = std::function<void(int64_t first_ready_offset)>;
+namespace detail {
+extern thread_local const GradReadyFn* grad_ready_hook;  // null outside a hooked backward
+}
+
 class Module {
  public:
   Module() = default;
@@ -120,6 +134,9 @@ class Sequential : public Module {
 
  private:
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  // ready_from_[i]: lowest grad-slab offset of the parameters of children i.., -1 when they
+  // have none; reported to the gradient-ready hook once child i's backward is done.
+  std::vector<int64_t> ready_from_;
   std::vector<Shape> in_shapes_;  // planned input shape of each child
   Tensor ping_, pong_;            // gradient buffers, each the largest intermediate's size
   int64_t planned_batch_ = 0;

@@ -1,0 +1,107 @@
+// Comm: the job's MPI world (MPI_COMM_WORLD with MPI_ERRORS_RETURN, every call checked by
+// MPI_CHECK), node-local rank and size, the launcher check, thread sizing and the collectives
+// the trainer needs (broadcast from rank 0, sums, parameter checksums). Not the gradient sync
+// (grad_sync.h) and not data sharding (shard.h).
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/tensor.h"
+
+namespace mpicnn::dist {
+
+// The MPI error string of an MPI return code ("MPI_ERR_COUNT: invalid count argument").
+std::string mpi_error_string(int code);
+
+}  // namespace mpicnn::dist
+
+// MPI_CHECK(call): throws mpicnn::Error naming the call, file, line and MPI's error string
+// when the call does not return MPI_SUCCESS (needs MPI_ERRORS_RETURN, which Comm sets).
+#define MPI_CHECK(call)                                                                       \
+  do {                                                                                        \
+    const int mpi_check_rc_ = (call);                                                         \
+    if (mpi_check_rc_ != MPI_SUCCESS)                                                         \
+      throw ::mpicnn::Error(::mpicnn::detail::concat(#call, " failed: ",                      \
+                                                     ::mpicnn::dist::mpi_error_string(mpi_check_rc_)), \
+                            #call, __FILE__, __LINE__);                                       \
+  } while (0)
+
+namespace mpicnn::dist {
+
+// What the launcher says the job size is; -1 where it says nothing.
+struct LauncherSizes {
+  int ompi = -1;   // OMPI_COMM_WORLD_SIZE (OpenMPI's mpiexec)
+  int slurm = -1;  // SLURM_NTASKS, only inside an srun step (SLURM_STEP_ID or SLURM_PROCID set)
+  int pmi = -1;    // PMI_SIZE (MPICH/Hydra, Intel MPI, srun --mpi=pmi2)
+};
+LauncherSizes launcher_sizes_from_environment();
+// Empty when world_size agrees with every size the launcher gave; else one line saying what
+// disagrees and the likely cause (a binary built against another MPI starts as K singletons).
+std::string launcher_mismatch(int world_size, const LauncherSizes& sizes);
+
+// requested if > 0, else max(1, node_cores / ranks_on_node).
+int threads_per_rank(int requested, int node_cores, int ranks_on_node);
+
+class Comm {
+ public:
+  // Initialises MPI (MPI_Init_thread, FUNNELED: only the thread that made the Comm calls MPI;
+  // OpenMP and loader threads never do) unless it already is (then adopts it and leaves the
+  // finalize to whoever initialised it). Sets MPI_ERRORS_RETURN, splits the node communicator
+  // and runs the launcher check (fail_job on a mismatch).
+  Comm(int* argc, char*** argv);
+  ~Comm();  // frees the node communicator; MPI_Finalize if this Comm initialised MPI
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool root() const { return rank_ == 0; }
+  int local_rank() const { return local_rank_; }  // rank among the ranks on this node
+  int local_size() const { return local_size_; }  // ranks on this node
+  int nodes() const { return nodes_; }
+  const std::string& host() const { return host_; }
+  int thread_level() const { return thread_level_; }  // what MPI provided
+  MPI_Comm world() const { return MPI_COMM_WORLD; }
+  MPI_Comm node() const { return node_; }
+
+  // requested if > 0, else the node's online cores / ranks on this node (at least 1).
+  int threads_per_rank(int requested) const;
+
+  // One line on stderr from this rank ("rank R (host): message"), flushed, then MPI_Abort:
+  // the job ends with exit code 1 and no rank waits forever on a collective.
+  [[noreturn]] void fail_job(const std::string& message) const;
+
+  // Collectives: every rank must call them, in the same order.
+  void barrier() const;
+  // bytes: rank 0's content, resized on the others.
+  void broadcast(std::vector<uint8_t>& bytes) const;
+  void broadcast(std::string& s) const;
+  // t must have the same numel on every rank (checked, on every rank, after the collective).
+  void broadcast(Tensor& t) const;
+  double allreduce_sum(double x) const;
+  void allreduce_sum(std::span<double> xs) const;  // in place
+  int64_t allreduce_sum(int64_t x) const;
+  std::vector<uint64_t> allgather(uint64_t x) const;
+
+  // --check-sync: a 64-bit hash of the floats (the parameter slab) on every rank; returns
+  // the ranks whose hash differs from rank 0's (empty when all agree), the same on all ranks.
+  std::vector<int> ranks_out_of_sync(const Tensor& values) const;
+
+ private:
+  bool owns_mpi_ = false;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
+  int thread_level_ = MPI_THREAD_SINGLE;
+  std::string host_;
+  MPI_Comm node_ = MPI_COMM_NULL;
+};
+
+// 64-bit hash of the bytes of n floats (FNV-1a over 64-bit words): equal iff bit-identical,
+// short of collisions.
+uint64_t hash_floats(const float* data, int64_t n);
+
+}  // namespace mpicnn::dist

@@ -1,0 +1,108 @@
+// Bucketed, overlapped gradient averaging over the ParamStore's gradient slab.
+#include "dist/grad_sync.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace mpicnn::dist {
+
+std::vector<Bucket> make_buckets(ParamStore& store, int64_t bucket_bytes) {
+  CHECK(store.allocated(), "gradient sync: the parameter store is not allocated");
+  CHECK(bucket_bytes >= 1, "gradient sync: bucket size must be >= 1 byte, got ", bucket_bytes);
+  const auto& entries = store.entries();
+  std::vector<int> params;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].kind == StateKind::Param) params.push_back(int(i));
+  const int64_t slab = store.grads().numel();
+  std::vector<Bucket> out;
+  if (params.empty()) {
+    out.push_back({0, slab, 0, -1});
+    return out;
+  }
+  const int64_t want = (bucket_bytes + int64_t(sizeof(float)) - 1) / int64_t(sizeof(float));
+  Bucket cur{0, slab, 0, params.back()};
+  for (size_t k = params.size(); k-- > 0;) {
+    const StateEntry& e = entries[size_t(params[k])];
+    // The first entry starts the slab at 0: the last bucket covers down to 0 whatever it holds.
+    cur.begin = k == 0 ? 0 : e.offset;
+    cur.first_entry = params[k];
+    if (cur.end - cur.begin >= want || k == 0) {
+      CHECK(cur.end - cur.begin < INT_MAX, "gradient sync: entry '", e.name,
+            "' makes a bucket over 2^31 floats");
+      out.push_back(cur);
+      cur = Bucket{0, cur.begin, 0, k > 0 ? params[k - 1] : 0};
+    }
+  }
+  return out;
+}
+
+GradSync::GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options)
+    : comm_(comm), store_(store), options_(options),
+      buckets_(make_buckets(store, options.bucket_bytes)),
+      requests_(buckets_.size(), MPI_REQUEST_NULL) {}
+
+void GradSync::attach(Model& model) {
+  CHECK(&model.params() == &store_, "gradient sync: model ", model.name(),
+        " does not own this parameter store");
+  model.set_grad_ready([this](int64_t offset) { on_ready(offset); });
+}
+
+void GradSync::begin_step() {
+  CHECK(!active_, "gradient sync: begin_step() twice without finish()");
+  active_ = true;
+  next_ = 0;
+  step_start_ = MPI_Wtime();
+}
+
+void GradSync::start(size_t b) {
+  const Bucket& k = buckets_[b];
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, store_.grads().data() + k.begin, int(k.end - k.begin),
+                           MPI_FLOAT, MPI_SUM, comm_.world(), &requests_[b]));
+}
+
+void GradSync::progress() {
+  // MPI's non-blocking collectives advance only inside MPI calls; one Testall per module lets
+  // them run during backward. Time here counts as waiting (it is not compute).
+  if (next_ == 0) return;
+  const double t = MPI_Wtime();
+  int done = 0;
+  MPI_CHECK(MPI_Testall(int(next_), requests_.data(), &done, MPI_STATUSES_IGNORE));
+  stats_.wait_seconds += MPI_Wtime() - t;
+}
+
+void GradSync::on_ready(int64_t first_ready_offset) {
+  if (options_.mode != SyncMode::Overlap) return;
+  CHECK(active_, "gradient sync: gradients reported ready outside begin_step()/finish()");
+  while (next_ < buckets_.size() && buckets_[next_].begin >= first_ready_offset) start(next_++);
+  progress();
+}
+
+void GradSync::finish() {
+  CHECK(active_, "gradient sync: finish() without begin_step()");
+  active_ = false;
+  Tensor& g = store_.grads();
+  const double t = MPI_Wtime();
+  if (options_.mode == SyncMode::Overlap) {
+    while (next_ < buckets_.size()) start(next_++);
+    MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  } else {
+    // Whole slab, in chunks below MPI's int count (a single call for any real model).
+    constexpr int64_t kChunk = int64_t(1) << 30;
+    for (int64_t off = 0; off < g.numel(); off += kChunk)
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, g.data() + off, int(std::min(kChunk, g.numel() - off)),
+                              MPI_FLOAT, MPI_SUM, comm_.world()));
+  }
+  stats_.wait_seconds += MPI_Wtime() - t;
+  if (options_.average && comm_.size() > 1) {
+    const float scale = 1.0f / float(comm_.size());
+    float* p = g.data();
+    const int64_t n = g.numel();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) p[i] *= scale;
+  }
+  stats_.steps += 1;
+  stats_.bytes += g.numel() * int64_t(sizeof(float));
+  stats_.step_seconds += MPI_Wtime() - step_start_;
+}
+
+}  // namespace mpicnn::dist

@@ -1,0 +1,90 @@
+// GradSync: averages the gradient slab over ranks after each backward. The slab is cut into
+// buckets (contiguous ranges of whole entries, ~25 MB by default) in reverse slab order; with
+// Overlap, each bucket's MPI_Iallreduce starts (in place, MPI_SUM) as soon as the model's
+// gradient-ready hook says all its gradients are final, and requests are progressed with
+// MPI_Testall between modules, so communication overlaps the rest of backward. finish() waits
+// and scales by 1/K. Not an optimizer and not a loss-scaler; BatchNorm statistics stay per rank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "dist/comm.h"
+#include "layers/params.h"
+#include "models/model.h"
+
+namespace mpicnn::dist {
+
+enum class SyncMode {
+  Overlap,   // per-bucket MPI_Iallreduce started from the backward hook
+  Blocking,  // one MPI_Allreduce of the whole slab after backward (comparison, fallback)
+};
+
+struct GradSyncOptions {
+  int64_t bucket_bytes = int64_t(25) << 20;  // a bucket closes once it holds at least this
+  SyncMode mode = SyncMode::Overlap;
+  // true: finish() scales the summed slab by 1/K (one pass over the slab after the wait).
+  // false: the caller already scaled the loss gradient by 1/K (SoftmaxCrossEntropy::backward's
+  // `scale`), so the sum is the average and that pass is skipped; same result up to rounding
+  // (bit-identical when K is a power of two).
+  bool average = true;
+};
+
+struct Bucket {
+  int64_t begin = 0, end = 0;  // grad-slab float range [begin, end), entry boundaries
+  int first_entry = 0, last_entry = 0;  // ParamStore entry indices it covers (inclusive)
+};
+
+struct GradSyncStats {
+  int64_t steps = 0;
+  double step_seconds = 0;  // begin_step() .. end of finish(), summed
+  double wait_seconds = 0;  // blocked on communication: final wait, blocking allreduce, Testall
+  int64_t bytes = 0;        // payload allreduced by this rank (slab bytes per step); on the
+                            // wire a ring allreduce sends about 2 (K-1)/K times this
+  double wait_share() const { return step_seconds > 0 ? wait_seconds / step_seconds : 0.0; }
+};
+
+// Buckets of whole Param entries in reverse slab order: buckets[0] ends at the slab's end,
+// the last begins at 0; together they cover the slab once. Padding between entries rides
+// along (it is zero on every rank).
+std::vector<Bucket> make_buckets(ParamStore& store, int64_t bucket_bytes);
+
+class GradSync {
+ public:
+  // store must be allocated and outlive this object; the gradient slab must start zeroed
+  // padding (ParamStore guarantees it).
+  GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options = {});
+
+  // Installs the gradient-ready hook on the model (whose params() must be `store`). Without
+  // it, Overlap starts every bucket in finish().
+  void attach(Model& model);
+
+  // Step protocol, the same on every rank: begin_step() before backward (or forward);
+  // backward runs, the hook calls on_ready(); finish() after backward. Collective. If a step
+  // throws between begin_step() and finish(), requests may still be writing into the slab:
+  // the caller must end the job (Comm::fail_job), not carry on or free the model.
+  void begin_step();
+  void on_ready(int64_t first_ready_offset);
+  void finish();
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  size_t buckets_started() const { return next_; }  // in this step so far
+  const GradSyncOptions& options() const { return options_; }
+  const GradSyncStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  void start(size_t b);
+  void progress();
+
+  const Comm& comm_;
+  ParamStore& store_;
+  GradSyncOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<MPI_Request> requests_;  // one per bucket; MPI_REQUEST_NULL when idle/done
+  size_t next_ = 0;                    // first bucket not yet started
+  bool active_ = false;
+  double step_start_ = 0;
+  GradSyncStats stats_;
+};
+
+}  // namespace mpicnn::dist

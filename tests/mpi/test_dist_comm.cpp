@@ -1,0 +1,158 @@
+// MPI tests of dist::Comm: world and node-local ranks, the thread rule, the launcher check,
+// MPI_CHECK, broadcasts, sums and the --check-sync checksum. Every rank runs every case and
+// reaches the same collectives; checks come after the collectives.
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "dist/comm.h"
+#include "testing.h"
+
+using namespace mpicnn;
+
+namespace {
+dist::Comm& comm() {
+  static dist::Comm c(nullptr, nullptr);  // adopts the MPI that mpi_main.cpp initialised
+  return c;
+}
+
+// Sets an environment variable for one scope, restoring the previous value (or absence).
+struct EnvGuard {
+  std::string name;
+  std::optional<std::string> old;
+  EnvGuard(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) old = v;
+    if (value) setenv(n, value, 1); else unsetenv(n);
+  }
+  ~EnvGuard() {
+    if (old) setenv(name.c_str(), old->c_str(), 1); else unsetenv(name.c_str());
+  }
+};
+}  // namespace
+
+TEST_CASE("dist comm: rank, size, node-local ranks") {
+  int rank = -1, size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const dist::Comm& c = comm();
+  CHECK(c.rank() == rank);
+  CHECK(c.size() == size);
+  CHECK(c.root() == (rank == 0));
+  CHECK(c.local_rank() >= 0);
+  CHECK(c.local_rank() < c.local_size());
+  CHECK(!c.host().empty());
+  // Node leaders' local sizes add up to the world; leaders count the nodes.
+  const int64_t total = c.allreduce_sum(int64_t(c.local_rank() == 0 ? c.local_size() : 0));
+  const int64_t leaders = c.allreduce_sum(int64_t(c.local_rank() == 0 ? 1 : 0));
+  CHECK(total == size);
+  CHECK(leaders == c.nodes());
+  CHECK(c.thread_level() >= MPI_THREAD_SINGLE);
+}
+
+TEST_CASE("dist comm: threads per rank") {
+  CHECK(dist::threads_per_rank(0, 16, 4) == 4);
+  CHECK(dist::threads_per_rank(0, 7, 2) == 3);
+  CHECK(dist::threads_per_rank(0, 2, 3) == 1);  // oversubscribed: never 0
+  CHECK(dist::threads_per_rank(5, 2, 3) == 5);  // an explicit request wins
+  CHECK(comm().threads_per_rank(3) == 3);
+  CHECK(comm().threads_per_rank(0) >= 1);
+}
+
+TEST_CASE("dist comm: launcher size check") {
+  CHECK(dist::launcher_mismatch(4, {}).empty());
+  CHECK(dist::launcher_mismatch(4, {.ompi = 4, .slurm = 4, .pmi = 4}).empty());
+  const std::string m = dist::launcher_mismatch(1, {.ompi = 4});
+  CHECK(m.find("OMPI_COMM_WORLD_SIZE=4") != std::string::npos);
+  CHECK(m.find("MPI sees 1 rank ") != std::string::npos);
+  CHECK(dist::launcher_mismatch(2, {.slurm = 3}).find("SLURM_NTASKS=3") != std::string::npos);
+  CHECK(dist::launcher_mismatch(2, {.pmi = 8}).find("PMI_SIZE=8") != std::string::npos);
+
+  // From the environment: SLURM_NTASKS only counts inside an srun step.
+  const std::string wrong = std::to_string(comm().size() + 1);
+  {
+    EnvGuard a("OMPI_COMM_WORLD_SIZE", wrong.c_str()), b("SLURM_NTASKS", "99"),
+        s1("SLURM_STEP_ID", nullptr), s2("SLURM_PROCID", nullptr), p("PMI_SIZE", nullptr);
+    const dist::LauncherSizes got = dist::launcher_sizes_from_environment();
+    CHECK(got.ompi == comm().size() + 1);
+    CHECK(got.slurm == -1);
+    CHECK(got.pmi == -1);
+    CHECK(!dist::launcher_mismatch(comm().size(), got).empty());
+  }
+  {
+    EnvGuard a("OMPI_COMM_WORLD_SIZE", nullptr), b("SLURM_NTASKS", "99"), s("SLURM_PROCID", "0"),
+        p("PMI_SIZE", nullptr);
+    const dist::LauncherSizes got = dist::launcher_sizes_from_environment();
+    CHECK(got.slurm == 99);
+    CHECK(dist::launcher_mismatch(comm().size(), got).find("SLURM_NTASKS=99") != std::string::npos);
+  }
+  // The real environment of this test run agrees with the world size.
+  CHECK(dist::launcher_mismatch(comm().size(), dist::launcher_sizes_from_environment()).empty());
+}
+
+TEST_CASE("dist comm: MPI_CHECK reports the failing call") {
+  comm();  // MPI_ERRORS_RETURN is set
+  int x = 0;
+  std::string what;
+  try {
+    MPI_CHECK(MPI_Bcast(&x, -1, MPI_INT, 0, MPI_COMM_WORLD));  // invalid count: local error
+  } catch (const Error& e) {
+    what = e.message();
+  }
+  CHECK(what.find("MPI_Bcast") != std::string::npos);
+  CHECK(what.find("count") != std::string::npos);
+  comm().barrier();
+}
+
+TEST_CASE("dist comm: broadcasts, sums, sync checksum") {
+  const dist::Comm& c = comm();
+  const int K = c.size(), r = c.rank();
+  std::vector<uint8_t> bytes;
+  std::string s;
+  if (c.root()) {
+    bytes = {1, 2, 3, 250};
+    s = "hello from rank 0";
+  } else {
+    bytes = {9};
+    s = "junk";
+  }
+  c.broadcast(bytes);
+  c.broadcast(s);
+  Tensor t = Tensor::zeros({5});
+  if (c.root())
+    for (int i = 0; i < 5; ++i) t.data()[i] = float(i) + 0.5f;
+  c.broadcast(t);
+  const double sum = c.allreduce_sum(double(r + 1));
+  std::vector<double> v = {1.0, double(r)};
+  c.allreduce_sum(std::span<double>(v));
+  const std::vector<uint64_t> all = c.allgather(uint64_t(10 * r));
+
+  CHECK(bytes == std::vector<uint8_t>{1, 2, 3, 250});
+  CHECK(s == "hello from rank 0");
+  for (int i = 0; i < 5; ++i) CHECK(t.data()[i] == float(i) + 0.5f);
+  CHECK(sum == double(K) * (K + 1) / 2);
+  CHECK(v[0] == double(K));
+  CHECK(v[1] == double(K) * (K - 1) / 2);
+  REQUIRE(all.size() == size_t(K));
+  for (int q = 0; q < K; ++q) CHECK(all[size_t(q)] == uint64_t(10 * q));
+
+  // Mismatched tensor sizes: every rank throws (agreed after a collective), none hangs.
+  Tensor odd = Tensor::zeros({r == K - 1 && K > 1 ? 4 : 5});
+  bool threw = false;
+  try {
+    c.broadcast(odd);
+  } catch (const Error&) {
+    threw = true;
+  }
+  CHECK(threw == (K > 1));
+
+  // --check-sync: identical slabs agree; one flipped bit on the last rank is found.
+  Tensor p = testing::random_tensor({1001}, 5);
+  CHECK(c.ranks_out_of_sync(p).empty());
+  if (K > 1 && r == K - 1) p.data()[1000] = std::nextafter(p.data()[1000], 10.f);
+  const std::vector<int> differ = c.ranks_out_of_sync(p);
+  if (K > 1)
+    CHECK(differ == std::vector<int>{K - 1});
+  else
+    CHECK(differ.empty());
+  CHECK(dist::hash_floats(p.data(), 1000) != dist::hash_floats(p.data(), 999));
+}
