@@ -1,0 +1,386 @@
+// Tests of ./train's option parsing (src/train/options.*): defaults, every flag in its long and
+// short forms, -lr, config files and their precedence, the to_config round trip, one test per
+// kind of error (checked by message text), and the help text. No training here.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+#include "data/dataset.h"
+#include "models/registry.h"
+#include "train/options.h"
+#include "testing.h"
+
+namespace fs = std::filesystem;
+using mpicnn::testing::expect_error;
+using mpicnn::train::parse_train_options;
+using mpicnn::train::to_config;
+using mpicnn::train::TrainOptions;
+
+namespace {
+
+TrainOptions parse(std::vector<std::string> args) { return parse_train_options(args); }
+
+void expect_parse_error(std::vector<std::string> args, const std::string& part) {
+  expect_error([&] { parse(args); }, part);
+}
+
+// A config file in a private temporary directory, removed afterwards.
+struct TempConfig {
+  fs::path dir, path;
+  explicit TempConfig(const std::string& text) {
+    std::string tmpl = (fs::temp_directory_path() / "mpicnn_opts_XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+    path = dir / "train.cfg";
+    std::ofstream(path) << text;
+  }
+  ~TempConfig() { fs::remove_all(dir); }
+  std::string str() const { return path.string(); }
+};
+
+// Options that differ from every default, as long flags.
+const std::vector<std::string> kAllLong = {
+    "--model", "resnet20", "--data", "/tmp/cifar", "--dataset", "cifar10", "--batch-size", "128",
+    "--epochs", "30", "--learning-rate", "0.2", "--momentum", "0.8", "--weight-decay", "1e-4",
+    "--optimizer", "sgd", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
+    "--scale-lr", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
+    "--augment", "crop-flip", "--image-size", "36", "--skip-bad", "--distribute-data=false",
+    "--save-dir", "runs/x", "--resume", "runs/y", "--seed", "18446744073709551615", "--threads",
+    "6", "--eval-every", "2", "--checkpoint-every", "5", "--keep-checkpoints", "0", "--progress",
+    "plain", "--check-sync", "100", "--bucket-mb", "12.5", "--device", "cpu"};
+
+}  // namespace
+
+TEST_CASE("train options: defaults") {
+  const TrainOptions o = parse({});
+  CHECK(!o.help);
+  CHECK(o.model == "lenet");
+  CHECK(o.dataset == "fashion-mnist");
+  CHECK(o.data == mpicnn::data::kFashionMnistDefaultPath);
+  CHECK(o.batch_size == 64);
+  CHECK(o.epochs == 10);
+  CHECK(o.learning_rate == 0.05);
+  CHECK(o.momentum == 0.9);
+  CHECK(o.weight_decay == 5e-4);
+  CHECK(o.optimizer == "sgd");
+  CHECK(!o.nesterov);
+  CHECK(o.schedule == "cosine");
+  CHECK(o.schedule_spec() == "cosine");
+  CHECK(o.warmup_epochs == 0);
+  CHECK(!o.scale_lr);
+  CHECK(o.workers == 2);
+  CHECK(o.mean.empty());
+  CHECK(o.std.empty());
+  CHECK(o.augment == "none");
+  CHECK(o.image_size == 0);
+  CHECK(!o.skip_bad);
+  CHECK(o.distribute_data);
+  CHECK(o.save_dir.empty());
+  CHECK(o.resume.empty());
+  CHECK(o.seed == 0);
+  CHECK(o.threads == 0);
+  CHECK(o.eval_every == 1);
+  CHECK(o.checkpoint_every == 1);
+  CHECK(o.keep_checkpoints == 3);
+  CHECK(o.progress == "auto");
+  CHECK(o.check_sync == 0);
+  CHECK(o.bucket_mb == 25);
+  CHECK(o.device == "auto");
+  CHECK(o.config.empty());
+  // The argc/argv form skips the program name.
+  const char* argv[] = {"./train"};
+  CHECK(parse_train_options(1, argv) == o);
+}
+
+TEST_CASE("train options: every flag, long forms") {
+  const TrainOptions o = parse(kAllLong);
+  CHECK(o.model == "resnet20");
+  CHECK(o.data == "/tmp/cifar");
+  CHECK(o.dataset == "cifar10");
+  CHECK(o.batch_size == 128);
+  CHECK(o.epochs == 30);
+  CHECK(o.learning_rate == 0.2);
+  CHECK(o.momentum == 0.8);
+  CHECK(o.weight_decay == 1e-4);
+  CHECK(o.nesterov);
+  CHECK(o.schedule == "step:10:0.5");
+  CHECK(o.warmup_epochs == 2);
+  CHECK(o.schedule_spec() == "warmup:2+step:10:0.5");
+  CHECK(o.scale_lr);
+  CHECK(o.workers == 4);
+  CHECK(o.mean == std::vector<float>{0.5f, 0.4f, 0.3f});
+  CHECK(o.std == std::vector<float>{0.2f, 0.25f, 0.3f});
+  CHECK(o.augment == "crop-flip");
+  CHECK(o.image_size == 36);
+  CHECK(o.skip_bad);
+  CHECK(!o.distribute_data);
+  CHECK(o.save_dir == "runs/x");
+  CHECK(o.resume == "runs/y");
+  CHECK(o.seed == 18446744073709551615ull);
+  CHECK(o.threads == 6);
+  CHECK(o.eval_every == 2);
+  CHECK(o.checkpoint_every == 5);
+  CHECK(o.keep_checkpoints == 0);
+  CHECK(o.progress == "plain");
+  CHECK(o.check_sync == 100);
+  CHECK(o.bucket_mb == 12.5);
+  CHECK(o.device == "cpu");
+
+  const TrainOptions a = parse({"--optimizer=adamw", "--progress=none", "--augment=imagenet",
+                                "--dataset=synthetic", "--schedule=multistep:3,6:0.1"});
+  CHECK(a.optimizer == "adamw");
+  CHECK(a.progress == "none");
+  CHECK(a.augment == "imagenet");
+  CHECK(a.dataset == "synthetic");
+  CHECK(a.data.empty());  // synthetic data needs no path
+  CHECK(a.schedule == "multistep:3,6:0.1");
+}
+
+TEST_CASE("train options: short forms") {
+  const TrainOptions o =
+      parse({"-m", "resnet18", "-d", "data/faces", "-b", "32", "-e", "3", "-w", "0", "-s", "runs/r"});
+  CHECK(o.model == "resnet18");
+  CHECK(o.data == "data/faces");
+  CHECK(o.dataset == "auto");  // a path alone: its format is detected
+  CHECK(o.batch_size == 32);
+  CHECK(o.epochs == 3);
+  CHECK(o.workers == 0);
+  CHECK(o.save_dir == "runs/r");
+  CHECK(parse({"-b16"}).batch_size == 16);  // Boost's adjacent short value
+  CHECK(parse({"-h"}).help);
+  CHECK(parse({"--help"}).help);
+  // --help wins over values that would be refused, so the user always gets the help.
+  CHECK(parse({"-b", "0", "--help"}).help);
+}
+
+TEST_CASE("train options: -lr forms") {
+  CHECK(parse({"-lr", "0.1"}).learning_rate == 0.1);
+  CHECK(parse({"-lr=0.125"}).learning_rate == 0.125);
+  CHECK(parse({"--learning-rate", "0.2"}).learning_rate == 0.2);
+  CHECK(parse({"--learning-rate=0.3"}).learning_rate == 0.3);
+  CHECK(parse({"-b", "8", "-lr", "1e-3", "-e", "2"}).learning_rate == 1e-3);
+  expect_parse_error({"-lr0.1"}, "unknown option '-lr0.1' (the learning rate is -lr LR");
+  expect_parse_error({"-lr", "fast"}, "-lr/--learning-rate: 'fast' is not a number > 0");
+  expect_parse_error({"-lr=0"}, "-lr/--learning-rate: '0' is not a number > 0");
+}
+
+TEST_CASE("train options: switches") {
+  CHECK(parse({"--nesterov"}).nesterov);
+  CHECK(parse({"--nesterov=true"}).nesterov);
+  CHECK(parse({"--nesterov=on"}).nesterov);
+  CHECK(!parse({"--nesterov=false"}).nesterov);
+  CHECK(!parse({"--nesterov=0"}).nesterov);
+  CHECK(parse({"--scale-lr=yes"}).scale_lr);
+  CHECK(parse({"--skip-bad=1"}).skip_bad);
+  CHECK(parse({"--distribute-data"}).distribute_data);
+  CHECK(!parse({"--distribute-data=false"}).distribute_data);
+  CHECK(!parse({"--distribute-data=off"}).distribute_data);
+  CHECK(!parse({"--distribute-data=0"}).distribute_data);
+  CHECK(!parse({"--distribute-data=OFF"}).distribute_data);
+  // A switch does not swallow the next option.
+  const TrainOptions o = parse({"--nesterov", "--epochs", "4"});
+  CHECK(o.nesterov);
+  CHECK(o.epochs == 4);
+  CHECK(!parse({"--distribute-data", "false"}).distribute_data);
+  CHECK(!parse({"--distribute-data", "off", "-e", "2"}).distribute_data);
+  expect_parse_error({"--skip-bad", "data/x"}, "--skip-bad: 'data/x' is not a switch value");
+  expect_parse_error({"-e", "2", "data/x"}, "unexpected argument 'data/x'");
+  expect_parse_error({"--nesterov=maybe"},
+                     "--nesterov: 'maybe' is not a switch value (true, on, yes, 1, false, off");
+}
+
+TEST_CASE("train options: dataset and data") {
+  CHECK(parse({"-d", "x.csv"}).dataset == "auto");
+  const TrainOptions f = parse({"--dataset", "fashion-mnist", "-d", "/data/fm"});
+  CHECK(f.dataset == "fashion-mnist");
+  CHECK(f.data == "/data/fm");
+  CHECK(parse({"--dataset", "fashion-mnist"}).data == mpicnn::data::kFashionMnistDefaultPath);
+  CHECK(parse({"--dataset", "csv", "-d", "t.csv"}).dataset == "csv");
+  expect_parse_error({"--dataset", "csv"},
+                     "--dataset: 'csv' needs -d/--data PATH (only fashion-mnist and synthetic");
+  expect_parse_error({"--dataset", "auto"}, "--dataset: 'auto' needs -d/--data PATH");
+  expect_parse_error({"--dataset", "svhn"},
+                     "--dataset: 'svhn' is not one of auto, fashion-mnist, mnist, idx, "
+                     "imagefolder, csv, cifar10, cifar100 or synthetic");
+}
+
+TEST_CASE("train options: config file and command-line precedence") {
+  TempConfig cfg(
+      "# a run\n"
+      "model = resnet20   # the CIFAR net\n"
+      "dataset = synthetic\n"
+      "\n"
+      "batch-size = 32\n"
+      "epochs = 7\n"
+      "nesterov = true\n"
+      "distribute-data = off\n"
+      "mean = 0.5\n"
+      "save-dir = runs/from-file\n");
+  const TrainOptions o = parse({"--config", cfg.str(), "-b", "16", "--save-dir=runs/cli"});
+  CHECK(o.config == cfg.str());
+  CHECK(o.model == "resnet20");
+  CHECK(o.dataset == "synthetic");
+  CHECK(o.batch_size == 16);  // the command line wins
+  CHECK(o.epochs == 7);
+  CHECK(o.nesterov);
+  CHECK(!o.distribute_data);
+  CHECK(o.mean == std::vector<float>{0.5f});
+  CHECK(o.save_dir == "runs/cli");
+  CHECK(o.learning_rate == 0.05);  // neither: the default
+  // Order does not matter: a flag before --config still overrides the file.
+  CHECK(parse({"-e", "2", "--config=" + cfg.str()}).epochs == 2);
+}
+
+TEST_CASE("train options: config file errors") {
+  {
+    TempConfig cfg("model = lenet\nbatch-sise = 3\n");
+    expect_error([&] { parse({"--config", cfg.str()}); },
+                 cfg.str() + ":2: unknown key 'batch-sise' (keys are the long option names: "
+                             "model, data,");
+  }
+  {
+    TempConfig cfg("# c\nepochs = 3\nbatch-size = many\n");
+    expect_error([&] { parse({"--config", cfg.str()}); },
+                 cfg.str() + ":3: batch-size: 'many' is not an integer >= 1");
+  }
+  {
+    TempConfig cfg("model = lenet5\n");
+    expect_error([&] { parse({"--config", cfg.str()}); },
+                 cfg.str() + ":1: model: unknown model 'lenet5' (known: lenet, resnet20");
+  }
+  {
+    TempConfig cfg("epochs\n");
+    expect_error([&] { parse({"--config", cfg.str()}); }, cfg.str() + ": ");
+    expect_error([&] { parse({"--config", cfg.str()}); }, "expected 'key = value' lines");
+  }
+  {
+    TempConfig cfg("help = true\n");  // not a config key
+    expect_error([&] { parse({"--config", cfg.str()}); }, "unknown key 'help'");
+  }
+  expect_parse_error({"--config", "/nonexistent/train.cfg"},
+                     "--config: cannot read '/nonexistent/train.cfg' (No such file");
+}
+
+TEST_CASE("train options: to_config round trip") {
+  for (const auto& args : {std::vector<std::string>{}, kAllLong,
+                           std::vector<std::string>{"--dataset", "synthetic", "--optimizer",
+                                                    "adamw", "-lr", "0.1", "--seed", "7"}}) {
+    const TrainOptions o = parse(args);
+    const auto config = to_config(o);
+    CHECK(config.count("help") == 0);
+    CHECK(config.count("config") == 0);
+    std::vector<std::string> flags;
+    std::string file_text;
+    for (const auto& [k, v] : config) {
+      flags.push_back("--" + k + "=" + v);
+      file_text += k + " = " + v + "\n";
+    }
+    const TrainOptions back = parse(flags);
+    CHECK(back == o);
+    CHECK(to_config(back) == config);
+    std::vector<std::string> separate;  // "--key" "value": empty values as empty words
+    for (const auto& [k, v] : config) separate.insert(separate.end(), {"--" + k, v});
+    CHECK(parse(separate) == o);
+    TempConfig cfg(file_text);
+    TrainOptions from_file = parse({"--config", cfg.str()});
+    CHECK(from_file.config == cfg.str());
+    from_file.config.clear();
+    CHECK(from_file == o);
+  }
+  // Doubles are written exactly (shortest form that reads back to the same bits).
+  const TrainOptions odd = parse({"-lr", "0.1234567890123456789", "--weight-decay=3e-7"});
+  CHECK(to_config(odd).at("learning-rate") == "0.12345678901234568");
+  CHECK(parse({"-lr", to_config(odd).at("learning-rate")}).learning_rate == odd.learning_rate);
+}
+
+TEST_CASE("train options: command-line errors") {
+  expect_parse_error({"--bogus"}, "unknown option '--bogus' (./train --help lists the options)");
+  expect_parse_error({"--epoch", "3"}, "unknown option '--epoch'");  // no prefix guessing
+  expect_parse_error({"-x"}, "unknown option '-x'");
+  expect_parse_error({"--batch-size"}, "the required argument for option '--batch-size' is missing");
+  expect_parse_error({"-b"}, "is missing");
+  expect_parse_error({"train.cfg"}, "unexpected argument 'train.cfg': ./train takes only options");
+  expect_parse_error({"-e", "2", "-e", "3"}, "cannot be specified more than once");
+  expect_parse_error({"--help=yes"}, "--help");
+}
+
+TEST_CASE("train options: value errors") {
+  expect_parse_error({"-b", "abc"}, "-b/--batch-size: 'abc' is not an integer >= 1");
+  expect_parse_error({"-b", "0"}, "-b/--batch-size: '0' is not an integer >= 1");
+  expect_parse_error({"-b", "12x"}, "-b/--batch-size: '12x' is not an integer >= 1");
+  expect_parse_error({"--batch-size=99999999999999999999"}, "is not an integer >= 1");
+  expect_parse_error({"-e", "0"}, "-e/--epochs: '0' is not an integer >= 1");
+  expect_parse_error({"--momentum=1"}, "--momentum: '1' is not a number in [0, 1)");
+  expect_parse_error({"--momentum=nan"}, "--momentum: 'nan' is not a number in [0, 1)");
+  expect_parse_error({"--weight-decay=-1"}, "--weight-decay: '-1' is not a number >= 0");
+  expect_parse_error({"--optimizer", "adam"}, "--optimizer: 'adam' is not one of sgd or adamw");
+  expect_parse_error({"--warmup-epochs=-1"}, "--warmup-epochs: '-1' is not an integer >= 0");
+  expect_parse_error({"-w", "-1"}, "-w/--workers: '-1' is not an integer from 0 to");
+  expect_parse_error({"--workers=-1"}, "-w/--workers: '-1' is not an integer from 0 to");
+  expect_parse_error({"--workers=3000000000"}, "-w/--workers: '3000000000' is not an integer");
+  expect_parse_error({"--seed=-1"}, "--seed: '-1' is not an integer from 0 to 2^64-1");
+  expect_parse_error({"--threads=two"}, "--threads: 'two' is not an integer from 0 to");
+  expect_parse_error({"--eval-every=-2"}, "--eval-every: '-2' is not an integer >= 0");
+  expect_parse_error({"--checkpoint-every=x"}, "--checkpoint-every: 'x' is not an integer >= 0");
+  expect_parse_error({"--keep-checkpoints=-1"}, "--keep-checkpoints: '-1' is not an integer");
+  expect_parse_error({"--check-sync=1.5"}, "--check-sync: '1.5' is not an integer >= 0");
+  expect_parse_error({"--bucket-mb", "0"}, "--bucket-mb: '0' is not a number > 0 (MiB)");
+  expect_parse_error({"--progress", "fancy"},
+                     "--progress: 'fancy' is not one of auto, bar, plain or none");
+  expect_parse_error({"--augment", "mixup"},
+                     "--augment: 'mixup' is not one of none, flip, crop-flip or imagenet");
+  expect_parse_error({"--device", "cuda"},
+                     "--device: this build has no CUDA backend (accepted: auto, cpu)");
+  expect_parse_error({"--device", "tpu"}, "--device: 'tpu' is not one of auto or cpu");
+  expect_parse_error({"--mean", "0.5,x"}, "--mean: 'x' in '0.5,x' is not a number");
+  expect_parse_error({"--mean", "0.1,0.2"}, "--mean: '0.1,0.2' is not a list of 1 or 3 numbers");
+  expect_parse_error({"--std", "0.2,0,0.2"}, "--std: '0.2,0,0.2' is not a list of numbers > 0");
+  expect_parse_error({"--image-size", "8"},
+                     "--image-size: '8' is below lenet's smallest input (expected 0 = auto, or "
+                     ">= 12)");
+}
+
+TEST_CASE("train options: model, schedule and cross-option errors") {
+  std::string known;
+  for (const auto& s : mpicnn::model_specs()) known += (known.empty() ? "" : ", ") + s.name;
+  expect_parse_error({"-m", "resnet19"},
+                     "-m/--model: unknown model 'resnet19' (known: " + known + ")");
+  for (const auto& s : mpicnn::model_specs()) CHECK(parse({"-m", s.name}).model == s.name);
+  expect_parse_error({"--schedule", "linear"},
+                     "--schedule: learning-rate schedule 'linear': unknown schedule 'linear'");
+  expect_parse_error({"--schedule", "step:0:0.1"}, "--schedule: learning-rate schedule");
+  // cosine needs epochs left after the warmup
+  expect_parse_error({"-e", "3", "--warmup-epochs", "3"}, "--warmup-epochs: learning-rate schedule");
+  expect_parse_error({"--warmup-epochs", "2", "--schedule", "warmup:1+cosine"},
+                     "--warmup-epochs: the schedule 'warmup:1+cosine' has its own warmup");
+  CHECK(parse({"--schedule", "warmup:2:0.5+cosine:0.001"}).schedule_spec() ==
+        "warmup:2:0.5+cosine:0.001");
+  expect_parse_error({"--nesterov", "--optimizer", "adamw"},
+                     "--nesterov: Nesterov momentum needs --optimizer sgd and --momentum > 0");
+  expect_parse_error({"--nesterov", "--momentum", "0"}, "--nesterov: Nesterov momentum needs");
+}
+
+TEST_CASE("train options: help text") {
+  const std::string help = mpicnn::train::train_help();
+  for (const auto& [key, value] : to_config(parse({}))) {
+    CHECK_MESSAGE(help.find("--" + key) != std::string::npos, "help does not mention --", key);
+  }
+  for (const char* s : {"--config", "--help", "-m, --model", "-d, --data", "-b, --batch-size",
+                        "-e, --epochs", "-lr, --learning-rate", "-w, --workers", "-s, --save-dir",
+                        "-h, --help", "Examples:", "mpiexec", "key = value", "[default 64]",
+                        "[default lenet]", "[default 0.05]", "[default cosine]",
+                        "--distribute-data=false", "no CUDA backend"}) {
+    CHECK_MESSAGE(help.find(s) != std::string::npos, "help does not mention ", s);
+  }
+  for (const auto& s : mpicnn::model_specs())
+    CHECK_MESSAGE(help.find(s.name) != std::string::npos, "help does not list ", s.name);
+  CHECK(help.find(mpicnn::data::kFashionMnistDefaultPath) != std::string::npos);
+  // Lines fit a 100-column terminal (the examples are written to).
+  size_t start = 0, longest = 0;
+  for (size_t end; (end = help.find('\n', start)) != std::string::npos; start = end + 1)
+    longest = std::max(longest, end - start);
+  CHECK(longest <= 100);
+}
