@@ -35,21 +35,9 @@ using mpicnn::testing::expect_error;
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
-namespace {
+using mpicnn::testing::TempDir;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mpicnn_ds_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+namespace {
 
 void spit(const std::string& path, const Bytes& bytes) {
   fs::create_directories(fs::path(path).parent_path());

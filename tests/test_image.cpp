@@ -29,6 +29,8 @@ using mpicnn::testing::expect_error;
 using mpicnn::testing::source_dir;
 namespace fs = std::filesystem;
 
+using mpicnn::testing::TempDir;
+
 namespace {
 
 std::string shell_quote(const std::string& s) {
@@ -42,21 +44,6 @@ std::string shell_quote(const std::string& s) {
   out.push_back('\'');
   return out;
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/mpicnn_image_XXXXXX";
-    REQUIRE_MESSAGE(mkdtemp(tmpl.data()) != nullptr, "cannot create a directory like ", tmpl);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // Runs tests/python/SCRIPT with ARGS under $PYTHON (default /usr/bin/python3: it has torch).
 void run_python(const std::string& script, const std::string& args) {

@@ -142,16 +142,6 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mpicnn_optim_XXXXXX").string();
-    REQUIRE_MESSAGE(mkdtemp(tmpl.data()) != nullptr, "cannot create a directory like ", tmpl);
-    path = tmpl;
-  }
-  ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-};
-
 // Schedules as torch builds them (fields for optim_torch.py) and as our spec says them.
 struct SchedCase {
   std::string name;

@@ -328,17 +328,6 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "raw float32 files are little-endian");
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/mpicnn_pool_XXXXXX";
-    REQUIRE_MESSAGE(mkdtemp(tmpl.data()) != nullptr, "cannot create a directory like ", tmpl);
-    path = tmpl;
-  }
-  ~TempDir() { std::error_code ec; std::filesystem::remove_all(path, ec); }
-};
-
 void write_f32(const std::filesystem::path& p, const Tensor& t) {
   std::ofstream f(p, std::ios::binary);
   f.write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.numel() * sizeof(float)));

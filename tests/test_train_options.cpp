@@ -29,15 +29,11 @@ void expect_parse_error(std::vector<std::string> args, const std::string& part) 
 
 // A config file in a private temporary directory, removed afterwards.
 struct TempConfig {
-  fs::path dir, path;
-  explicit TempConfig(const std::string& text) {
-    std::string tmpl = (fs::temp_directory_path() / "mpicnn_opts_XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
-    path = dir / "train.cfg";
+  mpicnn::testing::TempDir dir;
+  fs::path path;
+  explicit TempConfig(const std::string& text) : path(dir.path / "train.cfg") {
     std::ofstream(path) << text;
   }
-  ~TempConfig() { fs::remove_all(dir); }
   std::string str() const { return path.string(); }
 };
 

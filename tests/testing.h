@@ -11,6 +11,8 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +25,23 @@
 #include <doctest/doctest.h>
 
 namespace mpicnn::testing {
+
+// A fresh directory under the system temp dir ($TMPDIR), removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "mpicnn_test_XXXXXX").string();
+    REQUIRE_MESSAGE(::mkdtemp(tmpl.data()) != nullptr, "cannot create a directory like ", tmpl);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
 
 using Vec = std::vector<double>;
 
