@@ -58,12 +58,16 @@ BENCH_BIN := $(BENCH_SRC:bench/%.cpp=$(BUILD)/bench/%)
 # Data tools: data_tools/X.cpp -> $(BUILD)/bin/X (thin mains over the library).
 TOOLS_SRC := $(sort $(wildcard data_tools/*.cpp))
 TOOLS_BIN := $(TOOLS_SRC:data_tools/%.cpp=$(BUILD)/bin/%)
+# Apps: src/apps/X.cpp -> $(BUILD)/bin/X, linked to ./X at the top (what users run: mpiexec ./train).
+APPS_SRC  := $(sort $(wildcard src/apps/*.cpp))
+APPS      := $(APPS_SRC:src/apps/%.cpp=%)
 
-.PHONY: all lib tests bench tools deps test clean
+.PHONY: all lib apps tests bench tools deps test demo clean
 # Bench objects are intermediates of a pattern chain; keep them so `make` does not rebuild them.
-.SECONDARY: $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.o) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.o)
-all: lib tests bench tools
+.SECONDARY: $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.o) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.o) $(APPS_SRC:%.cpp=$(BUILD)/obj/%.o)
+all: lib apps tests bench tools
 lib: $(LIB)
+apps: $(APPS)
 tests: $(TEST_BIN) $(MPI_TEST_BIN)
 bench: $(BENCH_BIN)
 tools: $(TOOLS_BIN)
@@ -92,6 +96,13 @@ $(BUILD)/bin/%: $(BUILD)/obj/data_tools/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
+$(BUILD)/bin/%: $(BUILD)/obj/src/apps/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(APPS): %: $(BUILD)/bin/%
+	ln -sf $< $@
+
 # Installs only what is missing; as root directly, otherwise through sudo.
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -106,10 +117,10 @@ deps:
 
 # deps first, then a fresh make so the build sees what deps installed.
 test: deps
-	$(MAKE) --no-print-directory -j$$(nproc) tests bench tools
+	$(MAKE) --no-print-directory -j$$(nproc) apps tests bench tools
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
 
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)
+-include $(APPS_SRC:%.cpp=$(BUILD)/obj/%.d) $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)

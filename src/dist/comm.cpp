@@ -132,6 +132,26 @@ void Comm::broadcast(std::vector<uint8_t>& bytes) const {
   bcast_bytes(bytes.data(), n);
 }
 
+SharedError::SharedError(const std::string& message) : Error(message, nullptr, __FILE__, __LINE__) {}
+
+void Comm::on_root(const std::function<void()>& fn) const {
+  std::string error;
+  if (root()) {
+    bool failed = true;
+    try {
+      fn();
+      failed = false;
+    } catch (const Error& e) {
+      error = e.message();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (failed && error.empty()) error = "rank 0 failed without a message";
+  }
+  broadcast(error);
+  if (!error.empty()) throw SharedError(error);
+}
+
 void Comm::broadcast(std::string& s) const {
   uint64_t n = s.size();
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));

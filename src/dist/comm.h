@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ std::string mpi_error_string(int code);
   } while (0)
 
 namespace mpicnn::dist {
+
+// An error that every rank raised together (see Comm::on_root): no rank is left inside a
+// collective, so an app may report it once, from rank 0, and exit normally with a non-zero code.
+class SharedError : public Error {
+ public:
+  explicit SharedError(const std::string& message);
+};
 
 // What the launcher says the job size is; -1 where it says nothing.
 struct LauncherSizes {
@@ -78,6 +86,10 @@ class Comm {
 
   // Collectives: every rank must call them, in the same order.
   void barrier() const;
+  // Runs fn on rank 0 only (reading files, writing checkpoints), then agrees on the outcome: if
+  // fn threw, every rank throws a SharedError with its message ("what()" for non-mpicnn
+  // exceptions), so a failure on rank 0 never leaves the others waiting in a later collective.
+  void on_root(const std::function<void()>& fn) const;
   // bytes: rank 0's content, resized on the others.
   void broadcast(std::vector<uint8_t>& bytes) const;
   void broadcast(std::string& s) const;

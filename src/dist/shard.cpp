@@ -33,6 +33,15 @@ std::vector<uint64_t> padded_epoch_order(size_t num_samples, int ranks, uint64_t
   return order;
 }
 
+std::vector<uint64_t> rank_shard(const std::vector<uint64_t>& padded_order, int ranks, int rank) {
+  CHECK(ranks >= 1 && rank >= 0 && rank < ranks && padded_order.size() % size_t(ranks) == 0,
+        "rank shard: rank ", rank, " of ", ranks, " over an order of ", padded_order.size());
+  std::vector<uint64_t> shard;
+  shard.reserve(padded_order.size() / size_t(ranks));
+  for (size_t j = size_t(rank); j < padded_order.size(); j += size_t(ranks)) shard.push_back(padded_order[j]);
+  return shard;
+}
+
 namespace {
 
 // Rank 0: serialize each rank's shard; everyone: receive its own bytes by Scatterv. Errors on
@@ -49,10 +58,8 @@ std::vector<uint8_t> scatter_shards(const Comm& comm, const Data* on_root, uint6
     try {
       CHECK(on_root != nullptr, "scatter: rank 0 has no dataset");
       const std::vector<uint64_t> order = padded_epoch_order(on_root->size(), K, seed, epoch, shuffle);
-      const size_t per_rank = order.size() / size_t(K);
       for (int r = 0; r < K; ++r) {
-        const std::span<const uint64_t> idx(order.data() + size_t(r) * per_rank, per_rank);
-        const std::vector<uint8_t> bytes = data::serialize(on_root->subset(idx));
+        const std::vector<uint8_t> bytes = data::serialize(on_root->subset(rank_shard(order, K, r)));
         CHECK(bytes.size() < size_t(INT_MAX) && send.size() + bytes.size() < size_t(INT_MAX),
               "scatter: shards of ", on_root->name, " exceed MPI's 2 GiB count; use more ranks "
               "or --distribute-data with a file-list dataset");

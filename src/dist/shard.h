@@ -1,15 +1,18 @@
 // Data sharding over ranks with equal steps: each epoch rank 0 shuffles the global order from
-// (seed, epoch), pads it and hands every rank an equal, contiguous shard of the samples (or of
+// (seed, epoch), pads it and hands every rank an equal, strided shard of the samples (or of
 // the file list) with MPI_Scatterv. Not a loader: a rank then loads its shard in order (the
 // shuffle already happened) with data::Loader.
 //
 // The tail: the epoch order (N indices) is padded by wrapping around to the next multiple of
 // K, order[j] = perm[j mod N] for j in [N, K*ceil(N/K)), so no sample is dropped, at most K-1
-// samples are seen twice in an epoch, and every rank holds per_rank = ceil(N/K) samples. Each
+// samples are seen twice in an epoch, and every rank holds per_rank = ceil(N/K) samples. Rank r
+// holds positions r, r + K, r + 2K, ... (torch's DistributedSampler layout), so step s of the K
+// ranks together covers positions [s*K*b, (s+1)*K*b): the same samples as step s of one rank
+// with batch K*b, which makes K ranks an exact re-split of one large-batch run. Each
 // rank then runs steps = ceil(per_rank / batch) steps; the last step of every rank has the same
 // smaller batch, so all ranks reach every collective and each step's average over ranks is the
-// mean over the global batch. Shards keep global indices as their ids, so per-sample random
-// draws (augmentation, dropout) do not depend on K.
+// mean over the global batch. Shards keep global indices as their ids, so augmentation draws,
+// keyed on (seed, epoch, id), do not depend on K.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,10 +30,11 @@ struct EpochPlan {
 EpochPlan epoch_plan(int64_t num_samples, int ranks, int64_t batch);
 
 // The padded global order of an epoch (K * ceil(N/K) dataset indices): shuffled_order(N,
-// seed, epoch) when shuffle, else 0..N-1, wrapped around at the end. Rank r's shard is
-// positions [r * per_rank, (r + 1) * per_rank).
+// seed, epoch) when shuffle, else 0..N-1, wrapped around at the end.
 std::vector<uint64_t> padded_epoch_order(size_t num_samples, int ranks, uint64_t seed,
                                          uint64_t epoch, bool shuffle = true);
+// Rank r's shard of a padded order: order[r], order[r + K], ... (per_rank entries).
+std::vector<uint64_t> rank_shard(const std::vector<uint64_t>& padded_order, int ranks, int rank);
 
 // This rank's shard for the epoch: rank 0 passes the whole dataset (the others pass nullptr,
 // which is ignored), builds the order, and scatters serialized shards (MPI_Scatterv).

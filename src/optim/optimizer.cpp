@@ -46,6 +46,17 @@ void Optimizer::build_chunks(bool exclude_no_decay) {
   }
 }
 
+std::vector<Tensor> Optimizer::state_slabs() const {
+  std::vector<Tensor> out;
+  for (const StateSlab& s : slabs_) out.push_back(s.slab);
+  return out;
+}
+
+void Optimizer::set_steps(int64_t steps) {
+  CHECK(steps >= 0, who_, ": step count must be >= 0, got ", steps);
+  steps_ = steps;
+}
+
 Tensor Optimizer::add_state_slab(const std::string& slab_name) {
   slabs_.push_back({slab_name, Tensor::zeros(store_.values().shape())});
   return slabs_.back().slab;

@@ -26,6 +26,11 @@ class Optimizer {
   int64_t steps() const { return steps_; }  // steps taken so far (torch's state['step'])
   virtual const char* name() const = 0;     // "sgd", "adamw": the type recorded in the state
 
+  // The state slabs in creation order (handles sharing their memory) and the step count: what
+  // a trainer replicates from rank 0 to the other ranks after loading a checkpoint there.
+  std::vector<Tensor> state_slabs() const;
+  void set_steps(int64_t steps);  // >= 0
+
   // State as tensors named `prefix + slab + "." + parameter name` (F32, the parameter's shape),
   // `prefix + "step"` (I64 scalar) and metadata `prefix + "type"` / `prefix + option`, e.g.
   // optim.momentum_buffer.layer1.0.conv1.weight, optim.step, optim.lr. Metadata values print

@@ -323,10 +323,12 @@ ConfigFile read_config(const std::string& path) {
   return cf;
 }
 
-// Command-line values first, then the config file's.
+// Command-line values first, then the config file's, then the base configuration's (a resumed
+// checkpoint's recorded options).
 class Values {
  public:
-  Values(const po::variables_map& cli, const ConfigFile* file) : cli_(cli), file_(file) {}
+  Values(const po::variables_map& cli, const ConfigFile* file, const Config* base, std::string base_name)
+      : cli_(cli), file_(file), base_(base), base_name_(std::move(base_name)) {}
 
   std::optional<Given> get(const std::string& key) const {
     const OptionDef& d = def_of(key);
@@ -335,6 +337,10 @@ class Values {
       const int line = key_line(file_->text, key);
       return Given{file_->vm[key].as<std::string>(),
                    file_->path + (line ? ":" + std::to_string(line) : std::string()) + ": " + key};
+    }
+    if (base_) {
+      const auto it = base_->find(key);
+      if (it != base_->end()) return Given{it->second, base_name_ + ": " + key};
     }
     return std::nullopt;
   }
@@ -347,6 +353,8 @@ class Values {
  private:
   const po::variables_map& cli_;
   const ConfigFile* file_;
+  const Config* base_;
+  std::string base_name_;
 };
 
 const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
@@ -359,6 +367,11 @@ std::string TrainOptions::schedule_spec() const {
 }
 
 TrainOptions parse_train_options(const std::vector<std::string>& args) {
+  return parse_train_options(args, nullptr, "");
+}
+
+TrainOptions parse_train_options(const std::vector<std::string>& args, const Config* base,
+                                 const std::string& base_name) {
   const po::variables_map cli = parse_command_line(args);
   TrainOptions o;
   if (cli.count("help")) {
@@ -370,7 +383,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& args) {
     o.config = cli["config"].as<std::string>();
     file = read_config(o.config);
   }
-  const Values v(cli, file ? &*file : nullptr);
+  const Values v(cli, file ? &*file : nullptr, base, base_name);
   auto set = [&](const char* key, auto& field, auto convert) {
     if (const auto g = v.get(key)) field = convert(*g);
   };

@@ -66,6 +66,12 @@ struct TrainOptions {
 TrainOptions parse_train_options(int argc, const char* const* argv);
 // The arguments after the program name.
 TrainOptions parse_train_options(const std::vector<std::string>& args);
+// The same, with a base configuration (to_config's keys and values) under the command line and
+// --config file: values it holds replace the defaults. Errors about its values name
+// `base_name` and the key ("runs/x/checkpoints/epoch-0002/trainer.json: model").
+using Config = std::map<std::string, std::string>;
+TrainOptions parse_train_options(const std::vector<std::string>& args, const Config* base,
+                                 const std::string& base_name);
 
 // The --help text: every option with its default, the config file format, examples.
 std::string train_help();

@@ -46,10 +46,14 @@ data::FileListData make_files(size_t n) {
 }
 
 // All ranks' shard ids, rank order (equal counts, so Allgather).
+// The shards of all ranks put back into epoch positions: rank r's i-th sample is position
+// r + i*K (strided shards), so this is the padded epoch order the ranks were cut from.
 std::vector<uint64_t> gather_ids(const std::vector<uint64_t>& mine, int K) {
-  std::vector<uint64_t> all(mine.size() * size_t(K));
-  MPI_Allgather(mine.data(), int(mine.size()), MPI_UINT64_T, all.data(), int(mine.size()),
+  std::vector<uint64_t> blocks(mine.size() * size_t(K)), all(blocks.size());
+  MPI_Allgather(mine.data(), int(mine.size()), MPI_UINT64_T, blocks.data(), int(mine.size()),
                 MPI_UINT64_T, MPI_COMM_WORLD);
+  for (int r = 0; r < K; ++r)
+    for (size_t i = 0; i < mine.size(); ++i) all[i * size_t(K) + size_t(r)] = blocks[size_t(r) * mine.size() + i];
   return all;
 }
 
@@ -110,7 +114,7 @@ TEST_CASE("dist shard: in-memory shards by MPI_Scatterv") {
     CHECK(e1.ids.size() == e1.size());
     check_cover(all1, n, K);
     check_cover(all2, n, K);
-    CHECK(all1 == dist::padded_epoch_order(n, K, 42, 1));  // rank r holds block r
+    CHECK(all1 == dist::padded_epoch_order(n, K, 42, 1));  // rank r holds r, r+K, ...
     CHECK(e1.ids == e1b.ids);                              // deterministic per (seed, epoch)
     CHECK(e1.pixels == e1b.pixels);
     if (n >= 10) CHECK(all1 != all2);                     // reshuffled per epoch

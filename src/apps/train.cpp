@@ -1,0 +1,48 @@
+// ./train: data-parallel training over the ranks of `mpiexec -n K ./train [options]` (also
+// runs alone as one rank). Thin main: options (train/options.h), the loop (train/trainer.h).
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "dist/comm.h"
+#include "io/checkpoint.h"
+#include "train/options.h"
+#include "train/trainer.h"
+
+using namespace mpicnn;
+
+int main(int argc, char** argv) {
+  dist::Comm comm(&argc, &argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    // Rank 0 parses (it alone reads --config and --resume files) and hands every rank the
+    // effective options, so all ranks run the same configuration.
+    train::TrainOptions options;
+    std::string shared;
+    comm.on_root([&] {
+      options = train::parse_train_options(args);
+      if (!options.help && !options.resume.empty()) options = train::resume_options(args);
+      shared = nlohmann::json{{"help", options.help}, {"config", train::to_config(options)}}.dump();
+    });
+    comm.broadcast(shared);
+    const nlohmann::json j = nlohmann::json::parse(shared);
+    if (j["help"].get<bool>()) {
+      if (comm.root()) std::cout << train::train_help();
+      return 0;
+    }
+    if (!comm.root()) {
+      std::vector<std::string> flags;
+      for (const auto& [k, v] : j["config"].items()) flags.push_back("--" + k + "=" + v.get<std::string>());
+      options = train::parse_train_options(flags);
+    }
+    install_stop_signals();
+    train::run_training(options, comm, std::cout);
+    return 0;
+  } catch (const dist::SharedError& e) {  // every rank has it: report once, exit normally
+    if (comm.root()) std::cerr << "train: " << e.message() << std::endl;
+    return 1;
+  } catch (const Error& e) {  // this rank alone: the others may be inside a collective
+    comm.fail_job("train: " + e.message());
+  } catch (const std::exception& e) {
+    comm.fail_job(std::string("train: ") + e.what());
+  }
+}
