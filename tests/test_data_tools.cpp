@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
 using mpicnn::testing::TempDir;
+using mpicnn::testing::RunResult;
 
 namespace {
 
@@ -111,54 +112,8 @@ std::unique_ptr<Dataset> open(const std::string& kind, const std::string& path, 
   return open_dataset(spec);
 }
 
-// ---- running the programs ----------------------------------------------------------------------
-
-// The tools sit next to the test binary's folder: build/<variant>/tests/unit_tests and
-// build/<variant>/bin/<tool>.
-std::string tool(const std::string& name) {
-  const fs::path exe = fs::read_symlink("/proc/self/exe");
-  const fs::path bin = exe.parent_path().parent_path() / "bin" / name;
-  REQUIRE_MESSAGE(fs::is_regular_file(bin), "data tool binary not found: looked for ", bin.string(),
-                  " (make tools builds it)");
-  return bin.string();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct RunResult {
-  int rc = -1;
-  std::string output;  // stdout and stderr together
-};
-
-RunResult run(const std::string& name, const std::vector<std::string>& args) {
-  std::string cmd = quote(tool(name));
-  for (const std::string& a : args) cmd.append(" ").append(quote(a));
-  cmd += " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  REQUIRE_MESSAGE(pipe != nullptr, "cannot run ", cmd);
-  RunResult r;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, got);
-  const int status = ::pclose(pipe);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
-
-// A failing run: non-zero exit, exactly one line "<tool>: ..." that contains `part`.
-void expect_cli_error(const std::string& name, const std::vector<std::string>& args, const std::string& part) {
-  std::string shown = name;
-  for (const std::string& a : args) shown += " " + a;
-  const RunResult r = run(name, args);
-  CHECK_MESSAGE(r.rc != 0, shown, ": exit code 0, output: ", r.output);
-  CHECK_MESSAGE(std::count(r.output.begin(), r.output.end(), '\n') == 1, shown, ": expected one line, got: ", r.output);
-  CHECK_MESSAGE(r.output.starts_with(name + ": "), shown, ": line does not start with the tool name: ", r.output);
-  CHECK_MESSAGE(r.output.find(part) != std::string::npos, shown, ": '", r.output, "' does not say '", part, "'");
-}
+using testing::expect_cli_error;
+using testing::shell_quote;
 
 const std::string kFashion = kFashionMnistDefaultPath;
 void require_fashion_mnist() {
@@ -466,7 +421,7 @@ TEST_CASE("data tools: export_images of Fashion-MNIST reads back as an image fol
   require_fashion_mnist();
   TempDir dir;
   const std::string out = dir / "png";
-  const RunResult r = run("export_images", {"-o", out, "--limit", "300", "--threads", "2"});
+  const RunResult r = testing::run_program("export_images", {"-o", out, "--limit", "300", "--threads", "2"});
   REQUIRE_MESSAGE(r.rc == 0, r.output);
   CHECK(r.output.find("9_Ankle boot") != std::string::npos);
   for (const std::string split : {"train", "test"}) {
@@ -582,7 +537,7 @@ TEST_CASE("data tools: dataset_stats program agrees with numpy on Fashion-MNIST 
   require_fashion_mnist();
   TempDir dir;
   const std::string json = dir / "stats.json";
-  const RunResult r = run("dataset_stats", {"-d", "fashion-mnist", "--split", "test", "--json", json});
+  const RunResult r = testing::run_program("dataset_stats", {"-d", "fashion-mnist", "--split", "test", "--json", json});
   REQUIRE_MESSAGE(r.rc == 0, r.output);
   const char* py = std::getenv("PYTHON");
   const std::string script =
@@ -595,9 +550,9 @@ TEST_CASE("data tools: dataset_stats program agrees with numpy on Fashion-MNIST 
       "assert [c['count'] for c in d['classes']] == np.bincount(y, minlength=10).tolist()\n"
       "assert d['mean_flag'] == '%.4f' % x.mean() and d['std_flag'] == '%.4f' % x.std()\n"
       "print('--mean %.4f --std %.4f' % (x.mean(), x.std()))\n";
-  const std::string cmd = quote(py && *py ? py : "/usr/bin/python3") + " -c " + quote(script) + " " + quote(json) +
-                          " " + quote(kFashion + "/t10k-images-idx3-ubyte.gz") + " " +
-                          quote(kFashion + "/t10k-labels-idx1-ubyte.gz") + " 2>&1";
+  const std::string cmd = shell_quote(py && *py ? py : "/usr/bin/python3") + " -c " + shell_quote(script) + " " + shell_quote(json) +
+                          " " + shell_quote(kFashion + "/t10k-images-idx3-ubyte.gz") + " " +
+                          shell_quote(kFashion + "/t10k-labels-idx1-ubyte.gz") + " 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string out;
@@ -625,7 +580,7 @@ TEST_CASE("data tools CLI: --help exits 0 and names every option") {
         "--idx-classes", "--threads", "Examples:"}},
   };
   for (const auto& [name, opts] : options) {
-    const RunResult r = run(name, {"--help"});
+    const RunResult r = testing::run_program(name, {"--help"});
     CHECK_MESSAGE(r.rc == 0, name, " --help: exit ", r.rc);
     for (const std::string& o : opts)
       CHECK_MESSAGE(r.output.find(o) != std::string::npos, name, " --help does not mention ", o);
@@ -636,7 +591,7 @@ TEST_CASE("data tools CLI: create_dataset runs, and every bad input is one line 
   TempDir dir;
   write_idx(dir.path / "idx", 30, 3, 3, 3, 5);
   const std::string idx = dir / "idx", out = dir / "out";
-  const RunResult ok = run("create_dataset", {"-i", idx, "-d", "idx", "-o", out, "-n", "20", "--idx-classes", "3"});
+  const RunResult ok = testing::run_program("create_dataset", {"-i", idx, "-d", "idx", "-o", out, "-n", "20", "--idx-classes", "3"});
   REQUIRE_MESSAGE(ok.rc == 0, ok.output);
   CHECK(ok.output.find("total") != std::string::npos);
   CHECK(open("csv", out + "/train.csv")->size() + open("csv", out + "/test.csv")->size() == 20);
@@ -662,7 +617,7 @@ TEST_CASE("data tools CLI: create_dataset runs, and every bad input is one line 
                    "label 2 of sample 2 is outside [0, 2)");
   CHECK_FALSE(fs::exists(dir.path / "o2"));
   // --force over its own output works.
-  const RunResult again = run(C, {"-i", idx, "-d", "idx", "-o", out, "-n", "20", "--idx-classes", "3", "--force"});
+  const RunResult again = testing::run_program(C, {"-i", idx, "-d", "idx", "-o", out, "-n", "20", "--idx-classes", "3", "--force"});
   CHECK_MESSAGE(again.rc == 0, again.output);
 }
 
@@ -692,7 +647,7 @@ TEST_CASE("data tools CLI: export_images and dataset_stats reject bad input with
   expect_cli_error(S, {"-i", dir / "missing"}, dir / "missing");
   expect_cli_error(S, {"-d", "synthetic", "--json", dir / "no/such/dir/s.json"}, dir / "no/such/dir/s.json");
   expect_cli_error(S, {"-i", idx, "--split", "test", "-d", "idx"}, "t10k-images-idx3-ubyte");
-  const RunResult ok = run(S, {"-i", idx, "-d", "idx", "--idx-classes", "3", "--resize", "6"});
+  const RunResult ok = testing::run_program(S, {"-i", idx, "-d", "idx", "--idx-classes", "3", "--resize", "6"});
   CHECK_MESSAGE(ok.rc == 0, ok.output);
   CHECK(ok.output.find("trainer flags: --mean 0.") != std::string::npos);
 }

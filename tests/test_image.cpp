@@ -32,18 +32,7 @@ namespace fs = std::filesystem;
 using mpicnn::testing::TempDir;
 
 namespace {
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) {
-    if (ch == '\'')
-      out.append("'\\''");
-    else
-      out.push_back(ch);
-  }
-  out.push_back('\'');
-  return out;
-}
+using mpicnn::testing::shell_quote;
 
 // Runs tests/python/SCRIPT with ARGS under $PYTHON (default /usr/bin/python3: it has torch).
 void run_python(const std::string& script, const std::string& args) {

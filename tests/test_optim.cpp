@@ -136,12 +136,6 @@ std::vector<std::pair<std::string, const Tensor*>> state_slabs(const Optimizer& 
   return s;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
 // Schedules as torch builds them (fields for optim_torch.py) and as our spec says them.
 struct SchedCase {
   std::string name;

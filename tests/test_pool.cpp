@@ -347,12 +347,6 @@ Tensor read_f32(const std::filesystem::path& p, const Shape& s) {
   return t;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
 // NaN matches NaN and infinities match exactly; otherwise |got - want| <= rtol*|want| + atol.
 void expect_match(const std::string& what, const Tensor& got, const Tensor& want, double rtol) {
   REQUIRE(got.numel() == want.numel());

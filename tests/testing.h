@@ -11,11 +11,15 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <sys/wait.h>
 
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -42,6 +46,59 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
+
+// ---- running the programs (data tools, apps) ------------------------------------------------
+
+// Programs sit next to the test binary's folder: build/<variant>/tests/unit_tests and
+// build/<variant>/bin/<name>.
+inline std::string program_path(const std::string& name) {
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe");
+  const std::filesystem::path bin = exe.parent_path().parent_path() / "bin" / name;
+  REQUIRE_MESSAGE(std::filesystem::is_regular_file(bin), "program not found: looked for ",
+                  bin.string(), " (make tools apps builds it)");
+  return bin.string();
+}
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct RunResult {
+  int rc = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs build/<variant>/bin/<name> with args (after `env`, e.g. "OMPI_X=1 "), waits for it.
+inline RunResult run_program(const std::string& name, const std::vector<std::string>& args,
+                             const std::string& env = "") {
+  std::string cmd = env + shell_quote(program_path(name));
+  for (const std::string& a : args) cmd.append(" ").append(shell_quote(a));
+  cmd += " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE_MESSAGE(pipe != nullptr, "cannot run ", cmd);
+  RunResult r;
+  char buf[4096];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, got);
+  const int status = ::pclose(pipe);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+// A failing run: non-zero exit, exactly one line "<name>: ..." that contains `part`.
+inline void expect_cli_error(const std::string& name, const std::vector<std::string>& args,
+                             const std::string& part) {
+  std::string shown = name;
+  for (const std::string& a : args) shown += " " + a;
+  const RunResult r = run_program(name, args);
+  CHECK_MESSAGE(r.rc != 0, shown, ": exit code 0, output: ", r.output);
+  CHECK_MESSAGE(std::count(r.output.begin(), r.output.end(), '\n') == 1, shown,
+                ": expected one line, got: ", r.output);
+  CHECK_MESSAGE(r.output.starts_with(name + ": "), shown, ": line does not start with the name: ", r.output);
+  CHECK_MESSAGE(r.output.find(part) != std::string::npos, shown, ": '", r.output, "' does not say '", part, "'");
+}
 
 using Vec = std::vector<double>;
 

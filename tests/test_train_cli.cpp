@@ -1,0 +1,104 @@
+// ./train as a user runs it (one rank, MPI singleton): --help, one-line errors for bad options
+// and bad data, and a small synthetic run whose run directory holds what the docs promise
+// (summary.json, metrics.jsonl, an MLflow file store, checkpoints with `latest`), then a resume
+// that continues it. The multi-rank behaviour is tested in tests/mpi/test_train.cpp.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "testing.h"
+
+using namespace mpicnn;
+using mpicnn::testing::expect_cli_error;
+using mpicnn::testing::run_program;
+using mpicnn::testing::TempDir;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.is_open(), "cannot read ", path);
+  return json::parse(in);
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+const std::vector<std::string> kSmall = {"--dataset", "synthetic", "--batch-size", "32",
+                                         "--threads", "1", "--workers", "1", "--progress", "plain"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("train CLI: --help, and one clear line for bad options and data") {
+  TempDir dir;
+  const auto help = run_program("train", {"--help"});
+  CHECK(help.rc == 0);
+  CHECK(help.output.find("Usage: mpiexec -n RANKS ./train") != std::string::npos);
+  expect_cli_error("train", {"--epochs", "0"}, "-e/--epochs: '0'");
+  expect_cli_error("train", {"--bogus"}, "--bogus");
+  expect_cli_error("train", {"-d", dir / "missing"}, dir / "missing");
+  expect_cli_error("train", {"--model", "resnet18", "-s", dir / "r"}, "--image-size");
+  expect_cli_error("train", {"--resume", dir / "nothing"}, dir / "nothing");
+  CHECK(!fs::exists(dir / "r"));  // nothing written by a run that could not start
+}
+
+TEST_CASE("train CLI: a run writes its run directory, and --resume continues it") {
+  TempDir dir;
+  const std::string run = dir / "run";
+  const auto first = run_program("train", with(kSmall, {"--epochs", "2", "-s", run, "--check-sync", "5"}));
+  INFO(first.output);
+  REQUIRE(first.rc == 0);
+  CHECK(first.output.find("epoch 2/2 done") != std::string::npos);
+
+  const json s = read_json(run + "/summary.json");
+  CHECK(s["status"] == "FINISHED");
+  CHECK(s["model"] == "lenet");
+  CHECK(s["ranks"] == 1);
+  CHECK(s["nodes"] == 1);
+  CHECK(s["threads_per_rank"] == 1);
+  CHECK(s["hosts"].size() == 1);
+  CHECK(s["batch_per_rank"] == 32);
+  CHECK(s["global_batch"] == 32);
+  CHECK(s["epochs_done"] == 2);
+  CHECK(s["epoch_seconds"].size() == 2);
+  CHECK(s["images_per_s"].get<double>() > 0);
+  CHECK(s["test_top1"].get<double>() > 0.5);  // synthetic classes are easy to tell apart
+  CHECK(s["test_top5"].get<double>() >= s["test_top1"].get<double>());
+  CHECK(s.contains("comm_share"));
+
+  const std::vector<json> m = read_jsonl(run + "/metrics.jsonl");
+  const auto steps = std::count_if(m.begin(), m.end(), [](const json& j) { return j["kind"] == "step"; });
+  const auto epochs = std::count_if(m.begin(), m.end(), [](const json& j) { return j["kind"] == "epoch"; });
+  CHECK(steps == 2 * 32);  // 1024 samples / 32 per step, 2 epochs
+  CHECK(epochs == 2);
+  CHECK(fs::exists(run + "/latest/model.safetensors"));
+  CHECK(fs::exists(run + "/checkpoints/epoch-0002/trainer.json"));
+  const std::string run_id = s["mlflow_run_id"];
+  CHECK(fs::exists(run + "/mlruns/0/" + run_id + "/meta.yaml"));
+  CHECK(fs::exists(run + "/mlruns/0/" + run_id + "/metrics/top1"));
+
+  // A second run into the same directory is refused; --resume continues with the saved
+  // options (lenet, synthetic, batch 32), here for one more epoch.
+  expect_cli_error("train", with(kSmall, {"--epochs", "2", "-s", run}), "already holds a run");
+  const auto more = run_program("train", {"--resume", run, "--epochs", "3", "--progress", "plain"});
+  INFO(more.output);
+  REQUIRE(more.rc == 0);
+  CHECK(more.output.find("resumed from") != std::string::npos);
+  const json s2 = read_json(run + "/summary.json");
+  CHECK(s2["epochs_done"] == 3);
+  CHECK(s2["status"] == "FINISHED");
+  CHECK(s2["mlflow_run_id"] == run_id);  // the same MLflow run, continued
+  CHECK(fs::exists(run + "/checkpoints/epoch-0003"));
+  // A resume that contradicts the checkpoint is one line naming the problem.
+  expect_cli_error("train", {"--resume", run, "--model", "alexnet", "--epochs", "4"}, "alexnet");
+}
