@@ -361,9 +361,9 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   InputPlan input;
   comm.on_root([&] { input = plan_input(o, info); });
   input = plan_input(o, info);  // the same on every rank now that rank 0 found no error
-  if (test)
-    CHECK(test->info().class_names.size() == info.class_names.size(), "test split of ", o.data,
-          " has ", test->info().class_names.size(), " classes, the train split ", info.class_names.size());
+  if (test && test->info().class_names.size() != info.class_names.size())  // known to every rank
+    throw dist::SharedError(detail::concat("test split of ", o.data, " has ", test->info().class_names.size(),
+                                           " classes, the train split ", info.class_names.size()));
   const data::Transform train_tf(input.train), eval_tf(input.eval);
 
   ModelOptions mopt;
@@ -614,7 +614,10 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
       tracker->set_summary("comm_share", step_time > 0 ? comm_wait / step_time : 0.0);
       tracker->set_summary("resumed_from", resumed_from);
       tracker->finish(RunStatus::Finished);
-      out << "done: " << run_dir << "\n";
+      out << "done: " << run_dir << " (" << Progress::format_eta(train_seconds) << " training, "
+          << int64_t(train_seconds > 0 ? double(images_this_process) / train_seconds : 0)
+          << " images/s, " << int(std::lround(100 * (step_time > 0 ? comm_wait / step_time : 0)))
+          << "% of step time waiting on gradient communication)\n";
     });
   }
   result.state = state;
