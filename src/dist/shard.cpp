@@ -45,35 +45,27 @@ std::vector<uint64_t> rank_shard(const std::vector<uint64_t>& padded_order, int 
 namespace {
 
 // Rank 0: serialize each rank's shard; everyone: receive its own bytes by Scatterv. Errors on
-// rank 0 (an empty dataset, a shard over 2 GiB) are agreed on first, so no rank is left
-// waiting in the Scatterv: every rank throws the same message.
+// rank 0 (an empty dataset, a shard over 2 GiB) are agreed on first (Comm::on_root), so no rank
+// is left waiting in the Scatterv: every rank throws the same SharedError.
 template <class Data>
 std::vector<uint8_t> scatter_shards(const Comm& comm, const Data* on_root, uint64_t seed,
                                     uint64_t epoch, bool shuffle) {
   const int K = comm.size();
   std::vector<uint8_t> send;
   std::vector<int> counts(size_t(K), 0), displs(size_t(K), 0);
-  std::string error;
-  if (comm.root()) {
-    try {
-      CHECK(on_root != nullptr, "scatter: rank 0 has no dataset");
-      const std::vector<uint64_t> order = padded_epoch_order(on_root->size(), K, seed, epoch, shuffle);
-      for (int r = 0; r < K; ++r) {
-        const std::vector<uint8_t> bytes = data::serialize(on_root->subset(rank_shard(order, K, r)));
-        CHECK(bytes.size() < size_t(INT_MAX) && send.size() + bytes.size() < size_t(INT_MAX),
-              "scatter: shards of ", on_root->name, " exceed MPI's 2 GiB count; use more ranks "
-              "or --distribute-data with a file-list dataset");
-        displs[size_t(r)] = int(send.size());
-        counts[size_t(r)] = int(bytes.size());
-        send.insert(send.end(), bytes.begin(), bytes.end());
-      }
-    } catch (const Error& e) {
-      error = e.message();
+  comm.on_root([&] {
+    CHECK(on_root != nullptr, "scatter: rank 0 has no dataset");
+    const std::vector<uint64_t> order = padded_epoch_order(on_root->size(), K, seed, epoch, shuffle);
+    for (int r = 0; r < K; ++r) {
+      const std::vector<uint8_t> bytes = data::serialize(on_root->subset(rank_shard(order, K, r)));
+      CHECK(bytes.size() < size_t(INT_MAX) && send.size() + bytes.size() < size_t(INT_MAX),
+            "scatter: shards of ", on_root->name, " exceed MPI's 2 GiB count; use more ranks "
+            "or --distribute-data with a file-list dataset");
+      displs[size_t(r)] = int(send.size());
+      counts[size_t(r)] = int(bytes.size());
+      send.insert(send.end(), bytes.begin(), bytes.end());
     }
-  }
-  std::string agreed = error;
-  comm.broadcast(agreed);
-  if (!agreed.empty()) FAIL(agreed);
+  });
   int mine = 0;
   MPI_CHECK(MPI_Scatter(counts.data(), 1, MPI_INT, &mine, 1, MPI_INT, 0, comm.world()));
   std::vector<uint8_t> got(static_cast<size_t>(mine));
@@ -85,15 +77,10 @@ std::vector<uint8_t> scatter_shards(const Comm& comm, const Data* on_root, uint6
 template <class Data>
 std::vector<uint8_t> broadcast_whole(const Comm& comm, const Data* on_root) {
   std::vector<uint8_t> bytes;
-  std::string error;
-  if (comm.root()) {
-    if (on_root)
-      bytes = data::serialize(*on_root);
-    else
-      error = "broadcast: rank 0 has no dataset";
-  }
-  comm.broadcast(error);
-  if (!error.empty()) FAIL(error);
+  comm.on_root([&] {
+    CHECK(on_root != nullptr, "broadcast: rank 0 has no dataset");
+    bytes = data::serialize(*on_root);
+  });
   comm.broadcast(bytes);
   return bytes;
 }

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -167,16 +166,20 @@ class SplitData {
 
 // ---- preprocessing ------------------------------------------------------------------------------
 
+// The normalisation a dataset kind is usually trained with (mean or std per channel).
 std::vector<float> default_mean_std(const std::string& kind, int channels, bool mean) {
   std::vector<float> v;
   if (kind == "fashion-mnist") v = {mean ? data::kFashionMnistMean : data::kFashionMnistStd};
   else if (kind == "mnist") v = {mean ? 0.1307f : 0.3081f};
-  else if (kind == "cifar10" || kind == "cifar100")
-    v.assign((mean ? data::kCifar10Mean : data::kCifar10Std).begin(), (mean ? data::kCifar10Mean : data::kCifar10Std).end());
-  else if (kind == "imagefolder" || kind == "csv")
-    v.assign((mean ? data::kImageNetMean : data::kImageNetStd).begin(), (mean ? data::kImageNetMean : data::kImageNetStd).end());
-  else
+  else if (kind == "cifar10" || kind == "cifar100") {
+    const auto& a = mean ? data::kCifar10Mean : data::kCifar10Std;
+    v.assign(a.begin(), a.end());
+  } else if (kind == "imagefolder" || kind == "csv") {
+    const auto& a = mean ? data::kImageNetMean : data::kImageNetStd;
+    v.assign(a.begin(), a.end());
+  } else {
     v = {0.5f};  // idx, synthetic: x / 255 mapped to [-1, 1]
+  }
   if (v.size() == 3 && channels == 1) v = {(v[0] + v[1] + v[2]) / 3};
   return v;
 }
