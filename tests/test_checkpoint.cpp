@@ -84,6 +84,7 @@ TrainerState state_at(int64_t epoch) {
   s.ranks = 4;
   s.config = {{"model", "lenet"}, {"lr", "0.05"}, {"batch", "64"}};
   s.run_started = "2026-01-02T03:04:05Z";
+  s.input = {"resize-center-crop", 1, 28, 30, 32, {0.286f}, {0.353f}, {"shirt", "shoe, left"}};
   return s;
 }
 
@@ -132,6 +133,14 @@ TEST_CASE("checkpoint round trip is bit-exact for model, optimizer and trainer s
   CHECK(r.ranks == 4);
   CHECK(r.config == s.config);
   CHECK(r.run_started == s.run_started);
+  CHECK(r.input.geometry == "resize-center-crop");
+  CHECK(r.input.channels == 1);
+  CHECK(r.input.height == 28);
+  CHECK(r.input.width == 30);
+  CHECK(r.input.resize == 32);
+  CHECK(r.input.mean == s.input.mean);
+  CHECK(r.input.stddev == s.input.stddev);
+  CHECK(r.input.class_names == s.input.class_names);
   CHECK(r.model == "lenet");
   CHECK(r.optimizer == "sgd");
   CHECK(r.saved_unix_ms > 0);

@@ -32,17 +32,8 @@ namespace fs = std::filesystem;
 using mpicnn::testing::TempDir;
 
 namespace {
+using mpicnn::testing::run_python;
 using mpicnn::testing::shell_quote;
-
-// Runs tests/python/SCRIPT with ARGS under $PYTHON (default /usr/bin/python3: it has torch).
-void run_python(const std::string& script, const std::string& args) {
-  const char* py = std::getenv("PYTHON");
-  const std::string cmd = shell_quote(py && *py ? py : "/usr/bin/python3") + " " +
-                          shell_quote(source_dir() + "/tests/python/" + script) + " " + args;
-  const int status = std::system(cmd.c_str());
-  REQUIRE_MESSAGE((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0), script, " failed (status ",
-                  status, "): ", cmd);
-}
 
 // Deterministic test picture: gradients plus per-pixel noise of amplitude `noise` (0..255),
 // so resampling sees both smooth regions and every byte value.
@@ -453,6 +444,37 @@ TEST_CASE("transform output does not depend on threads or call order") {
   int mismatches = 0;
   for (std::size_t k = 0; k < serial.size(); ++k) mismatches += !same_bits(serial[k], threaded[k]);
   CHECK(mismatches == 0);
+}
+
+TEST_CASE("transform geometry then normalize equals apply, bit for bit") {
+  // The evaluation pipeline resamples on one rank and normalises on another.
+  const Image rgb = test_image(150, 200, 3, 8), gray = test_image(120, 90, 1, 9),
+              small = test_image(32, 32, 3, 10);
+  Preprocess gray_model = imagenet_eval(64, 72, 1);
+  gray_model.mean = {0.5f};
+  gray_model.stddev = {0.25f};
+  Preprocess big_crop = imagenet_eval(96, 0);  // the crop reaches outside the image: zero padding
+  const Transform rrc(imagenet_train(5, 72)), eval(imagenet_eval(64, 72)), cifar(cifar_train(5)),
+      to_gray(gray_model), padded(big_crop);
+  const std::vector<std::pair<const Transform*, const Image*>> jobs = {
+      {&rrc, &rgb}, {&rrc, &gray}, {&eval, &rgb}, {&eval, &gray}, {&cifar, &small},
+      {&to_gray, &rgb}, {&padded, &small}};
+  int mismatches = 0, flipped = 0;
+  for (const auto& [tf, img] : jobs)
+    for (uint64_t i = 0; i < 12; ++i) {
+      const Image window = tf->geometry(*img, 2, i);
+      CHECK(window.height == tf->height());
+      CHECK(window.width == tf->width());
+      CHECK(window.channels == (tf->channels() == 1 ? 1 : img->channels));
+      std::vector<float> split(tf->output_numel());
+      tf->normalize(split.data(), window);
+      mismatches += !same_bits(split, run(*tf, *img, 2, i));
+      flipped += tf->place(img->height, img->width, 2, i).flip;
+    }
+  CHECK(mismatches == 0);
+  CHECK(flipped > 0);  // the flip path was exercised
+  std::vector<float> out(eval.output_numel());
+  CHECK_THROWS_WITH(eval.normalize(out.data(), small), doctest::Contains("32x32 window for a 64x64"));
 }
 
 TEST_CASE("transform RandomResizedCrop stays within torchvision's bounds; fallback; crop + resize") {

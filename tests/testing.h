@@ -70,7 +70,8 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs build/<variant>/bin/<name> with args (after `env`, e.g. "OMPI_X=1 "), waits for it.
+// Runs build/<variant>/bin/<name> with args after `env` (assignments such as "OMPI_X=1 ", or a
+// launcher such as "mpiexec -n 2 "), waits for it.
 inline RunResult run_program(const std::string& name, const std::vector<std::string>& args,
                              const std::string& env = "") {
   std::string cmd = env + shell_quote(program_path(name));
@@ -85,6 +86,14 @@ inline RunResult run_program(const std::string& name, const std::vector<std::str
   const int status = ::pclose(pipe);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   return r;
+}
+
+// The same under `mpiexec -q -n K --oversubscribe` (OpenMPI, allowed as root; -q leaves out
+// its own box of text about non-zero exit codes, so a failing job shows the program's line only).
+inline RunResult run_mpi(int ranks, const std::string& name, const std::vector<std::string>& args) {
+  return run_program(name, args,
+                     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpiexec -q -n " +
+                         std::to_string(ranks) + " --oversubscribe ");
 }
 
 // A failing run: non-zero exit, exactly one line "<name>: ..." that contains `part`.
@@ -224,6 +233,18 @@ inline Vec part(const Vec& x, size_t begin, size_t count) {
 }
 
 inline std::string source_dir() { return MPICNN_SOURCE_DIR; }
+
+// Runs tests/python/SCRIPT with ARGS (already shell-quoted) under $PYTHON (default
+// /usr/bin/python3: it has torch); a non-zero exit fails the test.
+inline void run_python(const std::string& script, const std::string& args) {
+  const char* py = std::getenv("PYTHON");
+  const std::string cmd = shell_quote(py && *py ? py : "/usr/bin/python3") + " " +
+                          shell_quote(source_dir() + "/" + (script.find('/') == std::string::npos ? "tests/python/" : "") + script) +
+                          " " + args;
+  const int status = std::system(cmd.c_str());
+  REQUIRE_MESSAGE((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0), script, " failed (status ",
+                  status, "): ", cmd);
+}
 
 // `f` must throw mpicnn::Error whose message contains `part`.
 template <class F>

@@ -435,6 +435,31 @@ Image center_crop(const Image& in, int crop_height, int crop_width) {
 
 // ---- recipes and parsing ----------------------------------------------------------------------
 
+namespace {
+constexpr std::pair<Geometry, const char*> kGeometryNames[] = {
+    {Geometry::None, "none"},
+    {Geometry::Resize, "resize"},
+    {Geometry::ResizeCenterCrop, "resize-center-crop"},
+    {Geometry::RandomResizedCrop, "random-resized-crop"},
+    {Geometry::PadRandomCrop, "pad-random-crop"},
+};
+}  // namespace
+
+const char* geometry_name(Geometry g) {
+  for (const auto& [geo, name] : kGeometryNames)
+    if (geo == g) return name;
+  FAIL("geometry_name: unknown geometry ", int(g));
+}
+
+Geometry parse_geometry(const std::string& name, const std::string& what) {
+  std::string known;
+  for (const auto& [geo, n] : kGeometryNames) {
+    if (name == n) return geo;
+    known += known.empty() ? n : std::string(", ") + n;
+  }
+  FAIL(what, ": unknown geometry '", name, "' (", known, ")");
+}
+
 Preprocess imagenet_eval(int size, int resize, int channels) {
   Preprocess p;
   p.geometry = Geometry::ResizeCenterCrop;
@@ -671,18 +696,46 @@ void Transform::render(float* out, const Image& img, const Placement& p) const {
     p.flip ? run(write_row<3, 3, true>) : run(write_row<3, 3, false>);
 }
 
-void Transform::apply(float* out, const Image& img, uint64_t epoch, uint64_t index,
-                      std::string_view name) const {
+namespace {
+// The image apply() places: `img`, or its luma for a 1-channel model (PIL converts to L before
+// any resize; luma does not commute with resampling), in per-thread scratch.
+const Image& model_channels(const Image& img, int channels, uint64_t index, std::string_view name) {
   CHECK(img.channels == 1 || img.channels == 3, SampleName{name, index}, ": image has ", img.channels,
         " channels");
-  const Image* src = &img;
-  if (img.channels == 3 && spec_.channels == 1) {
-    // PIL converts to L before any resize; luma does not commute with resampling.
+  if (img.channels == 3 && channels == 1) {
     Image& gray = scratch().converted;
     convert_channels(gray, img, 1);
-    src = &gray;
+    return gray;
   }
-  render(out, *src, place(src->height, src->width, epoch, index, name));
+  return img;
+}
+}  // namespace
+
+void Transform::apply(float* out, const Image& img, uint64_t epoch, uint64_t index,
+                      std::string_view name) const {
+  const Image& src = model_channels(img, spec_.channels, index, name);
+  render(out, src, place(src.height, src.width, epoch, index, name));
+}
+
+Image Transform::geometry(const Image& img, uint64_t epoch, uint64_t index, std::string_view name) const {
+  const Image& src = model_channels(img, spec_.channels, index, name);
+  const Placement p = place(src.height, src.width, epoch, index, name);
+  Image out = resample_image(src, p, spec_.height, spec_.width);
+  if (p.flip) {
+    const int C = out.channels;
+    for (int y = 0; y < out.height; ++y) {
+      uint8_t* r = out.row(y);
+      for (int a = 0, b = out.width - 1; a < b; ++a, --b)
+        for (int c = 0; c < C; ++c) std::swap(r[a * C + c], r[b * C + c]);
+    }
+  }
+  return out;
+}
+
+void Transform::normalize(float* out, const Image& window) const {
+  CHECK(window.height == spec_.height && window.width == spec_.width, "normalize: a ", window.height,
+        "x", window.width, " window for a ", spec_.height, "x", spec_.width, " model input");
+  render(out, window, whole(window));
 }
 
 }  // namespace mpicnn::data

@@ -46,6 +46,11 @@ enum class Geometry {
   PadRandomCrop,      // RandomCrop(height, width, padding) with zero padding (CIFAR style)
 };
 
+// "none", "resize", "resize-center-crop", "random-resized-crop", "pad-random-crop"; parse is the
+// inverse (an Error naming `what` and the accepted names otherwise).
+const char* geometry_name(Geometry g);
+Geometry parse_geometry(const std::string& name, const std::string& what);
+
 struct Preprocess {
   Geometry geometry = Geometry::None;
   int channels = 3;             // the model's in_channels: 1 (PIL luma) or 3 (gray replicated)
@@ -117,6 +122,15 @@ class Transform {
              std::string_view name = {}) const;
   // apply() with an explicit placement (tests, and callers that choose crops themselves).
   void render(float* out, const Image& img, const Placement& p) const;
+
+  // apply() in two halves, for callers that resample and normalise in different places (the
+  // evaluation pipeline's decode and normalize ranks): geometry() returns the 8-bit (H, W, C)
+  // window apply() would normalise (channel conversion to a 1-channel model first, zeros
+  // outside the image, flip applied; C stays 1 for gray images of a 3-channel model), and
+  // normalize() turns such a window into the (C, H, W) floats. normalize(geometry(img)) equals
+  // apply(img) bit for bit: PIL's resampling is 8-bit, so nothing is lost in between.
+  Image geometry(const Image& img, uint64_t epoch, uint64_t index, std::string_view name = {}) const;
+  void normalize(float* out, const Image& window) const;
 
  private:
   Preprocess spec_;

@@ -134,22 +134,39 @@ void Comm::broadcast(std::vector<uint8_t>& bytes) const {
 
 SharedError::SharedError(const std::string& message) : Error(message, nullptr, __FILE__, __LINE__) {}
 
+namespace {
+// fn's error message, or "" when it returned normally.
+std::string run_caught(const std::function<void()>& fn, int rank) {
+  try {
+    fn();
+    return {};
+  } catch (const Error& e) {
+    if (!e.message().empty()) return e.message();
+  } catch (const std::exception& e) {
+    if (*e.what()) return e.what();
+  }
+  return "rank " + std::to_string(rank) + " failed without a message";
+}
+}  // namespace
+
 void Comm::on_root(const std::function<void()>& fn) const {
   std::string error;
-  if (root()) {
-    bool failed = true;
-    try {
-      fn();
-      failed = false;
-    } catch (const Error& e) {
-      error = e.message();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    if (failed && error.empty()) error = "rank 0 failed without a message";
-  }
+  if (root()) error = run_caught(fn, rank_);
   broadcast(error);
   if (!error.empty()) throw SharedError(error);
+}
+
+void Comm::on_all(const std::function<void()>& fn) const {
+  const std::string mine = run_caught(fn, rank_);
+  int first = mine.empty() ? size_ : rank_;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first == size_) return;
+  uint64_t n = mine.size();
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, first, MPI_COMM_WORLD));
+  std::string error = mine;
+  error.resize(n);
+  MPI_CHECK(MPI_Bcast(error.data(), int(n), MPI_CHAR, first, MPI_COMM_WORLD));
+  throw SharedError(error);
 }
 
 void Comm::broadcast(std::string& s) const {

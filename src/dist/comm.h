@@ -90,6 +90,9 @@ class Comm {
   // fn threw, every rank throws a SharedError with its message ("what()" for non-mpicnn
   // exceptions), so a failure on rank 0 never leaves the others waiting in a later collective.
   void on_root(const std::function<void()>& fn) const;
+  // Runs fn on every rank, then agrees the same way: if it threw anywhere, every rank throws a
+  // SharedError with the message of the lowest rank that failed.
+  void on_all(const std::function<void()>& fn) const;
   // bytes: rank 0's content, resized on the others.
   void broadcast(std::vector<uint8_t>& bytes) const;
   void broadcast(std::string& s) const;

@@ -102,6 +102,12 @@ json state_to_json(const TrainerState& s) {
   j["ranks"] = s.ranks;
   j["config"] = s.config;
   j["run_started"] = s.run_started;
+  if (!s.input.geometry.empty()) {
+    const InputRecord& in = s.input;
+    j["input"] = {{"geometry", in.geometry}, {"channels", in.channels}, {"height", in.height},
+                  {"width", in.width},       {"resize", in.resize},     {"mean", in.mean},
+                  {"std", in.stddev},        {"classes", in.class_names}};
+  }
   j["saved_at"] = s.saved_at;
   j["saved_unix_ms"] = s.saved_unix_ms;
   return j;
@@ -145,6 +151,24 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   s.ranks = field<int>(j, "ranks", path);
   s.config = field<std::map<std::string, std::string>>(j, "config", path);
   s.run_started = field<std::string>(j, "run_started", path);
+  if (j.contains("input")) {
+    const json in = field<json>(j, "input", path);
+    const std::string where = path + " input";
+    CHECK(in.is_object(), path, ": field 'input' is not an object");
+    InputRecord& r = s.input;
+    r.geometry = field<std::string>(in, "geometry", where);
+    r.channels = field<int>(in, "channels", where);
+    r.height = field<int>(in, "height", where);
+    r.width = field<int>(in, "width", where);
+    r.resize = field<int>(in, "resize", where);
+    r.mean = field<std::vector<float>>(in, "mean", where);
+    r.stddev = field<std::vector<float>>(in, "std", where);
+    r.class_names = field<std::vector<std::string>>(in, "classes", where);
+    CHECK(!r.geometry.empty() && r.channels > 0 && r.height > 0 && r.width > 0 && r.resize >= 0 &&
+              !r.class_names.empty(),
+          path, ": field 'input' holds an impossible input (", r.channels, "x", r.height, "x", r.width,
+          ", ", r.class_names.size(), " classes)");
+  }
   s.saved_at = field<std::string>(j, "saved_at", path);
   s.saved_unix_ms = field<int64_t>(j, "saved_unix_ms", path);
   CHECK(s.epoch >= 0 && s.step_in_epoch >= 0 && s.global_step >= 0 && s.samples_seen >= 0 &&

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mpicnn {
 
@@ -16,6 +17,17 @@ class Optimizer;
 
 // Bumped when trainer.json or the file set changes meaning; load refuses other versions.
 inline constexpr int kCheckpointFormatVersion = 1;
+
+// How the model's inputs are prepared for evaluation (the trainer's eval preprocessing and the
+// class names), so that an evaluation (./pipeline_eval --checkpoint) reproduces them from the
+// checkpoint alone, whatever data it is given. `geometry` is data::geometry_name(); empty when
+// the checkpoint does not record it.
+struct InputRecord {
+  std::string geometry;
+  int channels = 0, height = 0, width = 0, resize = 0;
+  std::vector<float> mean, stddev;
+  std::vector<std::string> class_names;
+};
 
 // Everything beyond the tensors that a resume needs to continue exactly where it stopped.
 struct TrainerState {
@@ -30,6 +42,7 @@ struct TrainerState {
   int ranks = 1;
   std::map<std::string, std::string> config;  // the full run configuration, as strings
   std::string run_started;  // ISO 8601 UTC, when the run (not this process) started
+  InputRecord input;        // optional (older checkpoints lack it)
   // Filled by save_checkpoint / read back by load; ignored on input.
   std::string saved_at;     // ISO 8601 UTC
   int64_t saved_unix_ms = 0;

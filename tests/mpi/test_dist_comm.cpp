@@ -156,3 +156,30 @@ TEST_CASE("dist comm: broadcasts, sums, sync checksum") {
     CHECK(differ.empty());
   CHECK(dist::hash_floats(p.data(), 1000) != dist::hash_floats(p.data(), 999));
 }
+
+TEST_CASE("dist comm: on_root and on_all agree on a failure") {
+  const dist::Comm& c = comm();
+  const int K = c.size(), r = c.rank();
+  auto message_of = [&](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const dist::SharedError& e) {
+      return e.message();
+    }
+    return "";
+  };
+  // Nothing fails: nobody throws.
+  CHECK(message_of([&] { c.on_all([] {}); }).empty());
+  CHECK(message_of([&] { c.on_root([] {}); }).empty());
+  // Rank 0 fails: everybody gets its message.
+  CHECK(message_of([&] { c.on_root([] { MPICNN_FAIL("root says no"); }); }) == "root says no");
+  // The last rank and (with K >= 3) rank 1 fail: everybody gets the lowest failing rank's message.
+  const std::string got = message_of([&] {
+    c.on_all([&] {
+      if (r == K - 1 || (r == 1 && K >= 3)) MPICNN_FAIL("rank ", r, " failed");
+    });
+  });
+  CHECK(got == "rank " + std::to_string(K >= 3 ? 1 : K - 1) + " failed");
+  // A non-mpicnn exception counts too.
+  CHECK(message_of([&] { c.on_all([&] { if (r == 0) throw std::runtime_error("plain"); }); }) == "plain");
+}

@@ -1,0 +1,39 @@
+// ./pipeline_eval: evaluates a trained model with the read -> decode+resize -> normalize -> predict
+// stages spread over the ranks of `mpiexec -n K ./pipeline_eval ...` (also runs alone). Thin
+// main: options (eval/options.h), the run (eval/evaluate.h), the report (eval/report.h).
+#include <iostream>
+
+#include "dist/comm.h"
+#include "eval/evaluate.h"
+#include "eval/options.h"
+#include "eval/report.h"
+
+using namespace mpicnn;
+
+int main(int argc, char** argv) {
+  dist::Comm comm(&argc, &argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    // Every rank gets the same command line; rank 0's verdict on it is everyone's.
+    eval::EvalOptions options;
+    comm.on_root([&] { options = eval::parse_eval_options(args); });
+    if (!comm.root()) options = eval::parse_eval_options(args);
+    if (options.help) {
+      if (comm.root()) std::cout << eval::eval_help();
+      return 0;
+    }
+    const eval::Report report = eval::run_evaluation(options, comm);
+    comm.on_root([&] {
+      std::cout << (options.json ? eval::report_json(report) + "\n" : eval::format_report(report)) << std::flush;
+      eval::write_outputs(options, report);
+    });
+    return 0;
+  } catch (const dist::SharedError& e) {  // every rank has it: report once, exit normally
+    if (comm.root()) std::cerr << "pipeline_eval: " << e.message() << std::endl;
+    return 1;
+  } catch (const Error& e) {  // this rank alone: the others may be inside a collective
+    comm.fail_job("pipeline_eval: " + e.message());
+  } catch (const std::exception& e) {
+    comm.fail_job(std::string("pipeline_eval: ") + e.what());
+  }
+}

@@ -1,0 +1,131 @@
+// ./pipeline_eval's orchestration: plan on rank 0, model on the predicting ranks, the runs,
+// the report. See evaluate.h.
+#include "eval/evaluate.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "core/check.h"
+#include "core/threads.h"
+#include "dist/messenger.h"
+#include "eval/pipeline.h"
+#include "eval/plan.h"
+
+namespace mpicnn::eval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Samples whose top-5 classes differ between two runs of the same samples; a sample present in
+// one run only counts too. Probabilities are not compared: with other thread counts (the
+// baseline runs with all cores) a matrix product may round its last bit differently.
+int64_t count_mismatches(const std::vector<Prediction>& a, const std::vector<Prediction>& b) {
+  int64_t n = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    if (j == b.size() || (i < a.size() && a[i].index < b[j].index)) {
+      ++n, ++i;
+    } else if (i == a.size() || b[j].index < a[i].index) {
+      ++n, ++j;
+    } else {
+      bool same = true;
+      for (int k = 0; k < 5; ++k) same = same && a[i].top[k] == b[j].top[k];
+      n += !same, ++i, ++j;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
+  CHECK(o.device != "cuda", "--device cuda: this build has no CUDA backend (CPU only)");
+  const int K = comm.size(), r = comm.rank();
+  std::unique_ptr<data::Dataset> dataset;
+  EvalPlan plan;
+  std::string text;
+  comm.on_root([&] {
+    plan = make_plan(o, dataset);
+    text = plan_to_json(plan);
+  });
+  comm.broadcast(text);
+  if (!comm.root()) plan = plan_from_json(text);
+
+  // Who predicts: the pipeline's predicting ranks, and rank 0 for the sequential baseline.
+  const Layout layout = layout_for(K);
+  const bool baseline = o.sequential || o.compare;
+  const bool pipeline = !o.sequential;
+  const bool predicts = (pipeline && layout.last(r) == kPredict) || (baseline && comm.root());
+  const int threads = comm.threads_per_rank(o.threads);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int alone_threads = dist::threads_per_rank(o.threads, cores > 0 ? int(cores) : 1, 1);
+  std::unique_ptr<Predictor> predictor;
+  comm.on_all([&] {
+    if (predicts) predictor = std::make_unique<Predictor>(plan);
+  });
+
+  PipelineOptions po;
+  po.credits = o.credits > 0 ? o.credits : int(4 * plan.batch_size);
+  po.batch_credits = o.batch_credits;
+  po.skip_bad = o.skip_bad;
+
+  Report rep;
+  rep.mode = pipeline ? "pipeline" : "sequential";
+  rep.ranks = pipeline ? K : 1;
+  rep.layout = pipeline ? layout.describe() : "rank 0: all stages, one after the other";
+  rep.model = plan.model;
+  rep.weights = plan.weights;
+  rep.dataset = plan.dataset;
+  rep.batch_size = int(plan.batch_size);
+  rep.threads = pipeline ? threads : alone_threads;
+  rep.class_names = plan.class_names;
+
+  std::optional<RunOutput> seq;
+  if (baseline) {
+    // Rank 0 alone, with the threads a single-rank run would get; the others wait without
+    // spinning so that the baseline has the machine to itself.
+    comm.on_root([&] {
+      set_num_threads(alone_threads);
+      seq = run_sequential(plan, *dataset, *predictor, po);
+    });
+    dist::napping_barrier(comm);
+  }
+  RunOutput run;
+  if (pipeline) {
+    set_num_threads(layout.last(r) == kPredict ? threads : 1);
+    run = run_pipeline(plan, dataset.get(), predictor.get(), comm, po);
+  } else {
+    run = std::move(*seq);
+  }
+
+  rep.stages = std::move(run.stages);
+  if (!comm.root()) return rep;
+  rep.predictions = std::move(run.predictions);
+  rep.skipped = std::move(run.skipped);
+  rep.latency_s = std::move(run.latency_s);
+  rep.wall_s = run.wall_s;
+  rep.sources.reserve(plan.count);
+  for (uint64_t i = 0; i < plan.count; ++i) rep.sources.push_back(dataset->source(size_t(i)));
+  rep.metrics = compute_metrics(rep.predictions, plan.num_classes);
+  if (o.compare) {
+    rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->predictions.size()) / seq->wall_s : 0;
+    rep.mismatches_vs_sequential = count_mismatches(rep.predictions, seq->predictions);
+  }
+  return rep;
+}
+
+void write_outputs(const EvalOptions& o, const Report& report) {
+  if (o.output.empty()) return;
+  std::error_code ec;
+  fs::create_directories(o.output, ec);
+  CHECK(fs::is_directory(o.output), "--output: cannot create the folder ", o.output,
+        ec ? " (" + ec.message() + ")" : std::string());
+  write_predictions_csv((fs::path(o.output) / "predictions.csv").string(), report);
+  write_report_json((fs::path(o.output) / "report.json").string(), report);
+}
+
+}  // namespace mpicnn::eval

@@ -1,0 +1,21 @@
+// ./pipeline_eval from parsed options to the report: rank 0 makes the plan and shares it, the
+// predicting ranks load the model, then the staged run (or the sequential baseline, or both with
+// --compare), and rank 0 assembles the report and writes the output files. Not option parsing
+// (eval/options.h) and not the stage loop (eval/pipeline.h).
+#pragma once
+#include "dist/comm.h"
+#include "eval/options.h"
+#include "eval/report.h"
+
+namespace mpicnn::eval {
+
+// Collective. Returns the complete report on rank 0 (others get theirs without predictions).
+// Every error, wherever it happens, is a dist::SharedError on every rank with one line naming
+// the flag, file or sample (and the failing rank when it was not 0).
+Report run_evaluation(const EvalOptions& options, const dist::Comm& comm);
+
+// Rank 0: predictions.csv and report.json into options.output (created if missing), each
+// written atomically. Nothing when output is empty.
+void write_outputs(const EvalOptions& options, const Report& report);
+
+}  // namespace mpicnn::eval

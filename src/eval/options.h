@@ -1,0 +1,57 @@
+// The options of `./pipeline_eval`: command line parsing (Boost.ProgramOptions), validation with
+// one clear line per bad value, and the --help text. Not the evaluation: nothing here opens
+// data, reads checkpoints, builds models or uses MPI.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpicnn::eval {
+
+// Every field holds its effective value after parsing; 0 / empty means "take it from the
+// checkpoint (or, with --weights, from torchvision's ImageNet eval recipe / the dataset)".
+struct EvalOptions {
+  bool help = false;  // -h/--help: the caller prints eval_help() and exits 0
+
+  // what to evaluate: exactly one of checkpoint / weights (weights needs model)
+  std::string checkpoint;  // a ./train run directory, RUN/latest or a checkpoint directory
+  std::string weights;     // a safetensors state dict with torchvision's names
+  std::string model;       // with --weights: a name from models/registry.h
+  int num_classes = 0;     // with --weights: 0 = the dataset's class count
+  int in_channels = 0;     // with --weights: 0 = 3
+
+  // data
+  std::string data;             // -d: dataset path (empty with dataset fashion-mnist: Debian's)
+  std::string dataset = "auto";  // auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100, synthetic
+  std::string split = "auto";   // auto (test if the dataset has one, else all), train, test, val, all
+  uint64_t limit = 0;           // evaluate the first N samples only; 0 = all
+  bool skip_bad = false;        // skip undecodable images (counted and listed) instead of stopping
+
+  // preprocessing (0 / empty = default, see above)
+  int image_size = 0;          // model input height = width (the center crop)
+  int resize = -1;             // shorter side before the center crop; -1 = default, 0 = no resize
+  std::vector<float> mean, std;  // 1 or 3 values each
+
+  // run
+  int64_t batch_size = 32;  // images per predicted batch (>= 1)
+  bool sequential = false;  // run every stage in rank 0 alone, one after the other (baseline)
+  bool compare = false;     // also run the sequential baseline first (rank 0) and report speedup
+  int threads = 0;          // compute threads per predicting rank; 0 = cores / ranks on the node
+  int credits = 0;          // in-flight samples allowed between two stages; 0 = 4 * batch size
+  int batch_credits = 2;    // batches in flight per predicting rank (>= 1)
+  std::string output;       // folder for predictions.csv and report.json; empty = write none
+  bool json = false;        // print the JSON report on stdout instead of the text report
+  std::string device = "auto";  // auto | cpu (cuda is refused: no CUDA backend in this build)
+
+  bool operator==(const EvalOptions&) const = default;
+};
+
+// The arguments after the program name. Throws mpicnn::Error with one line naming the flag and
+// what is accepted, e.g. "--batch-size: 'x' is not an integer >= 1", "--weights needs --model",
+// "give --checkpoint RUN or --weights FILE --model NAME (not both)".
+EvalOptions parse_eval_options(const std::vector<std::string>& args);
+
+// Every option with its default and meaning, the stage layout for K ranks, examples.
+std::string eval_help();
+
+}  // namespace mpicnn::eval

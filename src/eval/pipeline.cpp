@@ -1,0 +1,407 @@
+// The rank layout and the per-rank stage loop of ./pipeline_eval (see pipeline.h). Each rank
+// runs a contiguous range of stages [first, last]; items (raw samples, resized windows, batches,
+// the end marker) enter at `first`, pass through the rank's stages in one call chain and leave
+// towards the next rank, which grants credits for them.
+#include "eval/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <utility>
+#include <optional>
+#include <variant>
+
+#include "core/check.h"
+#include "core/timer.h"
+#include "dist/messenger.h"
+
+namespace mpicnn::eval {
+
+const char* stage_name(int stage) {
+  static const char* const names[] = {"read", "decode+resize", "normalize+batch", "predict"};
+  CHECK(stage >= kRead && stage <= kPredict, "no stage ", stage);
+  return names[stage];
+}
+
+Layout layout_for(int ranks) {
+  CHECK(ranks >= 1, "a pipeline needs at least one rank, not ", ranks);
+  return Layout{ranks};
+}
+
+int Layout::first(int rank) const {
+  if (ranks >= 4) return std::min(rank, int(kPredict));
+  if (ranks == 3) return rank == 0 ? kRead : rank == 1 ? kDecode : kPredict;
+  if (ranks == 2) return rank == 0 ? kRead : kPredict;
+  return kRead;
+}
+
+int Layout::last(int rank) const {
+  if (ranks >= 4) return std::min(rank, int(kPredict));
+  if (ranks == 3) return rank == 0 ? kRead : rank == 1 ? kNormalize : kPredict;
+  if (ranks == 2) return rank == 0 ? kNormalize : kPredict;
+  return kPredict;
+}
+
+std::vector<int> Layout::ranks_of(int stage) const {
+  std::vector<int> out;
+  for (int r = 0; r < ranks; ++r)
+    if (first(r) <= stage && stage <= last(r)) out.push_back(r);
+  return out;
+}
+
+int Layout::rank_of(int stage) const { return ranks_of(stage).front(); }
+
+std::string Layout::describe() const {
+  std::string s;
+  for (int r = 0; r < ranks;) {
+    int r1 = r;  // ranks r..r1 run the same stages
+    while (r1 + 1 < ranks && first(r1 + 1) == first(r) && last(r1 + 1) == last(r)) ++r1;
+    if (!s.empty()) s += " | ";
+    s += r1 > r ? "ranks " + std::to_string(r) + "-" + std::to_string(r1) : "rank " + std::to_string(r);
+    s += ": ";
+    if (first(r) == kRead && last(r) == kPredict) {
+      s += "all stages";
+    } else {
+      for (int st = first(r); st <= last(r); ++st) {
+        if (st > first(r)) s += "+";
+        s += stage_name(st);
+      }
+    }
+    r = r1 + 1;
+  }
+  return s;
+}
+
+namespace {
+
+enum Tag : int { kData = 1, kCredit, kResults, kSkip, kDone };
+enum ItemKind : uint8_t { kRaw, kWindow, kBatch, kEnd };
+
+struct Window {
+  uint64_t index = 0;
+  int32_t label = 0;
+  data::Image image;
+};
+struct End {};
+using Item = std::variant<RawSample, Window, InputBatch, End>;
+
+std::vector<uint8_t> encode(const Item& item) {
+  dist::ByteWriter w;
+  if (const auto* r = std::get_if<RawSample>(&item)) {
+    w.put(kRaw).put(r->index).put(r->label).put(r->source).put_vector(r->bytes);
+  } else if (const auto* win = std::get_if<Window>(&item)) {
+    const data::Image& im = win->image;
+    w.put(kWindow).put(win->index).put(win->label).put(im.height).put(im.width).put(im.channels).put_vector(im.pixels);
+  } else if (const auto* b = std::get_if<InputBatch>(&item)) {
+    w.put(kBatch).put_vector(b->indices).put_vector(b->labels).put_vector(b->pixels);
+  } else {
+    w.put(kEnd);
+  }
+  return w.take();
+}
+
+Item decode(const std::vector<uint8_t>& bytes) {
+  dist::ByteReader r(bytes);
+  switch (r.get<uint8_t>()) {
+    case kRaw: {
+      RawSample s;
+      s.index = r.get<uint64_t>();
+      s.label = r.get<int32_t>();
+      s.source = r.get_string();
+      s.bytes = r.get_vector<uint8_t>();
+      return s;
+    }
+    case kWindow: {
+      Window w;
+      w.index = r.get<uint64_t>();
+      w.label = r.get<int32_t>();
+      w.image.height = r.get<int>();
+      w.image.width = r.get<int>();
+      w.image.channels = r.get<int>();
+      w.image.pixels = r.get_vector<uint8_t>();
+      return w;
+    }
+    case kBatch: {
+      InputBatch b;
+      b.indices = r.get_vector<uint64_t>();
+      b.labels = r.get_vector<int32_t>();
+      b.pixels = r.get_vector<float>();
+      return b;
+    }
+    case kEnd:
+      return End{};
+  }
+  FAIL("pipeline: unknown item kind in a data message");
+}
+
+struct StageCount {  // what a rank sends rank 0 in its kDone message, per stage it runs
+  int stage;
+  double busy_s, wall_s;
+  uint64_t items;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One rank's share of the pipeline. With `messenger` null it runs every stage alone.
+class RankLoop {
+ public:
+  RankLoop(const EvalPlan& plan, const Layout& layout, int rank, const data::Dataset* dataset,
+           Predictor* predictor, dist::Messenger* messenger, const PipelineOptions& o)
+      : plan_(plan), tf_(plan.preprocess), layout_(layout), rank_(rank), lo_(layout.first(rank)),
+        hi_(layout.last(rank)), dataset_(dataset), predictor_(predictor), msg_(messenger), o_(o) {
+    CHECK(lo_ != kRead || dataset_, "pipeline: the reading rank has no dataset");
+    CHECK(hi_ != kPredict || predictor_, "pipeline: a predicting rank has no model");
+    if (hi_ < kPredict)
+      for (int r : layout.ranks_of(hi_ + 1)) credits_[r] = hi_ + 1 == kPredict ? o.batch_credits : o.credits;
+    if (rank_ == 0) read_at_.resize(plan.count, 0.0);
+  }
+
+  RunOutput run() {
+    const double t0 = now_s();
+    const bool root = rank_ == 0;
+    for (;;) {
+      dist::Message m;
+      while (msg_ && msg_->poll(m)) handle(m);
+      send_outbox();
+      if (ended_ && outbox_.empty() && (!root || dones_ == layout_.ranks - 1)) break;
+      if (outbox_.size() < kOutboxCap && has_input()) {
+        step();
+        continue;
+      }
+      CHECK(msg_, "pipeline: nothing to do and nobody to wait for (internal error)");
+      handle(msg_->wait());
+    }
+    const double wall = now_s() - t0;
+    std::vector<StageCount> mine;
+    for (int s = lo_; s <= hi_; ++s) mine.push_back({s, busy_[s], wall, items_[s]});
+    RunOutput out;
+    if (root) {
+      for (const StageCount& c : mine) out.stages.push_back({stage_name(c.stage), 0, c.busy_s, c.wall_s, c.items});
+      for (StageTime& t : others_) out.stages.push_back(std::move(t));
+      std::sort(out.stages.begin(), out.stages.end(), [](const StageTime& a, const StageTime& b) { return a.rank < b.rank; });
+      out.wall_s = last_result_ - t0;
+      out.predictions = std::move(predictions_);
+      out.latency_s = std::move(latency_);
+      out.skipped = std::move(skipped_);
+      std::sort(out.predictions.begin(), out.predictions.end(), [](auto& a, auto& b) { return a.index < b.index; });
+      std::sort(out.skipped.begin(), out.skipped.end(), [](auto& a, auto& b) { return a.index < b.index; });
+    } else {
+      dist::ByteWriter w;
+      w.put_vector(mine);
+      msg_->send(0, kDone, w.take());
+      for (const StageCount& c : mine) out.stages.push_back({stage_name(c.stage), rank_, c.busy_s, c.wall_s, c.items});
+    }
+    return out;
+  }
+
+ private:
+  static constexpr size_t kOutboxCap = 1;
+
+  bool has_input() const { return !inbox_.empty() || (lo_ == kRead && !source_done_); }
+
+  // One item from the source or the inbox, through this rank's stages.
+  void step() {
+    if (lo_ == kRead && !source_done_) {
+      if (next_ == plan_.count) {
+        source_done_ = true;
+        push(End{}, kDecode);
+        return;
+      }
+      const uint64_t i = next_++;
+      read_at_[i] = now_s();
+      std::optional<RawSample> s;
+      timed(kRead, [&] { s = skippable(i, [&] { return read_sample(*dataset_, i); }); });
+      if (s) push(std::move(*s), kDecode);
+      return;
+    }
+    Item x = std::move(inbox_.front().second);
+    const int from = inbox_.front().first;
+    inbox_.pop_front();
+    if (!std::holds_alternative<End>(x)) msg_->send(from, kCredit, dist::ByteWriter().put(int32_t(1)).take());
+    push(std::move(x), lo_);
+  }
+
+  // x is the input of stage s (s > hi_: it leaves this rank).
+  void push(Item x, int s) {
+    if (s > hi_) {
+      if (std::holds_alternative<End>(x)) ended_ = true;
+      outbox_.push_back(std::move(x));
+      return;
+    }
+    if (std::holds_alternative<End>(x)) {
+      if (s == kNormalize && !batch_.indices.empty()) push(std::exchange(batch_, {}), kPredict);
+      if (s == kPredict) {
+        ended_ = true;
+        return;
+      }
+      push(End{}, s + 1);
+      return;
+    }
+    switch (s) {
+      case kDecode: {
+        const RawSample& raw = std::get<RawSample>(x);
+        std::optional<data::Image> win;
+        timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_resize(plan_, tf_, raw); }); });
+        if (win) push(Window{raw.index, raw.label, std::move(*win)}, kNormalize);
+        return;
+      }
+      case kNormalize: {
+        const Window& w = std::get<Window>(x);
+        timed(kNormalize, [&] { normalize_into(batch_, tf_, w.index, w.label, w.image); });
+        if (int64_t(batch_.size()) == plan_.batch_size) push(std::exchange(batch_, {}), kPredict);
+        return;
+      }
+      case kPredict: {
+        std::vector<Prediction> p;
+        timed(kPredict, [&] { p = predictor_->predict(std::get<InputBatch>(x)); });
+        if (rank_ == 0)
+          record(p);
+        else
+          msg_->send(0, kResults, dist::ByteWriter().put_vector(p).take());
+        return;
+      }
+    }
+  }
+
+  // fn(), or with --skip-bad nullopt for a sample that fails (reported to rank 0).
+  template <class Fn>
+  auto skippable(uint64_t i, Fn&& fn) -> std::optional<decltype(fn())> {
+    try {
+      return fn();
+    } catch (const Error& e) {
+      if (!o_.skip_bad) throw;
+      if (rank_ == 0)
+        skipped_.push_back({i, e.message()});
+      else
+        msg_->send(0, kSkip, dist::ByteWriter().put(i).put(e.message()).take());
+      return std::nullopt;
+    }
+  }
+
+  template <class Fn>
+  void timed(int stage, Fn&& fn) {
+    const double t = now_s();
+    fn();
+    busy_[stage] += now_s() - t;
+    ++items_[stage];
+  }
+
+  void record(const std::vector<Prediction>& p) {
+    const double t = now_s();
+    for (const Prediction& q : p) {
+      CHECK(q.index < plan_.count, "pipeline: a prediction for sample ", q.index, " of ", plan_.count);
+      latency_.push_back(t - read_at_[q.index]);
+    }
+    predictions_.insert(predictions_.end(), p.begin(), p.end());
+    last_result_ = t;
+  }
+
+  void handle(const dist::Message& m) {
+    switch (m.tag) {
+      case kData:
+        inbox_.emplace_back(m.source, decode(m.bytes));
+        return;
+      case kCredit:
+        credits_[m.source] += dist::ByteReader(m.bytes).get<int32_t>();
+        return;
+      case kResults:
+        record(dist::ByteReader(m.bytes).get_vector<Prediction>());
+        return;
+      case kSkip: {
+        dist::ByteReader r(m.bytes);
+        const uint64_t i = r.get<uint64_t>();
+        skipped_.push_back({i, r.get_string()});
+        return;
+      }
+      case kDone:
+        for (const StageCount& c : dist::ByteReader(m.bytes).get_vector<StageCount>())
+          others_.push_back({stage_name(c.stage), m.source, c.busy_s, c.wall_s, c.items});
+        ++dones_;
+        return;
+    }
+    FAIL("pipeline: unexpected message tag ", m.tag, " from rank ", m.source);
+  }
+
+  // Sends queued items while the receiver has room; the end marker goes to every receiver.
+  void send_outbox() {
+    while (!outbox_.empty()) {
+      Item& x = outbox_.front();
+      if (std::holds_alternative<End>(x)) {
+        for (auto& [r, c] : credits_) msg_->send(r, kData, encode(x));
+      } else {
+        auto best = credits_.end();  // the receiver with the most room (the least busy predictor)
+        for (auto it = credits_.begin(); it != credits_.end(); ++it)
+          if (it->second > 0 && (best == credits_.end() || it->second > best->second)) best = it;
+        if (best == credits_.end()) return;
+        --best->second;
+        msg_->send(best->first, kData, encode(x));
+      }
+      outbox_.pop_front();
+    }
+  }
+
+  const EvalPlan& plan_;
+  const data::Transform tf_;
+  const Layout& layout_;
+  const int rank_, lo_, hi_;
+  const data::Dataset* dataset_;
+  Predictor* predictor_;
+  dist::Messenger* msg_;
+  const PipelineOptions o_;
+
+  std::map<int, int> credits_;  // receiving rank -> items it still has room for
+  std::deque<std::pair<int, Item>> inbox_;  // (sender, item)
+  std::deque<Item> outbox_;
+  InputBatch batch_;
+  uint64_t next_ = 0;
+  bool source_done_ = false, ended_ = false;
+  double busy_[4] = {0, 0, 0, 0};
+  uint64_t items_[4] = {0, 0, 0, 0};
+  // rank 0: the collector
+  double last_result_ = 0;
+  std::vector<double> read_at_;  // per sample: when its read started
+  std::vector<Prediction> predictions_;
+  std::vector<double> latency_;
+  std::vector<Skipped> skipped_;
+  std::vector<StageTime> others_;
+  int dones_ = 0;
+};
+
+}  // namespace
+
+RunOutput run_pipeline(const EvalPlan& plan, const data::Dataset* dataset, Predictor* predictor,
+                       const dist::Comm& comm, const PipelineOptions& options) {
+  const Layout layout = layout_for(comm.size());
+  const int r = comm.rank();
+  dist::Messenger messenger(comm);
+  RunOutput out;
+  std::string error;
+  try {
+    out = RankLoop(plan, layout, r, dataset, predictor, &messenger, options).run();
+  } catch (const dist::RemoteError&) {
+    // Another rank failed and told everyone; its message comes back from finish().
+  } catch (const std::exception& e) {
+    const auto* me = dynamic_cast<const Error*>(&e);
+    std::string stages = stage_name(layout.first(r));
+    if (layout.last(r) != layout.first(r)) stages += ".." + std::string(stage_name(layout.last(r)));
+    error = "rank " + std::to_string(r) + " (" + stages + "): " + (me ? me->message() : e.what());
+    messenger.send_error(error);
+  }
+  const std::string remote = messenger.finish();
+  comm.on_all([&] {
+    if (!error.empty()) MPICNN_FAIL(error);
+    if (!remote.empty()) MPICNN_FAIL(remote);
+  });
+  return out;
+}
+
+RunOutput run_sequential(const EvalPlan& plan, const data::Dataset& dataset, Predictor& predictor,
+                         const PipelineOptions& options) {
+  const Layout solo = layout_for(1);
+  return RankLoop(plan, solo, 0, &dataset, &predictor, nullptr, options).run();
+}
+
+}  // namespace mpicnn::eval

@@ -1,0 +1,258 @@
+// The evaluation plan (made on rank 0, shared as JSON) and the four stage functions of
+// ./pipeline_eval. Not the scheduling of stages over ranks: that is eval/pipeline.cpp.
+#include "eval/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "data/image.h"
+#include "io/checkpoint.h"
+#include "models/registry.h"
+
+namespace mpicnn::eval {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string auto_split(const std::string& kind, const std::string& path) {
+  std::error_code ec;
+  if (kind == "imagefolder") {
+    for (const char* s : {"train", "test", "val"})
+      if (fs::is_directory(fs::path(path) / s, ec)) return "test";
+    return "all";
+  }
+  if (kind == "csv" && fs::is_regular_file(path, ec)) {
+    std::ifstream in(path);
+    std::string header;
+    std::getline(in, header);
+    size_t start = 0;
+    while (start <= header.size()) {
+      size_t end = header.find(',', start);
+      if (end == std::string::npos) end = header.size();
+      std::string field = header.substr(start, end - start);
+      field.erase(0, field.find_first_not_of(" \t\r\""));
+      field.erase(field.find_last_not_of(" \t\r\"") + 1);
+      if (field == "split") return "test";
+      start = end + 1;
+    }
+    return "all";
+  }
+  return "test";
+}
+
+namespace {
+
+// torchvision's eval recipe for a model that takes `size` inputs: Resize(size * 256 / 224),
+// CenterCrop(size), ImageNet normalisation (averaged over RGB for a 1-channel model).
+data::Preprocess default_recipe(int size, int channels) {
+  data::Preprocess p = data::imagenet_eval(size, int(std::lround(size * 256.0 / 224.0)), channels);
+  if (channels == 1) {
+    p.mean = {(p.mean[0] + p.mean[1] + p.mean[2]) / 3};
+    p.stddev = {(p.stddev[0] + p.stddev[1] + p.stddev[2]) / 3};
+  }
+  return p;
+}
+
+void from_checkpoint(const EvalOptions& o, EvalPlan& p) {
+  const CheckpointPaths ck = resolve_checkpoint(o.checkpoint);
+  const TrainerState st = read_trainer_state(ck.trainer);
+  const InputRecord& in = st.input;
+  CHECK(!in.geometry.empty(), "--checkpoint: ", ck.trainer,
+        " does not record the model's input (an older ./train wrote it); evaluate it with --weights ",
+        ck.model, " --model ", st.model, " and --image-size, --resize, --mean, --std");
+  p.model = st.model;
+  p.weights_file = ck.model;
+  p.weights = ck.dir;
+  p.in_channels = in.channels;
+  p.class_names = in.class_names;
+  p.num_classes = int(in.class_names.size());
+  data::Preprocess& pre = p.preprocess;
+  pre.geometry = data::parse_geometry(in.geometry, ck.trainer + ": input");
+  pre.channels = in.channels;
+  pre.height = in.height;
+  pre.width = in.width;
+  pre.resize = in.resize;
+  pre.mean = in.mean;
+  pre.stddev = in.stddev;
+}
+
+void from_weights(const EvalOptions& o, EvalPlan& p) {
+  const ModelSpec& spec = model_spec(o.model);
+  std::error_code ec;
+  CHECK(fs::is_regular_file(o.weights, ec), "--weights: ", o.weights, " is not a file");
+  p.model = spec.name;
+  p.weights_file = p.weights = o.weights;
+  p.in_channels = o.in_channels > 0 ? o.in_channels : 3;
+  p.num_classes = o.num_classes;  // 0 until the dataset says
+  p.preprocess = default_recipe(spec.default_size, p.in_channels);
+}
+
+}  // namespace
+
+EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset) {
+  EvalPlan p;
+  p.batch_size = o.batch_size;
+  if (!o.checkpoint.empty())
+    from_checkpoint(o, p);
+  else
+    from_weights(o, p);
+
+  // Preprocessing flags override the recorded or default recipe. A new size or resize means
+  // torchvision's Resize + CenterCrop, whatever the recipe was.
+  data::Preprocess& pre = p.preprocess;
+  if (o.image_size > 0 || o.resize >= 0) {
+    const bool was_crop = pre.geometry == data::Geometry::ResizeCenterCrop;
+    if (o.image_size > 0) pre.height = pre.width = o.image_size;
+    pre.geometry = data::Geometry::ResizeCenterCrop;
+    pre.resize = o.resize >= 0 ? o.resize
+                 : was_crop && o.image_size == 0 ? pre.resize
+                                                 : int(std::lround(pre.height * 256.0 / 224.0));
+  }
+  if (!o.mean.empty()) pre.mean = o.mean;
+  if (!o.std.empty()) pre.stddev = o.std;
+  const ModelSpec& spec = model_spec(p.model);
+  CHECK(std::min(pre.height, pre.width) >= spec.min_size, "--image-size: ", pre.height, "x", pre.width,
+        " is below ", spec.name, "'s smallest input ", spec.min_size);
+  (void)data::Transform(pre);  // validates: errors say what is wrong with the recipe
+
+  data::DatasetSpec ds;
+  ds.kind = o.dataset;
+  ds.path = o.data;
+  const std::string kind = ds.kind == "auto" ? data::detect_dataset_kind(ds.path) : ds.kind;
+  ds.split = o.split == "auto" ? auto_split(kind, ds.path) : o.split;
+  dataset = data::open_dataset(ds);
+  const data::Dataset& d = *dataset;
+  const int data_classes = d.num_classes();
+  if (p.num_classes == 0) p.num_classes = data_classes;
+  CHECK(data_classes <= p.num_classes, "-d: ", d.describe(), " has ", data_classes, " classes, the model ",
+        p.num_classes, (o.checkpoint.empty() ? " (--num-classes)" : " (the checkpoint's)"));
+  if (p.class_names.empty()) {
+    p.class_names = d.class_names();
+    for (int c = data_classes; c < p.num_classes; ++c) p.class_names.push_back(std::to_string(c));
+  }
+  p.dataset = d.describe();
+  p.count = o.limit > 0 ? std::min<uint64_t>(o.limit, d.size()) : d.size();
+  CHECK(p.count > 0, "-d: ", p.dataset, " holds no samples");
+  p.raw_channels = d.channels();
+  p.raw_height = d.height();
+  p.raw_width = d.width();
+  return p;
+}
+
+std::string plan_to_json(const EvalPlan& p) {
+  const data::Preprocess& pre = p.preprocess;
+  return json{{"model", p.model},
+              {"num_classes", p.num_classes},
+              {"in_channels", p.in_channels},
+              {"weights_file", p.weights_file},
+              {"weights", p.weights},
+              {"geometry", data::geometry_name(pre.geometry)},
+              {"channels", pre.channels},
+              {"height", pre.height},
+              {"width", pre.width},
+              {"resize", pre.resize},
+              {"mean", pre.mean},
+              {"std", pre.stddev},
+              {"classes", p.class_names},
+              {"dataset", p.dataset},
+              {"count", p.count},
+              {"raw", {p.raw_channels, p.raw_height, p.raw_width}},
+              {"batch_size", p.batch_size}}
+      .dump();
+}
+
+EvalPlan plan_from_json(const std::string& text) {
+  const json j = json::parse(text);
+  EvalPlan p;
+  p.model = j["model"];
+  p.num_classes = j["num_classes"];
+  p.in_channels = j["in_channels"];
+  p.weights_file = j["weights_file"];
+  p.weights = j["weights"];
+  data::Preprocess& pre = p.preprocess;
+  pre.geometry = data::parse_geometry(j["geometry"], "plan");
+  pre.channels = j["channels"];
+  pre.height = j["height"];
+  pre.width = j["width"];
+  pre.resize = j["resize"];
+  pre.mean = j["mean"].get<std::vector<float>>();
+  pre.stddev = j["std"].get<std::vector<float>>();
+  p.class_names = j["classes"].get<std::vector<std::string>>();
+  p.dataset = j["dataset"];
+  p.count = j["count"];
+  p.raw_channels = j["raw"][0];
+  p.raw_height = j["raw"][1];
+  p.raw_width = j["raw"][2];
+  p.batch_size = j["batch_size"];
+  return p;
+}
+
+// ---- the stages ---------------------------------------------------------------------------------
+
+RawSample read_sample(const data::Dataset& ds, uint64_t i) {
+  return {i, ds.label(size_t(i)), ds.source(size_t(i)), ds.read(size_t(i))};
+}
+
+data::Image decode_resize(const EvalPlan& plan, const data::Transform& tf, const RawSample& s) {
+  const data::Image img =
+      plan.raw_channels > 0
+          ? data::image_from_pixels(s.bytes, plan.raw_height, plan.raw_width, plan.raw_channels, 0, s.source)
+          : data::decode_image(s.bytes, 0, s.source);
+  return tf.geometry(img, 0, s.index, s.source);
+}
+
+void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index, int32_t label,
+                    const data::Image& window) {
+  const size_t n = tf.output_numel(), at = batch.pixels.size();
+  batch.pixels.resize(at + n);
+  tf.normalize(batch.pixels.data() + at, window);
+  batch.indices.push_back(index);
+  batch.labels.push_back(label);
+}
+
+Predictor::Predictor(const EvalPlan& plan) : batch_size_(plan.batch_size) {
+  ModelOptions mo;
+  mo.num_classes = plan.num_classes;
+  mo.in_channels = plan.in_channels;
+  model_ = build_model(plan.model, mo, 0);
+  model_->load_state_dict(plan.weights_file);
+  model_->set_training(false);
+  const data::Preprocess& pre = plan.preprocess;
+  shape_ = {pre.channels, pre.height, pre.width};
+  model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]});
+  softmax_.plan(batch_size_, plan.num_classes);
+}
+
+std::vector<Prediction> Predictor::predict(const InputBatch& batch) {
+  const int64_t n = int64_t(batch.size());
+  CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " (planned for ", batch_size_, ")");
+  CHECK(batch.pixels.size() == size_t(n * shape_[0] * shape_[1] * shape_[2]), "predict: batch holds ",
+        batch.pixels.size(), " floats for ", n, " samples");
+  const Tensor x = Tensor::view(const_cast<float*>(batch.pixels.data()), Shape{n, shape_[0], shape_[1], shape_[2]});
+  const Tensor& logits = model_->forward(x);
+  (void)softmax_.forward(logits, batch.labels.data());
+  const Tensor& probs = softmax_.probabilities();
+  const int C = int(logits.shape()[1]), k = std::min(5, C);
+  std::vector<Prediction> out(static_cast<size_t>(n));
+  std::vector<int> order(static_cast<size_t>(C));
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = probs.data() + i * C;
+    for (int c = 0; c < C; ++c) order[size_t(c)] = c;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [row](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    Prediction& p = out[size_t(i)];
+    p.index = batch.indices[size_t(i)];
+    p.label = batch.labels[size_t(i)];
+    for (int j = 0; j < k; ++j) {
+      p.top[j] = order[size_t(j)];
+      p.prob[j] = row[order[size_t(j)]];
+    }
+  }
+  return out;
+}
+
+}  // namespace mpicnn::eval

@@ -1,0 +1,87 @@
+// What ./pipeline_eval evaluates and the work of each of its stages, independent of where the
+// stages run: the plan (model, weights, preprocessing, dataset facts) that rank 0 makes from the
+// options and shares with every rank, and the four stage functions read -> decode+resize ->
+// normalize -> predict. The sequential baseline and every rank of the pipeline call exactly
+// these, so their predictions are the same. Not the MPI plumbing (eval/pipeline.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "data/transform.h"
+#include "eval/options.h"
+#include "eval/report.h"
+#include "layers/softmax_xent.h"
+#include "models/model.h"
+
+namespace mpicnn::eval {
+
+struct EvalPlan {
+  std::string model;         // registry name
+  int num_classes = 0, in_channels = 3;
+  std::string weights_file;  // the safetensors state dict every predicting rank loads
+  std::string weights;       // for the report: the checkpoint directory or the weights file
+  data::Preprocess preprocess;
+  std::vector<std::string> class_names;  // the model's classes (num_classes entries)
+  std::string dataset;       // Dataset::describe()
+  uint64_t count = 0;        // samples evaluated: the first `count` of the dataset
+  // Fixed-size datasets (IDX, CIFAR, synthetic) store raw (H, W, C) pixels; 0 = encoded files.
+  int raw_channels = 0, raw_height = 0, raw_width = 0;
+  int64_t batch_size = 32;
+};
+
+// The split --split auto picks for a dataset kind and path: "test", or "all" for an image folder
+// without train/test/val folders and a CSV file without a split column (they hold one set).
+std::string auto_split(const std::string& kind, const std::string& path);
+
+// Rank 0: opens the dataset and reads the checkpoint's record (or applies the --weights
+// defaults). Errors name the flag or file. `dataset` receives the opened dataset.
+EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset);
+
+std::string plan_to_json(const EvalPlan& p);
+EvalPlan plan_from_json(const std::string& text);
+
+// A sample as read from its source, before decoding: what rank 0 sends to the decoding rank.
+struct RawSample {
+  uint64_t index = 0;
+  int32_t label = 0;
+  std::string source;          // for error messages and the predictions CSV
+  std::vector<uint8_t> bytes;  // encoded file, or raw (H, W, C) pixels
+};
+
+// Stage 1, read: sample i's bytes (Dataset::read), label and source.
+RawSample read_sample(const data::Dataset& ds, uint64_t i);
+
+// Stage 2, decode+resize: the sample's 8-bit model-sized window (Transform::geometry). Errors
+// name the sample's source.
+data::Image decode_resize(const EvalPlan& plan, const data::Transform& tf, const RawSample& s);
+
+// Stage 3, normalize+batch: a batch being filled, then handed to a predictor.
+struct InputBatch {
+  std::vector<uint64_t> indices;  // (n)
+  std::vector<int32_t> labels;    // (n)
+  std::vector<float> pixels;      // (n, C, H, W)
+  size_t size() const { return indices.size(); }
+};
+// Appends the normalised window to the batch.
+void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index, int32_t label,
+                    const data::Image& window);
+
+// Stage 4, predict: the model (loaded with the plan's weights, eval mode, planned for the batch
+// size) and the top-5 of each sample of a batch.
+class Predictor {
+ public:
+  explicit Predictor(const EvalPlan& plan);  // builds and loads: errors name the weights file
+  std::vector<Prediction> predict(const InputBatch& batch);
+
+ private:
+  std::unique_ptr<Model> model_;
+  SoftmaxCrossEntropy softmax_;
+  int64_t batch_size_;
+  std::vector<int64_t> shape_;  // (C, H, W)
+};
+
+}  // namespace mpicnn::eval

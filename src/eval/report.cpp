@@ -1,0 +1,307 @@
+// pipeline_eval's report: metrics from the predictions, latency percentiles, and the text, JSON
+// and predictions-CSV forms of a Report. Not the measuring: the caller collects predictions,
+// stage times and latencies; nothing here uses MPI, models or datasets.
+#include "eval/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "core/check.h"
+#include "data/tools.h"
+#include "io/atomic_file.h"
+
+namespace mpicnn::eval {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr size_t kFullMatrixClasses = 20;  // above this, only the most confused pairs are listed
+constexpr size_t kConfusedPairs = 20;
+constexpr size_t kSkippedShown = 10;
+
+std::string fixed(double v, int decimals) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// 0.9107 -> "91.07%"; NaN -> "-".
+std::string pct(double fraction, int decimals) {
+  return std::isfinite(fraction) ? fixed(100.0 * fraction, decimals) + "%" : "-";
+}
+
+std::string pad_right(std::string s, size_t w) { return s.size() < w ? s + std::string(w - s.size(), ' ') : s; }
+std::string pad_left(std::string s, size_t w) { return s.size() < w ? std::string(w - s.size(), ' ') + s : s; }
+
+std::string plural(uint64_t n, const std::string& word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+// The class's name, or its id when the report has no name for it.
+std::string class_name(const Report& r, int id) {
+  return id >= 0 && size_t(id) < r.class_names.size() ? r.class_names[size_t(id)] : std::to_string(id);
+}
+
+// The path of dataset sample `index`: empty when the caller gave no sources at all.
+std::string source_of(const Report& r, uint64_t index) {
+  if (r.sources.empty()) return "";
+  CHECK(index < r.sources.size(), "report: sample ", index, " has no source (", r.sources.size(), " sources)");
+  return r.sources[size_t(index)];
+}
+
+// JSON has no NaN or infinity: a figure that was not measured is null.
+ojson num_or_null(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
+
+double mean_of(const std::vector<double>& v) {
+  if (v.empty()) return kNaN;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / double(v.size());
+}
+
+double max_of(const std::vector<double>& v) {
+  return v.empty() ? kNaN : *std::max_element(v.begin(), v.end());
+}
+
+double utilisation(const StageTime& s) { return s.wall_s > 0 ? s.busy_s / s.wall_s : kNaN; }
+
+void write_text(const std::string& path, const std::string& text) {
+  write_file_atomic(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+}  // namespace
+
+// ---- metrics ----------------------------------------------------------------------------------
+
+Metrics compute_metrics(const std::vector<Prediction>& predictions, int num_classes) {
+  CHECK(num_classes > 0, "compute_metrics: ", num_classes, " classes");
+  const size_t K = size_t(num_classes);
+  const int k = std::min(5, num_classes);
+  Metrics m;
+  m.confusion.assign(K, std::vector<uint64_t>(K, 0));
+  m.support.assign(K, 0);
+  uint64_t hit1 = 0, hit5 = 0;
+  for (const Prediction& p : predictions) {
+    CHECK(p.label >= 0 && p.label < num_classes, "sample ", p.index, ": label ", p.label, " is outside [0, ",
+          num_classes, ")");
+    CHECK(p.top[0] >= 0 && p.top[0] < num_classes, "sample ", p.index, ": prediction ", p.top[0],
+          " is outside [0, ", num_classes, ")");
+    ++m.confusion[size_t(p.label)][size_t(p.top[0])];
+    ++m.support[size_t(p.label)];
+    hit1 += p.top[0] == p.label;
+    hit5 += std::find(p.top, p.top + k, p.label) != p.top + k;
+  }
+  m.evaluated = predictions.size();
+  const double n = double(m.evaluated);
+  m.top1 = m.evaluated ? double(hit1) / n : kNaN;
+  m.top5 = m.evaluated ? double(hit5) / n : kNaN;
+  m.precision.assign(K, kNaN);
+  m.recall.assign(K, kNaN);
+  for (size_t c = 0; c < K; ++c) {
+    uint64_t predicted = 0;
+    for (size_t l = 0; l < K; ++l) predicted += m.confusion[l][c];
+    const uint64_t diag = m.confusion[c][c];
+    if (predicted) m.precision[c] = double(diag) / double(predicted);
+    if (m.support[c]) m.recall[c] = double(diag) / double(m.support[c]);
+  }
+  return m;
+}
+
+double percentile(std::vector<double> values, double q) {
+  CHECK(q >= 0 && q <= 1, "percentile: q = ", q, " is outside [0, 1]");
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  const double pos = q * double(values.size() - 1);
+  const size_t lo = size_t(std::floor(pos)), hi = size_t(std::ceil(pos));
+  return values[lo] + (values[hi] - values[lo]) * (pos - double(lo));
+}
+
+double Report::images_per_s() const { return wall_s > 0 ? double(predictions.size()) / wall_s : 0.0; }
+
+double Report::speedup() const {
+  return sequential_images_per_s > 0 ? images_per_s() / sequential_images_per_s : kNaN;
+}
+
+// ---- text -------------------------------------------------------------------------------------
+
+std::string format_report(const Report& r) {
+  const Metrics& m = r.metrics;
+  const size_t K = m.confusion.size();
+  std::string o = "pipeline_eval: " + (r.model.empty() ? std::string("model") : r.model);
+  if (!r.weights.empty()) o += " (" + r.weights + ")";
+  o += ": " + plural(uint64_t(r.ranks), "rank") + " (" + r.mode + "), batch " + std::to_string(r.batch_size) +
+       ", " + plural(uint64_t(r.threads), "thread") + " per predictor\n";
+  if (!r.dataset.empty()) o += "  data: " + r.dataset + "\n";
+  if (!r.layout.empty()) o += "  layout: " + r.layout + "\n";
+  o += "  top-1 " + pct(m.top1, 2) + "  top-5 " + pct(m.top5, 2) + "  (" + std::to_string(m.evaluated) +
+       " evaluated, " + std::to_string(r.skipped.size()) + " skipped)\n";
+
+  // per class
+  size_t w = 9;  // "per class"
+  for (size_t c = 0; c < K; ++c) w = std::max(w, std::min<size_t>(class_name(r, int(c)).size(), 40));
+  size_t idw = std::to_string(K ? K - 1 : 0).size();
+  o += "\n  " + pad_right("per class", idw + 2 + w) + "  precision   recall   support\n";
+  for (size_t c = 0; c < K; ++c)
+    o += "  " + pad_left(std::to_string(c), idw) + "  " + pad_right(class_name(r, int(c)), w) + "  " +
+         pad_left(pct(c < m.precision.size() ? m.precision[c] : kNaN, 1), 9) + "  " +
+         pad_left(pct(c < m.recall.size() ? m.recall[c] : kNaN, 1), 7) + "  " +
+         pad_left(std::to_string(c < m.support.size() ? m.support[c] : 0), 8) + "\n";
+
+  // confusion
+  if (K > 0 && K <= kFullMatrixClasses) {
+    uint64_t most = 0;
+    for (const auto& row : m.confusion)
+      for (uint64_t v : row) most = std::max(most, v);
+    const size_t cw = std::max(std::to_string(most).size(), idw) + 2;
+    o += "\n  confusion matrix (rows: label, columns: prediction)\n  " + std::string(idw, ' ');
+    for (size_t c = 0; c < K; ++c) o += pad_left(std::to_string(c), cw);
+    o += "\n";
+    for (size_t l = 0; l < K; ++l) {
+      o += "  " + pad_left(std::to_string(l), idw);
+      for (size_t c = 0; c < K; ++c) o += pad_left(std::to_string(m.confusion[l][c]), cw);
+      o += "\n";
+    }
+    o += "  classes:";
+    for (size_t c = 0; c < K; ++c) o += std::string(c ? ", " : " ") + std::to_string(c) + " " + class_name(r, int(c));
+    o += "\n";
+  } else if (K > kFullMatrixClasses) {
+    std::vector<std::tuple<uint64_t, size_t, size_t>> cells;  // count, label, prediction
+    for (size_t l = 0; l < K; ++l)
+      for (size_t c = 0; c < K; ++c)
+        if (l != c && m.confusion[l][c] > 0) cells.emplace_back(m.confusion[l][c], l, c);
+    const size_t shown = std::min(kConfusedPairs, cells.size());
+    std::partial_sort(cells.begin(), cells.begin() + long(shown), cells.end(), [](const auto& a, const auto& b) {
+      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+      return std::tie(std::get<1>(a), std::get<2>(a)) < std::tie(std::get<1>(b), std::get<2>(b));
+    });
+    o += "\n  most confused pairs (" + std::to_string(shown) + " largest of " + std::to_string(cells.size()) +
+         " non-zero off-diagonal cells; label -> predicted: count)\n";
+    if (cells.empty()) o += "    none\n";
+    for (size_t j = 0; j < shown; ++j) {
+      const auto& [count, l, c] = cells[j];
+      o += "    " + std::to_string(l) + " " + class_name(r, int(l)) + " -> " + std::to_string(c) + " " +
+           class_name(r, int(c)) + ": " + std::to_string(count) + "\n";
+    }
+  }
+
+  // skipped
+  if (!r.skipped.empty()) {
+    o += "\n  skipped " + plural(r.skipped.size(), "sample") + " that could not be decoded (--skip-bad):\n";
+    for (size_t j = 0; j < std::min(kSkippedShown, r.skipped.size()); ++j)
+      o += "    sample " + std::to_string(r.skipped[j].index) + ": " + data::one_line(r.skipped[j].reason) + "\n";
+    if (r.skipped.size() > kSkippedShown) o += "    ... and " + std::to_string(r.skipped.size() - kSkippedShown) + " more\n";
+  }
+
+  // timing
+  o += "\n  throughput " + fixed(r.images_per_s(), 1) + " images/s, wall " + fixed(r.wall_s, 2) + " s; ";
+  if (r.latency_s.empty())
+    o += "latency not measured\n";
+  else
+    o += "latency p50 " + fixed(1e3 * percentile(r.latency_s, 0.50), 1) + " ms, p95 " +
+         fixed(1e3 * percentile(r.latency_s, 0.95), 1) + " ms, p99 " + fixed(1e3 * percentile(r.latency_s, 0.99), 1) +
+         " ms\n";
+  if (!r.stages.empty()) {
+    size_t sw = 5;
+    for (const StageTime& s : r.stages) sw = std::max(sw, s.stage.size());
+    o += "  " + pad_right("stage", sw) + "  " + pad_left("rank", 4) + "  " + pad_left("busy s", 9) + "  " +
+         pad_left("util", 6) + "  " + pad_left("items", 8) + "\n";
+    for (const StageTime& s : r.stages)
+      o += "  " + pad_right(s.stage, sw) + "  " + pad_left(std::to_string(s.rank), 4) + "  " +
+           pad_left(fixed(s.busy_s, 3), 9) + "  " + pad_left(pct(utilisation(s), 1), 6) + "  " +
+           pad_left(std::to_string(s.items), 8) + "\n";
+  }
+  if (r.sequential_images_per_s > 0) {
+    o += "  speedup over sequential: " + fixed(r.speedup(), 2) + "x (sequential " + fixed(r.sequential_images_per_s, 1) +
+         " images/s)";
+    if (r.mismatches_vs_sequential == 0)
+      o += "; predictions identical to sequential";
+    else if (r.mismatches_vs_sequential > 0)
+      o += "; " + std::to_string(r.mismatches_vs_sequential) + " of " + std::to_string(r.predictions.size()) +
+           " predictions differ from sequential";
+    o += "\n";
+  } else if (r.mode == "sequential") {
+    o += "  speedup over sequential: not applicable (this is the sequential run)\n";
+  } else {
+    o += "  speedup over sequential: not measured (run with --compare)\n";
+  }
+  return o;
+}
+
+// ---- JSON and CSV -----------------------------------------------------------------------------
+
+std::string report_json(const Report& r) {
+  const Metrics& m = r.metrics;
+  ojson j;
+  j["mode"] = r.mode;
+  j["ranks"] = r.ranks;
+  j["layout"] = r.layout;
+  j["model"] = r.model;
+  j["weights"] = r.weights;
+  j["dataset"] = r.dataset;
+  j["batch_size"] = r.batch_size;
+  j["threads"] = r.threads;
+  j["classes"] = r.class_names;
+  j["evaluated"] = m.evaluated;
+  ojson skipped = ojson::array();
+  for (const Skipped& s : r.skipped)
+    skipped.push_back({{"index", s.index}, {"source", source_of(r, s.index)}, {"reason", s.reason}});
+  j["skipped"] = std::move(skipped);
+  j["top1"] = num_or_null(m.top1);
+  j["top5"] = num_or_null(m.top5);
+  j["confusion"] = m.confusion;
+  ojson per_class = ojson::array();
+  for (size_t c = 0; c < m.confusion.size(); ++c)
+    per_class.push_back({{"class", class_name(r, int(c))},
+                         {"precision", num_or_null(c < m.precision.size() ? m.precision[c] : kNaN)},
+                         {"recall", num_or_null(c < m.recall.size() ? m.recall[c] : kNaN)},
+                         {"support", c < m.support.size() ? m.support[c] : 0}});
+  j["per_class"] = std::move(per_class);
+  j["wall_s"] = num_or_null(r.wall_s);
+  j["images_per_s"] = num_or_null(r.images_per_s());
+  j["latency_s"] = {{"p50", num_or_null(percentile(r.latency_s, 0.50))},
+                    {"p95", num_or_null(percentile(r.latency_s, 0.95))},
+                    {"p99", num_or_null(percentile(r.latency_s, 0.99))},
+                    {"mean", num_or_null(mean_of(r.latency_s))},
+                    {"max", num_or_null(max_of(r.latency_s))}};
+  ojson stages = ojson::array();
+  for (const StageTime& s : r.stages)
+    stages.push_back({{"stage", s.stage},
+                      {"rank", s.rank},
+                      {"busy_s", num_or_null(s.busy_s)},
+                      {"wall_s", num_or_null(s.wall_s)},
+                      {"utilisation", num_or_null(utilisation(s))},
+                      {"items", s.items}});
+  j["stages"] = std::move(stages);
+  j["sequential_images_per_s"] = r.sequential_images_per_s > 0 ? num_or_null(r.sequential_images_per_s) : ojson(nullptr);
+  j["speedup"] = num_or_null(r.speedup());
+  j["mismatches_vs_sequential"] = r.mismatches_vs_sequential >= 0 ? ojson(r.mismatches_vs_sequential) : ojson(nullptr);
+  return j.dump(2) + "\n";
+}
+
+void write_predictions_csv(const std::string& path, const Report& r) {
+  std::string o = "index,path,label,prediction,score,top5\n";
+  char score[32];
+  for (const Prediction& p : r.predictions) {
+    std::snprintf(score, sizeof score, "%.6g", double(p.prob[0]));
+    std::string top;
+    for (int j = 0; j < 5 && p.top[j] >= 0; ++j) {
+      if (j) top += ';';
+      top += std::to_string(p.top[j]);
+    }
+    o += std::to_string(p.index) + "," + data::csv_field(source_of(r, p.index)) + "," +
+         data::csv_field(class_name(r, p.label)) + "," + data::csv_field(class_name(r, p.top[0])) + "," + score +
+         "," + top + "\n";
+  }
+  write_text(path, o);
+}
+
+void write_report_json(const std::string& path, const Report& r) { write_text(path, report_json(r)); }
+
+}  // namespace mpicnn::eval

@@ -1,0 +1,102 @@
+// What ./pipeline_eval reports: accuracy metrics from the predictions (top-1, top-5, confusion
+// matrix, per-class precision and recall), timing figures (per-stage busy time and utilisation,
+// throughput, per-image latency percentiles, speedup over the sequential baseline), and their
+// text, JSON and predictions-CSV forms. Pure functions of the collected numbers: no MPI, no
+// model, no files other than the ones the write_* functions are told to write.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpicnn::eval {
+
+// One evaluated sample. top[0..k) are class ids by decreasing probability (ties: lower id
+// first), prob[j] the softmax probability of top[j]; k = min(5, number of classes), the unused
+// slots are -1 / 0.
+struct Prediction {
+  uint64_t index = 0;  // position in the evaluated dataset
+  int label = 0;
+  int top[5] = {-1, -1, -1, -1, -1};
+  float prob[5] = {0, 0, 0, 0, 0};
+};
+
+// A sample that could not be decoded and was skipped (--skip-bad).
+struct Skipped {
+  uint64_t index = 0;
+  std::string reason;  // the decoder's one-line error, naming the file
+};
+
+// Busy time of one stage on one rank: time spent inside the stage's work (reading, decoding,
+// normalising, predicting), not waiting for messages.
+struct StageTime {
+  std::string stage;  // "read", "decode+resize", "normalize+batch", "predict"
+  int rank = 0;
+  double busy_s = 0;  // seconds of work
+  double wall_s = 0;  // seconds the rank ran the pipeline (utilisation = busy_s / wall_s)
+  uint64_t items = 0;  // samples (read, decode, normalize) or batches (predict) processed
+};
+
+struct Metrics {
+  uint64_t evaluated = 0;  // predictions counted (skipped samples are not)
+  double top1 = 0, top5 = 0;  // fractions in [0, 1]; top5 counts a hit in top[0..k)
+  std::vector<std::vector<uint64_t>> confusion;  // [label][predicted], classes x classes
+  std::vector<double> precision, recall;  // per class; NaN when the denominator is 0
+  std::vector<uint64_t> support;  // samples per true label
+};
+
+// predictions in any order; labels and top[0] must be in [0, num_classes) (Error otherwise).
+Metrics compute_metrics(const std::vector<Prediction>& predictions, int num_classes);
+
+// The q-quantile (q in [0, 1]) of the values by linear interpolation between closest ranks
+// (numpy's default); NaN for an empty vector. Does not need sorted input.
+double percentile(std::vector<double> values, double q);
+
+struct Report {
+  // what ran
+  std::string mode;    // "pipeline" or "sequential"
+  int ranks = 1;
+  std::string layout;  // "rank 0: read | rank 1: decode+resize | ..." (from the stage plan)
+  std::string model, weights;  // model name; the checkpoint directory or weights file
+  std::string dataset;         // Dataset::describe()
+  int batch_size = 0, threads = 0;  // threads per predicting rank
+  std::vector<std::string> class_names;
+  std::vector<std::string> sources;  // Dataset::source(i) for every evaluated index (path column)
+  // results
+  std::vector<Prediction> predictions;  // sorted by index by the caller
+  std::vector<Skipped> skipped;
+  Metrics metrics;
+  // timing
+  double wall_s = 0;                  // first read to last prediction
+  std::vector<double> latency_s;      // per predicted image: read started -> prediction received
+  std::vector<StageTime> stages;
+  double sequential_images_per_s = 0;  // 0 when no sequential baseline ran (--compare)
+  int64_t mismatches_vs_sequential = -1;  // predictions differing from the baseline; -1 = not compared
+
+  double images_per_s() const;  // predictions.size() / wall_s
+  double speedup() const;       // images_per_s() / sequential_images_per_s; NaN without baseline
+};
+
+// The human-readable report printed at the end: what ran, top-1/top-5, per-class precision and
+// recall with class names, the confusion matrix (classes x classes; for more than 20 classes
+// only the 20 most confused pairs are listed), skipped samples, throughput, latency p50/p95/p99,
+// per-stage busy time and utilisation, speedup. Ends with a newline.
+std::string format_report(const Report& r);
+
+// The same content as one JSON object (pretty-printed, 2-space indent): keys "mode", "ranks",
+// "layout", "model", "weights", "dataset", "batch_size", "threads", "classes", "evaluated",
+// "skipped" (array of {"index","source","reason"}), "top1", "top5", "confusion" (array of
+// arrays), "per_class" (array of {"class","precision","recall","support"}; NaN -> null),
+// "wall_s", "images_per_s", "latency_s" ({"p50","p95","p99","mean","max"}), "stages" (array
+// of {"stage","rank","busy_s","wall_s","utilisation","items"}), "sequential_images_per_s"
+// (null when 0), "speedup" (null when NaN), "mismatches_vs_sequential" (null when -1).
+std::string report_json(const Report& r);
+
+// The predictions CSV: header "index,path,label,prediction,score,top5" then one row per
+// prediction in r.predictions order: index, sources[index] (CSV-quoted when needed), the label's
+// class name, the predicted class name, the predicted probability with 6 significant digits, and
+// the top-k class ids joined by ';'. Written atomically (io/atomic_file.h).
+void write_predictions_csv(const std::string& path, const Report& r);
+// report_json(r) written atomically.
+void write_report_json(const std::string& path, const Report& r);
+
+}  // namespace mpicnn::eval

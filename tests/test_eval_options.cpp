@@ -1,0 +1,314 @@
+// Tests of ./pipeline_eval's option parsing (src/eval/options.*): defaults, every flag in its long
+// and short forms, switches, one test per kind of error (checked by message text, each naming
+// its flag and fitting on one line), and the help text. No evaluation here.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "data/dataset.h"
+#include "eval/options.h"
+#include "models/registry.h"
+#include "testing.h"
+
+using mpicnn::eval::EvalOptions;
+using mpicnn::eval::parse_eval_options;
+
+namespace {
+
+EvalOptions parse(std::vector<std::string> args) { return parse_eval_options(args); }
+
+// The smallest valid command lines, to which a test adds the flags it is about.
+std::vector<std::string> with_checkpoint(std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"--checkpoint", "runs/x", "-d", "/data/fm"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+std::vector<std::string> with_weights(std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"--weights", "r18.safetensors", "--model", "resnet18", "-d",
+                                "photos"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// The error contains `part` and is one line.
+void expect_parse_error(std::vector<std::string> args, const std::string& part) {
+  mpicnn::testing::expect_error([&] { parse(args); }, part);
+  try {
+    parse(args);
+  } catch (const mpicnn::Error& e) {
+    CHECK_MESSAGE(e.message().find('\n') == std::string::npos, "error is not one line: ",
+                  e.message());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("eval options: defaults") {
+  const EvalOptions o = parse(with_checkpoint());
+  CHECK(!o.help);
+  CHECK(o.checkpoint == "runs/x");
+  CHECK(o.weights.empty());
+  CHECK(o.model.empty());
+  CHECK(o.num_classes == 0);
+  CHECK(o.in_channels == 0);
+  CHECK(o.data == "/data/fm");
+  CHECK(o.dataset == "auto");
+  CHECK(o.split == "auto");
+  CHECK(o.limit == 0);
+  CHECK(!o.skip_bad);
+  CHECK(o.image_size == 0);
+  CHECK(o.resize == -1);
+  CHECK(o.mean.empty());
+  CHECK(o.std.empty());
+  CHECK(o.batch_size == 32);
+  CHECK(!o.sequential);
+  CHECK(!o.compare);
+  CHECK(o.threads == 0);
+  CHECK(o.credits == 0);
+  CHECK(o.batch_credits == 2);
+  CHECK(o.output.empty());
+  CHECK(!o.json);
+  CHECK(o.device == "auto");
+  // Only the two given fields differ from a default-constructed EvalOptions.
+  EvalOptions d;
+  d.checkpoint = "runs/x";
+  d.data = "/data/fm";
+  CHECK(o == d);
+}
+
+TEST_CASE("eval options: every flag, long forms") {
+  const EvalOptions o =
+      parse({"--weights", "w.safetensors", "--model", "resnet20", "--num-classes", "100",
+             "--in-channels", "3", "--data", "/tmp/cifar", "--dataset", "cifar100", "--split",
+             "train", "--limit", "18446744073709551615", "--skip-bad", "--image-size", "36",
+             "--resize", "40", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3", "--batch-size",
+             "128", "--compare", "--threads", "6", "--credits", "512", "--batch-credits", "3",
+             "--output", "out/e", "--json", "--device", "cpu"});
+  CHECK(o.weights == "w.safetensors");
+  CHECK(o.checkpoint.empty());
+  CHECK(o.model == "resnet20");
+  CHECK(o.num_classes == 100);
+  CHECK(o.in_channels == 3);
+  CHECK(o.data == "/tmp/cifar");
+  CHECK(o.dataset == "cifar100");
+  CHECK(o.split == "train");
+  CHECK(o.limit == 18446744073709551615ull);
+  CHECK(o.skip_bad);
+  CHECK(o.image_size == 36);
+  CHECK(o.resize == 40);
+  CHECK(o.mean == std::vector<float>{0.5f, 0.4f, 0.3f});
+  CHECK(o.std == std::vector<float>{0.2f, 0.25f, 0.3f});
+  CHECK(o.batch_size == 128);
+  CHECK(!o.sequential);
+  CHECK(o.compare);
+  CHECK(o.threads == 6);
+  CHECK(o.credits == 512);
+  CHECK(o.batch_credits == 3);
+  CHECK(o.output == "out/e");
+  CHECK(o.json);
+  CHECK(o.device == "cpu");
+
+  // '=' forms and the remaining choices
+  const EvalOptions a = parse({"--checkpoint=runs/y/latest", "--data=x.csv", "--dataset=csv",
+                               "--split=val", "--limit=10", "--resize=0", "--mean=0.5",
+                               "--std=0.25", "--weights=", "--sequential",
+                               "--device=auto", "--batch-size=1", "--credits=0",
+                               "--batch-credits=1", "--threads=0", "--output="});
+  CHECK(a.checkpoint == "runs/y/latest");
+  CHECK(a.weights.empty());
+  CHECK(a.in_channels == 0);
+  CHECK(a.data == "x.csv");
+  CHECK(a.dataset == "csv");
+  CHECK(a.split == "val");
+  CHECK(a.limit == 10);
+  CHECK(a.resize == 0);
+  CHECK(a.mean == std::vector<float>{0.5f});
+  CHECK(a.std == std::vector<float>{0.25f});
+  CHECK(a.sequential);
+  CHECK(a.device == "auto");
+  CHECK(a.batch_size == 1);
+  CHECK(a.credits == 0);
+  CHECK(a.batch_credits == 1);
+  CHECK(a.output.empty());
+}
+
+TEST_CASE("eval options: every flag, choices") {
+  for (const char* kind : {"auto", "fashion-mnist", "mnist", "idx", "imagefolder", "csv",
+                           "cifar10", "cifar100", "synthetic"})
+    CHECK(parse(with_checkpoint({"--dataset", kind})).dataset == kind);
+  for (const char* split : {"auto", "train", "test", "val", "all"})
+    CHECK(parse(with_checkpoint({"--split", split})).split == split);
+  for (const auto& s : mpicnn::model_specs())
+    CHECK(parse({"--weights", "w", "--model", s.name, "-d", "p"}).model == s.name);
+  CHECK(parse(with_weights({"--in-channels", "1"})).in_channels == 1);
+  CHECK(parse(with_weights({"--in-channels=3", "--num-classes=1000"})).num_classes == 1000);
+  CHECK(parse(with_weights({"--num-classes", "1"})).num_classes == 1);
+}
+
+TEST_CASE("eval options: short forms") {
+  const EvalOptions o = parse({"-c", "runs/r", "-d", "data/faces", "-b", "16", "-o", "out"});
+  CHECK(o.checkpoint == "runs/r");
+  CHECK(o.data == "data/faces");
+  CHECK(o.dataset == "auto");
+  CHECK(o.batch_size == 16);
+  CHECK(o.output == "out");
+  CHECK(parse({"--weights", "w", "-m", "lenet", "-d", "p"}).model == "lenet");
+  CHECK(parse({"-c", "r", "-dp", "-b8"}).batch_size == 8);  // Boost's adjacent short values
+  CHECK(parse({"-c", "r", "-dp"}).data == "p");
+  CHECK(parse({"-h"}).help);
+  CHECK(parse({"--help"}).help);
+  // --help wins over values and combinations that would be refused.
+  CHECK(parse({"-b", "0", "--help"}).help);
+  CHECK(parse({"--help", "--sequential", "--compare"}).help);
+}
+
+TEST_CASE("eval options: switches") {
+  CHECK(parse(with_checkpoint({"--skip-bad"})).skip_bad);
+  CHECK(parse(with_checkpoint({"--skip-bad=true"})).skip_bad);
+  CHECK(!parse(with_checkpoint({"--skip-bad=false"})).skip_bad);
+  CHECK(parse(with_checkpoint({"--sequential=on"})).sequential);
+  CHECK(!parse(with_checkpoint({"--sequential=0"})).sequential);
+  CHECK(parse(with_checkpoint({"--compare=yes"})).compare);
+  CHECK(!parse(with_checkpoint({"--compare=OFF"})).compare);
+  CHECK(parse(with_checkpoint({"--json=1"})).json);
+  CHECK(!parse(with_checkpoint({"--json=no"})).json);
+  CHECK(!parse(with_checkpoint({"--json", "false"})).json);
+  // A switch does not swallow the next option.
+  const EvalOptions o = parse(with_checkpoint({"--json", "--batch-size", "4"}));
+  CHECK(o.json);
+  CHECK(o.batch_size == 4);
+  // --sequential=false and --compare together are fine: only one of them is on.
+  const EvalOptions c = parse(with_checkpoint({"--sequential=false", "--compare"}));
+  CHECK(c.compare);
+  CHECK(!c.sequential);
+  expect_parse_error(with_checkpoint({"--json=maybe"}),
+                     "--json: 'maybe' is not a switch value (true, on, yes, 1, false, off");
+  expect_parse_error(with_checkpoint({"--skip-bad", "data/x"}),
+                     "--skip-bad: 'data/x' is not a switch value");
+}
+
+TEST_CASE("eval options: dataset and data") {
+  // fashion-mnist without a path: left empty, open_dataset uses the Debian package's files.
+  const EvalOptions f = parse({"-c", "r", "--dataset", "fashion-mnist"});
+  CHECK(f.dataset == "fashion-mnist");
+  CHECK(f.data.empty());
+  CHECK(parse({"-c", "r", "--dataset", "synthetic"}).data.empty());
+  CHECK(parse({"-c", "r", "--dataset", "fashion-mnist", "-d", "/fm"}).data == "/fm");
+  expect_parse_error({"-c", "r"},
+                     "-d/--data: no dataset given (a path, or --dataset fashion-mnist)");
+  expect_parse_error({"-c", "r", "--data="}, "-d/--data: no dataset given");
+  expect_parse_error({"-c", "r", "--dataset", "csv"},
+                     "--dataset: 'csv' needs -d/--data PATH (only fashion-mnist and synthetic");
+  expect_parse_error({"-c", "r", "--dataset", "auto"}, "--dataset: 'auto' needs -d/--data PATH");
+}
+
+TEST_CASE("eval options: checkpoint, weights and model") {
+  expect_parse_error({"-d", "p"}, "give --checkpoint RUN or --weights FILE --model NAME");
+  expect_parse_error({"-d", "p", "--model", "lenet"},
+                     "give --checkpoint RUN or --weights FILE --model NAME");
+  expect_parse_error({"-c", "r", "--weights", "w", "--model", "lenet", "-d", "p"},
+                     "give --checkpoint RUN or --weights FILE --model NAME (not both)");
+  expect_parse_error({"--weights", "w", "-d", "p"}, "--weights needs --model");
+  expect_parse_error(with_checkpoint({"--model", "lenet"}),
+                     "--model: the checkpoint names the model; --model goes with --weights");
+  expect_parse_error(with_checkpoint({"-m", "lenet"}), "--model goes with --weights");
+  expect_parse_error(with_checkpoint({"--num-classes", "10"}),
+                     "--num-classes: the checkpoint names the");
+  expect_parse_error(with_checkpoint({"--num-classes", "10"}), "--num-classes goes with --weights");
+  expect_parse_error(with_checkpoint({"--in-channels", "1"}), "--in-channels goes with --weights");
+  std::string known;
+  for (const auto& s : mpicnn::model_specs()) known += (known.empty() ? "" : ", ") + s.name;
+  expect_parse_error({"--weights", "w", "-m", "resnet19", "-d", "p"},
+                     "-m/--model: unknown model 'resnet19' (known: " + known + ")");
+}
+
+TEST_CASE("eval options: command-line errors") {
+  expect_parse_error(with_checkpoint({"--bogus"}),
+                     "unknown option '--bogus' (./pipeline_eval --help lists the options)");
+  expect_parse_error(with_checkpoint({"--check", "r"}), "unknown option '--check'");  // no guessing
+  expect_parse_error(with_checkpoint({"-x"}), "unknown option '-x'");
+  expect_parse_error(with_checkpoint({"--batch-size"}),
+                     "the required argument for option '--batch-size' is missing");
+  expect_parse_error(with_checkpoint({"photos/"}),
+                     "unexpected argument 'photos/': ./pipeline_eval takes only options");
+  expect_parse_error(with_checkpoint({"a", "b"}), "unexpected arguments 'a', 'b'");
+  expect_parse_error(with_checkpoint({"-b", "2", "-b", "3"}), "cannot be specified more than once");
+  expect_parse_error(with_checkpoint({"--config", "x.cfg"}), "unknown option '--config'");
+}
+
+TEST_CASE("eval options: value errors") {
+  auto err = [](std::vector<std::string> more, const std::string& part) {
+    expect_parse_error(with_checkpoint(std::move(more)), part);
+  };
+  err({"-b", "x"}, "-b/--batch-size: 'x' is not an integer >= 1");
+  err({"--batch-size", "0"}, "--batch-size: '0' is not an integer >= 1");
+  err({"--batch-size=12x"}, "--batch-size: '12x' is not an integer >= 1");
+  err({"--batch-size=99999999999999999999"}, "--batch-size: '99999999999999999999' is not");
+  err({"--limit", "-1"}, "--limit: '-1' is not an integer from 0 to 2^64-1");
+  err({"--limit", "all"}, "--limit: 'all' is not an integer");
+  err({"--image-size", "0"}, "--image-size: '0' is not an integer >= 1");
+  err({"--resize", "-1"}, "--resize: '-1' is not an integer >= 0");
+  err({"--resize", "3000000000"}, "--resize: '3000000000' is not an integer");
+  err({"--threads", "two"}, "--threads: 'two' is not an integer >= 0");
+  err({"--credits", "-4"}, "--credits: '-4' is not an integer >= 0");
+  err({"--batch-credits", "0"}, "--batch-credits: '0' is not an integer >= 1");
+  err({"--split", "valid"}, "--split: 'valid' is not one of auto, train, test, val or all");
+  err({"--dataset", "imagenet"},
+      "--dataset: 'imagenet' is not one of auto, fashion-mnist, mnist, idx, imagefolder, csv, "
+      "cifar10, cifar100 or synthetic");
+  err({"--device", "cuda"}, "--device cuda: this build has no CUDA backend (CPU only)");
+  err({"--device", "tpu"}, "--device: 'tpu' is not one of auto or cpu");
+  err({"--mean", "0.5,x"}, "--mean: 'x' in '0.5,x' is not a number");
+  err({"--mean", "0.1,0.2"}, "--mean: '0.1,0.2' is not a list of 1 or 3 numbers");
+  err({"--std", "0.1,0.2,0.3,0.4"}, "--std: '0.1,0.2,0.3,0.4' is not a list of 1 or 3 numbers");
+  err({"--std", "0.2,0,0.2"}, "--std: '0.2,0,0.2' is not a list of numbers > 0");
+  err({"--std", "-1"}, "--std: '-1' is not a list of numbers > 0");
+  // --weights-only values
+  expect_parse_error(with_weights({"--num-classes", "0"}),
+                     "--num-classes: '0' is not an integer >= 1");
+  expect_parse_error(with_weights({"--in-channels", "2"}), "--in-channels: '2' is not 1 or 3");
+  expect_parse_error(with_weights({"--in-channels", "4"}), "--in-channels: '4' is not");
+  expect_parse_error(with_weights({"--in-channels", "1", "--mean", "0.1,0.2,0.3"}),
+                     "--mean: 3 values for --in-channels 1");
+  expect_parse_error(with_weights({"--in-channels", "1", "--std", "0.1,0.2,0.3"}),
+                     "--std: 3 values for --in-channels 1");
+}
+
+TEST_CASE("eval options: cross-option errors") {
+  expect_parse_error(with_checkpoint({"--sequential", "--compare"}),
+                     "--sequential and --compare");
+  expect_parse_error(with_checkpoint({"--compare", "--sequential=true"}),
+                     "--sequential and --compare");
+  // Value errors come first, each naming its own flag.
+  expect_parse_error({"-b", "0"}, "-b/--batch-size: '0' is not an integer >= 1");
+}
+
+TEST_CASE("eval options: help text") {
+  const std::string help = mpicnn::eval::eval_help();
+  for (const char* flag :
+       {"--checkpoint", "--weights", "--model", "--num-classes", "--in-channels", "--data",
+        "--dataset", "--split", "--limit", "--skip-bad", "--image-size", "--resize", "--mean",
+        "--std", "--batch-size", "--sequential", "--compare", "--threads", "--credits",
+        "--batch-credits", "--output", "--json", "--device", "--help"}) {
+    CHECK_MESSAGE(help.find(flag) != std::string::npos, "help does not mention ", flag);
+  }
+  for (const char* s :
+       {"-c, --checkpoint RUN", "--weights FILE", "-m, --model NAME", "-d, --data PATH",
+        "-b, --batch-size N", "-o, --output DIR", "-h, --help", "--skip-bad[=BOOL]",
+        "mpiexec -n K ./pipeline_eval --checkpoint RUN -d DATA [options]",
+        "./pipeline_eval --weights FILE --model NAME -d DATA", "[default 32]", "[default 2]",
+        "[default auto]", "K >= 4", "K = 3", "K = 2", "K = 1", "ranks 3..K-1", "predictions.csv",
+        "report.json", "Examples:", "--oversubscribe", "--compare", "resnet18.safetensors",
+        "no CUDA backend", "fashion-mnist", "cifar100", "synthetic"}) {
+    CHECK_MESSAGE(help.find(s) != std::string::npos, "help does not mention ", s);
+  }
+  for (const auto& s : mpicnn::model_specs())
+    CHECK_MESSAGE(help.find(s.name) != std::string::npos, "help does not list ", s.name);
+  CHECK(help.find(mpicnn::data::kFashionMnistDefaultPath) != std::string::npos);
+  // Lines fit a 100-column terminal.
+  size_t start = 0, longest = 0;
+  for (size_t end; (end = help.find('\n', start)) != std::string::npos; start = end + 1)
+    longest = std::max(longest, end - start);
+  CHECK(longest <= 100);
+}

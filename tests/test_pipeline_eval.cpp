@@ -1,0 +1,244 @@
+// ./pipeline_eval as users run it, under mpiexec with 1..6 ranks: the staged run predicts exactly
+// what the sequential baseline predicts, its accuracy is the one ./train measured on the same
+// checkpoint and data, a corrupt image stops the job with one line naming it (or is skipped with
+// --skip-bad), and weights exported from torchvision give torchvision's predictions.
+// The stage layout, plan and checkpoint record are unit-tested here too.
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "eval/pipeline.h"
+#include "eval/plan.h"
+#include "testing.h"
+
+using namespace mpicnn;
+using mpicnn::testing::run_mpi;
+using mpicnn::testing::run_program;
+using mpicnn::testing::run_python;
+using mpicnn::testing::shell_quote;
+using mpicnn::testing::TempDir;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.is_open(), "cannot read ", path);
+  return json::parse(in);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in.is_open(), "cannot read ", path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Fashion-MNIST as PNG folders (200 train, 200 test images) and a LeNet trained on them for one
+// epoch at 32x32, so evaluation decodes PNGs and resizes them. Made once per test process.
+struct Fixture {
+  TempDir dir;
+  std::string png = dir / "png", run = dir / "run";
+  Fixture() {
+    const auto exported = run_program("export_images", {"-o", png, "--limit", "200"});
+    REQUIRE_MESSAGE(exported.rc == 0, exported.output);
+    const auto trained = run_program("train", {"-d", png, "--model", "lenet", "--epochs", "1", "--image-size", "32",
+                                               "--batch-size", "16", "--threads", "1", "--workers", "1",
+                                               "--progress", "none", "-s", run});
+    REQUIRE_MESSAGE(trained.rc == 0, trained.output);
+  }
+};
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+std::vector<std::string> eval_args(const std::string& out, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"--checkpoint", fixture().run, "-d", fixture().png, "--threads", "1",
+                                "--batch-size", "7", "-o", out};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline eval: stage layouts for 1 to 6 ranks") {
+  using namespace eval;
+  CHECK(layout_for(1).describe() == "rank 0: all stages");
+  CHECK(layout_for(2).describe() == "rank 0: read+decode+resize+normalize+batch | rank 1: predict");
+  CHECK(layout_for(3).describe() == "rank 0: read | rank 1: decode+resize+normalize+batch | rank 2: predict");
+  CHECK(layout_for(4).describe() == "rank 0: read | rank 1: decode+resize | rank 2: normalize+batch | rank 3: predict");
+  CHECK(layout_for(6).describe() ==
+        "rank 0: read | rank 1: decode+resize | rank 2: normalize+batch | ranks 3-5: predict");
+  for (int K = 1; K <= 6; ++K) {
+    const Layout l = layout_for(K);
+    // Every stage runs somewhere, each rank's range is contiguous, and data flows forward.
+    for (int s = kRead; s <= kPredict; ++s) CHECK_FALSE(l.ranks_of(s).empty());
+    for (int r = 0; r < K; ++r) {
+      CHECK(l.first(r) <= l.last(r));
+      if (r > 0) CHECK(l.first(r) >= l.last(r - 1));
+    }
+    CHECK(l.rank_of(kRead) == 0);
+    CHECK(int(l.ranks_of(kPredict).size()) == std::max(1, K - 3));
+  }
+}
+
+TEST_CASE("pipeline eval: --split auto and the plan's JSON round trip") {
+  TempDir d;
+  fs::create_directories(d / "one/cat");
+  fs::create_directories(d / "split/test/cat");
+  std::ofstream(d / "plain.csv") << "path,label\na.png,0\n";
+  std::ofstream(d / "split.csv") << "path, label ,split\na.png,0,test\n";
+  CHECK(eval::auto_split("imagefolder", d / "one") == "all");
+  CHECK(eval::auto_split("imagefolder", d / "split") == "test");
+  CHECK(eval::auto_split("csv", d / "plain.csv") == "all");
+  CHECK(eval::auto_split("csv", d / "split.csv") == "test");
+  CHECK(eval::auto_split("fashion-mnist", "") == "test");
+
+  eval::EvalPlan p;
+  p.model = "resnet18";
+  p.num_classes = 7;
+  p.in_channels = 1;
+  p.weights_file = "w.safetensors";
+  p.weights = "runs/x";
+  p.preprocess = data::imagenet_eval(96, 110, 1);
+  p.preprocess.mean = {0.5f};
+  p.preprocess.stddev = {0.25f};
+  p.class_names = {"a", "b", "c", "d", "e", "f", "g"};
+  p.dataset = "d: 9 samples";
+  p.count = 9;
+  p.raw_channels = 1, p.raw_height = 28, p.raw_width = 29;
+  p.batch_size = 5;
+  const eval::EvalPlan q = eval::plan_from_json(eval::plan_to_json(p));
+  CHECK(eval::plan_to_json(q) == eval::plan_to_json(p));
+  CHECK(q.preprocess.geometry == data::Geometry::ResizeCenterCrop);
+  CHECK(q.preprocess.resize == 110);
+  CHECK(q.raw_width == 29);
+  CHECK(q.class_names == p.class_names);
+}
+
+TEST_CASE("pipeline eval: predictions identical to --sequential on 1..6 ranks, accuracy as ./train measured") {
+  Fixture& f = fixture();
+  const auto seq = run_program("pipeline_eval", eval_args(f.dir / "seq", {"--sequential"}));
+  REQUIRE_MESSAGE(seq.rc == 0, seq.output);
+  const std::string want = read_text(f.dir / "seq/predictions.csv");
+  const json seq_report = read_json(f.dir / "seq/report.json");
+  CHECK(seq_report["mode"] == "sequential");
+  CHECK(seq_report["evaluated"] == 200);
+  CHECK(std::count(want.begin(), want.end(), '\n') == 201);  // header + one row per test image
+  // ./train evaluated the same checkpoint on the same test images with the same preprocessing.
+  const json summary = read_json(f.run + "/summary.json");
+  CHECK(seq_report["top1"].get<double>() == doctest::Approx(summary["test_top1"].get<double>()).epsilon(1e-9));
+
+  for (int K = 1; K <= 6; ++K) {
+    CAPTURE(K);
+    const std::string out = f.dir / std::string("k").append(std::to_string(K));
+    const auto r = run_mpi(K, "pipeline_eval", eval_args(out));
+    REQUIRE_MESSAGE(r.rc == 0, r.output);
+    CHECK(read_text(out + "/predictions.csv") == want);
+    const json rep = read_json(out + "/report.json");
+    CHECK(rep["mode"] == "pipeline");
+    CHECK(rep["ranks"] == K);
+    CHECK(rep["top1"] == seq_report["top1"]);
+    CHECK(rep["confusion"] == seq_report["confusion"]);
+    // Every rank reported the stages it ran: 4 stages, plus one line per extra predictor.
+    CHECK(rep["stages"].size() == size_t(4 + std::max(0, K - 4)));
+    CHECK(r.output.find("top-1") != std::string::npos);
+  }
+  // Tight credits (one sample between stages, one batch per predictor) still finish, in order.
+  const std::string tight = f.dir / "tight";
+  const auto r = run_mpi(6, "pipeline_eval", eval_args(tight, {"--credits", "1", "--batch-credits", "1", "--compare"}));
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  CHECK(read_text(tight + "/predictions.csv") == want);
+  const json rep = read_json(tight + "/report.json");
+  CHECK(rep["mismatches_vs_sequential"] == 0);
+  CHECK(rep["speedup"].is_number());
+  CHECK(r.output.find("predictions identical to sequential") != std::string::npos);
+}
+
+TEST_CASE("pipeline eval: a corrupt image stops the job with one line naming it, or --skip-bad skips it") {
+  Fixture& f = fixture();
+  TempDir d;
+  const std::string bad = d / "bad";
+  fs::copy(f.png + "/test", bad, fs::copy_options::recursive);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(bad))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  const fs::path victim = files[files.size() / 2];
+  const std::string head = read_text(files[0].string()).substr(0, 60);  // a PNG cut short
+  std::ofstream(victim, std::ios::binary | std::ios::trunc) << head;
+
+  for (int K : {1, 4}) {
+    CAPTURE(K);
+    const auto r = run_mpi(K, "pipeline_eval", {"--checkpoint", f.run, "-d", bad, "-o", d / "out"});
+    CHECK(r.rc != 0);
+    CHECK_MESSAGE(std::count(r.output.begin(), r.output.end(), '\n') == 1, r.output);
+    CHECK_MESSAGE(r.output.starts_with("pipeline_eval: "), r.output);
+    CHECK_MESSAGE(r.output.find(victim.string()) != std::string::npos, r.output);
+    if (K == 4) CHECK_MESSAGE(r.output.find("rank 1 (decode+resize)") != std::string::npos, r.output);
+    CHECK_FALSE(fs::exists(d / "out/predictions.csv"));  // nothing half-written
+  }
+  const auto r = run_mpi(4, "pipeline_eval", {"--checkpoint", f.run, "-d", bad, "--skip-bad", "-o", d / "skip"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  const json rep = read_json(d / "skip/report.json");
+  CHECK(rep["evaluated"] == 199);
+  REQUIRE(rep["skipped"].size() == 1);
+  CHECK(rep["skipped"][0]["source"] == victim.string());
+  CHECK(r.output.find("1 skipped") != std::string::npos);
+}
+
+TEST_CASE("pipeline eval: torchvision weights exported to safetensors predict what torchvision predicts") {
+  // A torchvision resnet18 whose classifier separates these images clearly (random weights
+  // predict one class for everything), exported with the user tool, evaluated by both.
+  TempDir d;
+  const std::string imgs = d / "imgs";
+  run_python("photo_images.py", shell_quote(imgs) + " 40 --formats png");
+  std::ofstream csv(d / "images.csv"), list(d / "list.txt");
+  csv << "path,label\n";
+  for (int i = 0; i < 40; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "img_%04d.png", i);
+    csv << imgs << "/" << name << ",0\n";
+    list << imgs << "/" << name << "\n";
+  }
+  csv.close();
+  list.close();
+  const std::string pth = d / "r18.pth", st = d / "r18.safetensors";
+  run_python("torchvision_predict.py", "--make-model " + shell_quote(pth) + " --model resnet18 --num-classes 10 --images " +
+                                           shell_quote(d / "list.txt") + " --seed 1");
+  run_python("data_tools/export_torchvision.py",
+             "--model resnet18 --num-classes 10 --weights " + shell_quote(pth) + " -o " + shell_quote(st));
+  run_python("torchvision_predict.py", "--model resnet18 --num-classes 10 --weights " + shell_quote(st) + " --images " +
+                                           shell_quote(d / "list.txt") + " -o " + shell_quote(d / "torch.csv"));
+  const auto r = run_mpi(4, "pipeline_eval", {"--weights", st, "--model", "resnet18", "--num-classes", "10", "-d",
+                                              d / "images.csv", "--batch-size", "8", "-o", d / "ours"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+
+  std::map<std::string, int> torch_pred, ours;
+  std::set<int> classes;
+  std::ifstream tin(d / "torch.csv"), oin(d / "ours/predictions.csv");
+  std::string line;
+  std::getline(tin, line);  // path,prediction,score,margin
+  while (std::getline(tin, line)) {
+    const size_t c = line.find(',');
+    torch_pred[line.substr(0, c)] = std::stoi(line.substr(c + 1));
+  }
+  std::getline(oin, line);  // index,path,label,prediction,score,top5
+  while (std::getline(oin, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    REQUIRE(f.size() == 6);
+    ours[f[1]] = std::stoi(f[3]);  // class names of a CSV without classes.txt are the ids
+    classes.insert(std::stoi(f[3]));
+  }
+  REQUIRE(torch_pred.size() == 40);
+  REQUIRE(ours.size() == 40);
+  int agree = 0;
+  for (const auto& [path, p] : torch_pred) agree += ours.count(path) && ours[path] == p;
+  CHECK(agree >= 40 * 99 / 100);  // >= 99%: with 40 images, all of them
+  CHECK(classes.size() >= 5);     // the comparison is not one class everywhere
+}
