@@ -125,7 +125,11 @@ test: deps
 DEMO_RANKS ?= 2
 demo: deps
 	$(MAKE) --no-print-directory -j$$(nproc) apps
-	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec -n $(DEMO_RANKS) --oversubscribe ./train
+	@run=runs/demo-$$(date +%Y%m%d-%H%M%S) && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 && \
+	  echo "mpiexec -n $(DEMO_RANKS) --oversubscribe ./train -s $$run" && \
+	  mpiexec -n $(DEMO_RANKS) --oversubscribe ./train -s $$run && \
+	  echo "mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --dataset fashion-mnist --compare -o $$run/eval" && \
+	  mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --dataset fashion-mnist --compare -o $$run/eval
 
 clean:
 	rm -rf build

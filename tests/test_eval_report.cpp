@@ -56,7 +56,7 @@ Report small_report() {
   r.metrics = compute_metrics(r.predictions, 3);
   r.wall_s = 2.0;
   r.latency_s = {0.040, 0.010, 0.030, 0.020};
-  r.stages = {{"read", 0, 0.5, 2.0, 7}, {"predict", 3, 1.0, 0.0, 3}};
+  r.stages = {{"read", 0, 0.5, 0.25, 2.0, 7}, {"predict", 3, 1.0, 0.9, 0.0, 3}};
   return r;
 }
 
@@ -206,7 +206,7 @@ TEST_CASE("eval report: JSON keys and values") {
   CHECK(lat["max"].get<double>() == doctest::Approx(0.040));
   REQUIRE(j["stages"].size() == 2);
   CHECK(j["stages"][0] ==
-        json{{"stage", "read"}, {"rank", 0}, {"busy_s", 0.5}, {"wall_s", 2.0}, {"utilisation", 0.25}, {"items", 7}});
+        json{{"stage", "read"}, {"rank", 0}, {"busy_s", 0.5}, {"cpu_s", 0.25}, {"wall_s", 2.0}, {"utilisation", 0.25}, {"items", 7}});
   CHECK(j["stages"][1]["utilisation"].is_null());  // wall 0: no utilisation
   CHECK(j["sequential_images_per_s"].is_null());
   CHECK(j["speedup"].is_null());

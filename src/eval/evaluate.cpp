@@ -60,8 +60,12 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const bool baseline = o.sequential || o.compare;
   const bool pipeline = !o.sequential;
   const bool predicts = (pipeline && layout.last(r) == kPredict) || (baseline && comm.root());
-  const int threads = comm.threads_per_rank(o.threads);
+  // The predicting ranks share the node's cores: the other stages are light and nap while they
+  // wait, so counting them (as Comm::threads_per_rank would) leaves cores idle.
+  int predictors_here = pipeline && layout.last(r) == kPredict ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &predictors_here, 1, MPI_INT, MPI_SUM, comm.node()));
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int threads = dist::threads_per_rank(o.threads, cores > 0 ? int(cores) : 1, std::max(1, predictors_here));
   const int alone_threads = dist::threads_per_rank(o.threads, cores > 0 ? int(cores) : 1, 1);
   std::unique_ptr<Predictor> predictor;
   comm.on_all([&] {
@@ -90,6 +94,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
     // spinning so that the baseline has the machine to itself.
     comm.on_root([&] {
       set_num_threads(alone_threads);
+      predictor->warm_up();
       seq = run_sequential(plan, *dataset, *predictor, po);
     });
     dist::napping_barrier(comm);
@@ -97,6 +102,9 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   RunOutput run;
   if (pipeline) {
     set_num_threads(layout.last(r) == kPredict ? threads : 1);
+    comm.on_all([&] {
+      if (layout.last(r) == kPredict) predictor->warm_up();
+    });
     run = run_pipeline(plan, dataset.get(), predictor.get(), comm, po);
   } else {
     run = std::move(*seq);

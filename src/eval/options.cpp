@@ -66,22 +66,24 @@ const std::vector<OptionDef>& option_defs() {
        "of stopping"},
       {"image-size", "", "N", Kind::Value,
        "model input height = width, the center crop (>= 1; default: the checkpoint's, with "
-       "--weights the model's default size or the dataset's fixed size)"},
+       "--weights the model's default size)"},
       {"resize", "", "N", Kind::Value,
        "shorter image side before the center crop (>= 0; 0 = no resize; default: the "
        "checkpoint's, with --weights torchvision's 256 for 224 crops)"},
       {"mean", "", "LIST", Kind::Value,
        "normalisation means, 1 or 3 values, e.g. 0.485,0.456,0.406 (default: the "
-       "checkpoint's, with --weights ImageNet's or the dataset's)"},
+       "checkpoint's, with --weights ImageNet's)"},
       {"std", "", "LIST", Kind::Value,
        "normalisation standard deviations, 1 or 3 values > 0 (default as for --mean)"},
       {"batch-size", "b", "N", Kind::Value, "images per predicted batch (>= 1)"},
       {"sequential", "", "[=BOOL]", Kind::Switch,
        "run every stage in rank 0 alone, one after the other (the baseline; other ranks idle)"},
       {"compare", "", "[=BOOL]", Kind::Switch,
-       "run the sequential baseline first (rank 0), then the pipeline, and report the speedup"},
+       "run the sequential baseline first (rank 0 with all the node's cores), then the "
+       "pipeline; report the speedup and whether the predictions are identical"},
       {"threads", "", "N", Kind::Value,
-       "compute threads per predicting rank (>= 0; 0 = cores per node / ranks per node)"},
+       "compute threads per predicting rank (>= 0; 0 = the node's cores / predicting ranks on the "
+       "node: the other stages are light and sleep while they wait)"},
       {"credits", "", "N", Kind::Value,
        "samples allowed in flight between two stages (>= 0; 0 = 4 x batch size)"},
       {"batch-credits", "", "N", Kind::Value, "batches in flight per predicting rank (>= 1)"},
@@ -363,7 +365,7 @@ std::string eval_help() {
   constexpr size_t kIndent = 30, kWidth = 100;
   std::ostringstream out;
   out << "Usage: mpiexec -n K ./pipeline_eval --checkpoint RUN -d DATA [options]\n"
-         "       ./pipeline_eval --weights FILE --model NAME -d DATA [options]   (one process)\n"
+         "       ./pipeline_eval --weights FILE --model NAME -d DATA [options]\n"
          "Evaluates a trained CNN on a dataset with the work pipelined across MPI ranks: reading,\n"
          "decoding and resizing, normalising and batching, and predicting run on different ranks\n"
          "at the same time. Rank 0 collects the predictions and prints the report (accuracy,\n"
@@ -420,8 +422,8 @@ std::string eval_help() {
          "                  utilisation, throughput, per-image latency percentiles and, with\n"
          "                  --compare, the speedup over the sequential baseline (--json: the same\n"
          "                  as JSON)\n"
-         "  --output DIR    DIR/predictions.csv (one line per sample: index, label, top-5 classes\n"
-         "                  and probabilities) and DIR/report.json\n"
+         "  --output DIR    DIR/predictions.csv (index, path, label, prediction, its probability,\n"
+         "                  the top-5 class ids) and DIR/report.json\n"
          "\nExamples:\n"
          "  mpiexec -n 6 --oversubscribe ./pipeline_eval --checkpoint runs/lenet-x \\\n"
          "      -d /usr/share/datasets/fashion-mnist\n"

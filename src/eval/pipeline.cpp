@@ -5,6 +5,8 @@
 #include "eval/pipeline.h"
 
 #include <algorithm>
+#include <time.h>
+
 #include <chrono>
 #include <deque>
 #include <map>
@@ -137,12 +139,19 @@ Item decode(const std::vector<uint8_t>& bytes) {
 
 struct StageCount {  // what a rank sends rank 0 in its kDone message, per stage it runs
   int stage;
-  double busy_s, wall_s;
+  double busy_s, cpu_s, wall_s;
   uint64_t items;
 };
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CPU seconds of this process, every thread (a predicting rank's OpenMP threads included).
+double cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 // One rank's share of the pipeline. With `messenger` null it runs every stage alone.
@@ -176,10 +185,10 @@ class RankLoop {
     }
     const double wall = now_s() - t0;
     std::vector<StageCount> mine;
-    for (int s = lo_; s <= hi_; ++s) mine.push_back({s, busy_[s], wall, items_[s]});
+    for (int s = lo_; s <= hi_; ++s) mine.push_back({s, busy_[s], cpu_[s], wall, items_[s]});
     RunOutput out;
     if (root) {
-      for (const StageCount& c : mine) out.stages.push_back({stage_name(c.stage), 0, c.busy_s, c.wall_s, c.items});
+      for (const StageCount& c : mine) out.stages.push_back({stage_name(c.stage), 0, c.busy_s, c.cpu_s, c.wall_s, c.items});
       for (StageTime& t : others_) out.stages.push_back(std::move(t));
       std::sort(out.stages.begin(), out.stages.end(), [](const StageTime& a, const StageTime& b) { return a.rank < b.rank; });
       out.wall_s = last_result_ - t0;
@@ -192,7 +201,7 @@ class RankLoop {
       dist::ByteWriter w;
       w.put_vector(mine);
       msg_->send(0, kDone, w.take());
-      for (const StageCount& c : mine) out.stages.push_back({stage_name(c.stage), rank_, c.busy_s, c.wall_s, c.items});
+      for (const StageCount& c : mine) out.stages.push_back({stage_name(c.stage), rank_, c.busy_s, c.cpu_s, c.wall_s, c.items});
     }
     return out;
   }
@@ -283,9 +292,10 @@ class RankLoop {
 
   template <class Fn>
   void timed(int stage, Fn&& fn) {
-    const double t = now_s();
+    const double t = now_s(), c = cpu_s();
     fn();
     busy_[stage] += now_s() - t;
+    cpu_[stage] += cpu_s() - c;
     ++items_[stage];
   }
 
@@ -318,7 +328,7 @@ class RankLoop {
       }
       case kDone:
         for (const StageCount& c : dist::ByteReader(m.bytes).get_vector<StageCount>())
-          others_.push_back({stage_name(c.stage), m.source, c.busy_s, c.wall_s, c.items});
+          others_.push_back({stage_name(c.stage), m.source, c.busy_s, c.cpu_s, c.wall_s, c.items});
         ++dones_;
         return;
     }
@@ -358,7 +368,7 @@ class RankLoop {
   InputBatch batch_;
   uint64_t next_ = 0;
   bool source_done_ = false, ended_ = false;
-  double busy_[4] = {0, 0, 0, 0};
+  double busy_[4] = {0, 0, 0, 0}, cpu_[4] = {0, 0, 0, 0};
   uint64_t items_[4] = {0, 0, 0, 0};
   // rank 0: the collector
   double last_result_ = 0;

@@ -227,6 +227,14 @@ Predictor::Predictor(const EvalPlan& plan) : batch_size_(plan.batch_size) {
   softmax_.plan(batch_size_, plan.num_classes);
 }
 
+void Predictor::warm_up() {
+  InputBatch zeros;
+  zeros.indices.assign(size_t(batch_size_), 0);
+  zeros.labels.assign(size_t(batch_size_), 0);
+  zeros.pixels.assign(size_t(batch_size_ * shape_[0] * shape_[1] * shape_[2]), 0.f);
+  (void)predict(zeros);
+}
+
 std::vector<Prediction> Predictor::predict(const InputBatch& batch) {
   const int64_t n = int64_t(batch.size());
   CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " (planned for ", batch_size_, ")");

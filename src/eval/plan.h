@@ -76,6 +76,9 @@ class Predictor {
  public:
   explicit Predictor(const EvalPlan& plan);  // builds and loads: errors name the weights file
   std::vector<Prediction> predict(const InputBatch& batch);
+  // One full batch of zeros through the model, so that neither timed run pays for first-touch
+  // memory and thread-pool start-up (the baseline, which runs first, otherwise would).
+  void warm_up();
 
  private:
   std::unique_ptr<Model> model_;

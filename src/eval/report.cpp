@@ -211,10 +211,11 @@ std::string format_report(const Report& r) {
     size_t sw = 5;
     for (const StageTime& s : r.stages) sw = std::max(sw, s.stage.size());
     o += "  " + pad_right("stage", sw) + "  " + pad_left("rank", 4) + "  " + pad_left("busy s", 9) + "  " +
-         pad_left("util", 6) + "  " + pad_left("items", 8) + "\n";
+         pad_left("cpu s", 9) + "  " + pad_left("util", 6) + "  " + pad_left("items", 8) + "\n";
     for (const StageTime& s : r.stages)
       o += "  " + pad_right(s.stage, sw) + "  " + pad_left(std::to_string(s.rank), 4) + "  " +
-           pad_left(fixed(s.busy_s, 3), 9) + "  " + pad_left(pct(utilisation(s), 1), 6) + "  " +
+           pad_left(fixed(s.busy_s, 3), 9) + "  " + pad_left(fixed(s.cpu_s, 3), 9) + "  " +
+           pad_left(pct(utilisation(s), 1), 6) + "  " +
            pad_left(std::to_string(s.items), 8) + "\n";
   }
   if (r.sequential_images_per_s > 0) {
@@ -275,6 +276,7 @@ std::string report_json(const Report& r) {
     stages.push_back({{"stage", s.stage},
                       {"rank", s.rank},
                       {"busy_s", num_or_null(s.busy_s)},
+                      {"cpu_s", num_or_null(s.cpu_s)},
                       {"wall_s", num_or_null(s.wall_s)},
                       {"utilisation", num_or_null(utilisation(s))},
                       {"items", s.items}});

@@ -31,7 +31,9 @@ struct Skipped {
 struct StageTime {
   std::string stage;  // "read", "decode+resize", "normalize+batch", "predict"
   int rank = 0;
-  double busy_s = 0;  // seconds of work
+  double busy_s = 0;  // seconds of work (wall clock: includes time the OS gave the core to others)
+  double cpu_s = 0;   // CPU seconds of that work, all threads of the rank (busy_s - cpu_s / threads
+                      // is time spent descheduled, e.g. with more ranks than cores)
   double wall_s = 0;  // seconds the rank ran the pipeline (utilisation = busy_s / wall_s)
   uint64_t items = 0;  // samples (read, decode, normalize) or batches (predict) processed
 };
@@ -87,7 +89,7 @@ std::string format_report(const Report& r);
 // "skipped" (array of {"index","source","reason"}), "top1", "top5", "confusion" (array of
 // arrays), "per_class" (array of {"class","precision","recall","support"}; NaN -> null),
 // "wall_s", "images_per_s", "latency_s" ({"p50","p95","p99","mean","max"}), "stages" (array
-// of {"stage","rank","busy_s","wall_s","utilisation","items"}), "sequential_images_per_s"
+// of {"stage","rank","busy_s","cpu_s","wall_s","utilisation","items"}), "sequential_images_per_s"
 // (null when 0), "speedup" (null when NaN), "mismatches_vs_sequential" (null when -1).
 std::string report_json(const Report& r);
 
