@@ -158,7 +158,7 @@ TEST_CASE("train options: -lr forms") {
   CHECK(parse({"--learning-rate", "0.2"}).learning_rate == 0.2);
   CHECK(parse({"--learning-rate=0.3"}).learning_rate == 0.3);
   CHECK(parse({"-b", "8", "-lr", "1e-3", "-e", "2"}).learning_rate == 1e-3);
-  expect_parse_error({"-lr0.1"}, "unknown option '-lr0.1' (the learning rate is -lr LR");
+  expect_parse_error({"-lr0.1"}, "unknown option '-lr0.1' (-lr/--learning-rate takes its value as -lr LR");
   expect_parse_error({"-lr", "fast"}, "-lr/--learning-rate: 'fast' is not a number > 0");
   expect_parse_error({"-lr=0"}, "-lr/--learning-rate: '0' is not a number > 0");
 }
@@ -314,11 +314,11 @@ TEST_CASE("train options: value errors") {
   expect_parse_error({"--weight-decay=-1"}, "--weight-decay: '-1' is not a number >= 0");
   expect_parse_error({"--optimizer", "adam"}, "--optimizer: 'adam' is not one of sgd or adamw");
   expect_parse_error({"--warmup-epochs=-1"}, "--warmup-epochs: '-1' is not an integer >= 0");
-  expect_parse_error({"-w", "-1"}, "-w/--workers: '-1' is not an integer from 0 to");
-  expect_parse_error({"--workers=-1"}, "-w/--workers: '-1' is not an integer from 0 to");
+  expect_parse_error({"-w", "-1"}, "-w/--workers: '-1' is not an integer >= 0");
+  expect_parse_error({"--workers=-1"}, "-w/--workers: '-1' is not an integer >= 0");
   expect_parse_error({"--workers=3000000000"}, "-w/--workers: '3000000000' is not an integer");
   expect_parse_error({"--seed=-1"}, "--seed: '-1' is not an integer from 0 to 2^64-1");
-  expect_parse_error({"--threads=two"}, "--threads: 'two' is not an integer from 0 to");
+  expect_parse_error({"--threads=two"}, "--threads: 'two' is not an integer >= 0");
   expect_parse_error({"--eval-every=-2"}, "--eval-every: '-2' is not an integer >= 0");
   expect_parse_error({"--checkpoint-every=x"}, "--checkpoint-every: 'x' is not an integer >= 0");
   expect_parse_error({"--keep-checkpoints=-1"}, "--keep-checkpoints: '-1' is not an integer");

@@ -504,25 +504,6 @@ Preprocess normalize_only(int height, int width, int channels, std::vector<float
   return p;
 }
 
-std::vector<float> parse_float_list(const std::string& text, const std::string& flag) {
-  std::vector<float> out;
-  std::size_t pos = 0;
-  while (true) {
-    const std::size_t comma = std::min(text.find(',', pos), text.size());
-    std::string item = text.substr(pos, comma - pos);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    float v = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    CHECK(!item.empty() && ec == std::errc() && end == item.data() + item.size() && std::isfinite(v),
-          flag, ": '", item, "' in '", text, "' is not a number (expected a list like 0.485,0.456,0.406)");
-    out.push_back(v);
-    if (comma == text.size()) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
 // ---- Transform ---------------------------------------------------------------------------------
 
 namespace {

@@ -81,9 +81,6 @@ Preprocess cifar_train(uint64_t seed, int size = 32, int padding = 4, int channe
 Preprocess normalize_only(int height, int width, int channels, std::vector<float> mean,
                           std::vector<float> stddev);
 
-// "0.485,0.456,0.406" -> floats. `flag` names the option in errors ("--mean: 'x' is not a number").
-std::vector<float> parse_float_list(const std::string& text, const std::string& flag);
-
 // ---- Transform -----------------------------------------------------------------------------
 
 // Where one sample's pixels come from: the region of the (channel-converted) image that is

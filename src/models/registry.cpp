@@ -64,6 +64,15 @@ const ModelSpec& model_spec(const std::string& name) {
   FAIL("unknown model '", name, "' (known: ", known, ")");
 }
 
+std::string model_list() {
+  std::string out;
+  for (const ModelSpec& s : model_specs())
+    out += "  " + s.name + std::string(s.name.size() < 16 ? 16 - s.name.size() : 1, ' ') +
+           s.description + " (" + std::to_string(s.default_size) + "x" +
+           std::to_string(s.default_size) + ")\n";
+  return out;
+}
+
 std::unique_ptr<Model> build_model(const std::string& name, const ModelOptions& options,
                                    uint64_t seed) {
   return model_spec(name).build(options, seed);

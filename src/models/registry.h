@@ -21,6 +21,8 @@ struct ModelSpec {
 const std::vector<ModelSpec>& model_specs();
 // Throws an Error listing the known names when `name` is unknown.
 const ModelSpec& model_spec(const std::string& name);
+// One line per model for --help texts: "  resnet18        ResNet-18 ... (224x224)".
+std::string model_list();
 std::unique_ptr<Model> build_model(const std::string& name, const ModelOptions& options = {},
                                    uint64_t seed = 0);
 

@@ -3,144 +3,102 @@
 // naming the flag (or file:line: key) and what is accepted. Not the trainer and not its main.
 #include "train/options.h"
 
-#include <algorithm>
-#include <boost/program_options.hpp>
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <optional>
 #include <sstream>
 
 #include "core/check.h"
+#include "core/cli.h"
 #include "data/dataset.h"
-#include "data/transform.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
 
 namespace mpicnn::train {
 
 namespace po = boost::program_options;
+using cli::Given;
+using cli::to_bool;
+using cli::to_choice;
+using cli::to_double;
+using cli::to_float_list;
+using cli::to_int;
+using cli::to_uint64;
 
 namespace {
 
-// Value: takes an argument. Switch: "--x" alone means true; "--x=false|off|0" (or Boost's
-// "--x false": a word that is not an option is taken as the value) sets it explicitly.
-enum class Kind { Value, Switch, Help };
-
-struct OptionDef {
-  const char* name;   // long name, and the config file key
-  const char* short_name;  // "" for none; "lr" is the single-dash multi-letter -lr
-  const char* arg;    // placeholder in the help text
-  Kind kind;
-  const char* help;
-};
-
-const std::vector<OptionDef>& option_defs() {
-  static const std::vector<OptionDef> defs = {
-      {"model", "m", "NAME", Kind::Value, "model to train (see the list below)"},
-      {"data", "d", "PATH", Kind::Value,
+const cli::Program& program() {
+  static const cli::Program p{"./train", {
+      {"model", "m", "NAME", cli::Kind::Value, "model to train (see the list below)"},
+      {"data", "d", "PATH", cli::Kind::Value,
        "dataset path: IDX folder, image folder (class subfolders, optional train/ and test/), "
        "CSV file, CIFAR binary folder; fashion-mnist defaults to the Debian package's files"},
-      {"dataset", "", "KIND", Kind::Value,
+      {"dataset", "", "KIND", cli::Kind::Value,
        "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100 or synthetic; "
        "auto detects the format from --data. Without --data and --dataset: fashion-mnist; "
        "with --data only: auto"},
-      {"batch-size", "b", "N", Kind::Value, "images per step on each rank (>= 1)"},
-      {"epochs", "e", "N", Kind::Value, "passes over the training data (>= 1)"},
-      {"learning-rate", "lr", "LR", Kind::Value,
+      {"batch-size", "b", "N", cli::Kind::Value, "images per step on each rank (>= 1)"},
+      {"epochs", "e", "N", cli::Kind::Value, "passes over the training data (>= 1)"},
+      {"learning-rate", "lr", "LR", cli::Kind::Value,
        "base learning rate (> 0); also -lr LR or -lr=LR"},
-      {"momentum", "", "M", Kind::Value, "SGD momentum, in [0, 1); AdamW ignores it"},
-      {"weight-decay", "", "WD", Kind::Value, "L2 penalty (SGD) or decoupled decay (AdamW), >= 0"},
-      {"optimizer", "", "NAME", Kind::Value, "sgd or adamw"},
-      {"nesterov", "", "[=BOOL]", Kind::Switch, "Nesterov momentum (SGD with momentum > 0)"},
-      {"schedule", "", "SPEC", Kind::Value,
+      {"momentum", "", "M", cli::Kind::Value, "SGD momentum, in [0, 1); AdamW ignores it"},
+      {"weight-decay", "", "WD", cli::Kind::Value, "L2 penalty (SGD) or decoupled decay (AdamW), >= 0"},
+      {"optimizer", "", "NAME", cli::Kind::Value, "sgd or adamw"},
+      {"nesterov", "", "[=BOOL]", cli::Kind::Switch, "Nesterov momentum (SGD with momentum > 0)"},
+      {"schedule", "", "SPEC", cli::Kind::Value,
        "learning-rate schedule: constant | step:SIZE:GAMMA | multistep:M1,M2,...:GAMMA | "
        "cosine[:ETA_MIN], optionally after warmup:W[:START]+ (e.g. step:30:0.1, "
        "warmup:5+cosine); epochs count after the warmup"},
-      {"warmup-epochs", "", "N", Kind::Value,
+      {"warmup-epochs", "", "N", cli::Kind::Value,
        "linear warmup epochs before the schedule (>= 0; same as a warmup:N+ prefix)"},
-      {"scale-lr", "", "[=BOOL]", Kind::Switch,
+      {"scale-lr", "", "[=BOOL]", cli::Kind::Switch,
        "linear scaling rule: lr x global batch (batch-size x ranks) / 256"},
-      {"workers", "w", "N", Kind::Value, "data loader threads per rank (>= 0; 0 = none)"},
-      {"mean", "", "LIST", Kind::Value,
+      {"workers", "w", "N", cli::Kind::Value, "data loader threads per rank (>= 0; 0 = none)"},
+      {"mean", "", "LIST", cli::Kind::Value,
        "normalisation means per channel, e.g. 0.485,0.456,0.406 (empty = the dataset's)"},
-      {"std", "", "LIST", Kind::Value,
+      {"std", "", "LIST", cli::Kind::Value,
        "normalisation standard deviations per channel, > 0 (empty = the dataset's)"},
-      {"augment", "", "NAME", Kind::Value,
+      {"augment", "", "NAME", cli::Kind::Value,
        "training augmentation: none, flip (horizontal), crop-flip (padded random crop + flip, "
        "CIFAR style) or imagenet (random resized crop + flip)"},
-      {"image-size", "", "N", Kind::Value,
+      {"image-size", "", "N", cli::Kind::Value,
        "model input height and width; 0 = the dataset's size for fixed-size datasets, else "
        "the model's default size"},
-      {"skip-bad", "", "[=BOOL]", Kind::Switch,
+      {"skip-bad", "", "[=BOOL]", cli::Kind::Switch,
        "skip images that cannot be read or decoded (counted and reported) instead of stopping"},
-      {"distribute-data", "", "[=BOOL]", Kind::Switch,
+      {"distribute-data", "", "[=BOOL]", cli::Kind::Switch,
        "split each epoch's data between the ranks; --distribute-data=false: every rank trains "
        "on the whole dataset"},
-      {"save-dir", "s", "DIR", Kind::Value, "run directory (default: runs/<model>-<timestamp>)"},
-      {"resume", "", "PATH", Kind::Value, "continue from a checkpoint or a run directory's latest"},
-      {"seed", "", "N", Kind::Value, "seed of every random draw (>= 0)"},
-      {"threads", "", "N", Kind::Value,
+      {"save-dir", "s", "DIR", cli::Kind::Value, "run directory (default: runs/<model>-<timestamp>)"},
+      {"resume", "", "PATH", cli::Kind::Value, "continue from a checkpoint or a run directory's latest"},
+      {"seed", "", "N", cli::Kind::Value, "seed of every random draw (>= 0)"},
+      {"threads", "", "N", cli::Kind::Value,
        "compute threads per rank (>= 0; 0 = cores per node / ranks per node)"},
-      {"eval-every", "", "N", Kind::Value, "evaluate on the test split every N epochs (0 = never)"},
-      {"checkpoint-every", "", "N", Kind::Value,
+      {"eval-every", "", "N", cli::Kind::Value, "evaluate on the test split every N epochs (0 = never)"},
+      {"checkpoint-every", "", "N", cli::Kind::Value,
        "checkpoint every N epochs (0 = only at the end)"},
-      {"keep-checkpoints", "", "N", Kind::Value, "newest checkpoints kept (0 = all)"},
-      {"progress", "", "MODE", Kind::Value,
+      {"keep-checkpoints", "", "N", cli::Kind::Value, "newest checkpoints kept (0 = all)"},
+      {"progress", "", "MODE", cli::Kind::Value,
        "auto (bar on a terminal, plain lines in batch logs), bar, plain or none"},
-      {"check-sync", "", "N", Kind::Value,
+      {"check-sync", "", "N", cli::Kind::Value,
        "every N steps check that all ranks hold the same weights (0 = off)"},
-      {"bucket-mb", "", "MB", Kind::Value, "gradient allreduce bucket size in MiB (> 0)"},
-      {"device", "", "NAME", Kind::Value, "auto or cpu (this build has no CUDA backend)"},
-      {"config", "", "FILE", Kind::Value,
+      {"bucket-mb", "", "MB", cli::Kind::Value, "gradient allreduce bucket size in MiB (> 0)"},
+      {"device", "", "NAME", cli::Kind::Value, "auto or cpu (this build has no CUDA backend)"},
+      {"config", "", "FILE", cli::Kind::Value,
        "read options from FILE (format below); command-line values override the file's"},
-      {"help", "h", "", Kind::Help, "print this help and exit"},
-  };
-  return defs;
+      {"help", "h", "", cli::Kind::Help, "print this help and exit"},
+  }, ""};
+  return p;
 }
 
-const OptionDef& def_of(const std::string& name) {
-  for (const OptionDef& d : option_defs())
-    if (name == d.name) return d;
-  FAIL("internal: no option '", name, "'");
-}
-
-// How a flag is named in errors: "-b/--batch-size", "--momentum".
-std::string flag_name(const OptionDef& d) {
-  return (*d.short_name ? std::string("-") + d.short_name + "/" : std::string()) + "--" + d.name;
-}
-
-bool in_file(const OptionDef& d) { return d.kind != Kind::Help && std::strcmp(d.name, "config"); }
-
-constexpr const char* kPositional = "positional-arguments";
-
-po::options_description make_description(bool for_file) {
-  po::options_description desc;
-  for (const OptionDef& d : option_defs()) {
-    if (for_file && !in_file(d)) continue;
-    std::string name = d.name;
-    // Boost knows only one-letter short names; -lr is rewritten to --learning-rate beforehand.
-    if (!for_file && std::strlen(d.short_name) == 1) name += std::string(",") + d.short_name;
-    if (d.kind == Kind::Help)
-      desc.add_options()(name.c_str(), "");
-    else if (d.kind == Kind::Switch)
-      desc.add_options()(name.c_str(), po::value<std::string>()->implicit_value("true"), "");
-    else
-      desc.add_options()(name.c_str(), po::value<std::string>(), "");
-  }
-  // Stray words are collected rather than left to Boost's "too many positional options".
-  if (!for_file) desc.add_options()(kPositional, po::value<std::vector<std::string>>(), "");
-  return desc;
-}
 
 std::string file_keys() {
   std::string keys;
-  for (const OptionDef& d : option_defs())
-    if (in_file(d)) keys += (keys.empty() ? "" : ", ") + std::string(d.name);
+  const po::options_description file_options = cli::describe(program(), true);
+  for (const auto& d : file_options.options())
+    keys += (keys.empty() ? "" : ", ") + d->long_name();
   return keys;
 }
 
@@ -155,144 +113,6 @@ int key_line(const std::string& text, const std::string& key) {
     if (e != std::string::npos && line[e] == '=') return n;
   }
   return 0;
-}
-
-// One option's value and how to name it in an error.
-struct Given {
-  std::string value;
-  std::string label;  // "-b/--batch-size" or "train.cfg:3: batch-size"
-};
-
-// ---- value conversions: each failure is one line "LABEL: 'VALUE' is not EXPECTED" -------------
-
-[[noreturn]] void bad(const Given& g, const std::string& expected) {
-  FAIL(g.label, ": '", g.value, "' is not ", expected);
-}
-
-int64_t to_int(const Given& g, int64_t lo, int64_t hi = std::numeric_limits<int64_t>::max()) {
-  const std::string expected =
-      hi == std::numeric_limits<int64_t>::max()
-          ? "an integer >= " + std::to_string(lo)
-          : "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
-  int64_t v = 0;
-  const char* end = g.value.data() + g.value.size();
-  const auto [p, ec] = std::from_chars(g.value.data(), end, v);
-  if (g.value.empty() || ec != std::errc() || p != end || v < lo || v > hi) bad(g, expected);
-  return v;
-}
-
-uint64_t to_uint64(const Given& g) {
-  uint64_t v = 0;
-  const char* end = g.value.data() + g.value.size();
-  const auto [p, ec] = std::from_chars(g.value.data(), end, v);
-  if (g.value.empty() || ec != std::errc() || p != end) bad(g, "an integer from 0 to 2^64-1");
-  return v;
-}
-
-// `ok` decides the range; `expected` says it ("a number > 0").
-double to_double(const Given& g, const std::function<bool(double)>& ok,
-                 const std::string& expected) {
-  double v = 0;
-  const char* end = g.value.data() + g.value.size();
-  const auto [p, ec] = std::from_chars(g.value.data(), end, v);
-  if (g.value.empty() || ec != std::errc() || p != end || !std::isfinite(v) || !ok(v))
-    bad(g, expected);
-  return v;
-}
-
-bool to_bool(const Given& g) {
-  std::string v = g.value;
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (v == "true" || v == "on" || v == "yes" || v == "1") return true;
-  if (v == "false" || v == "off" || v == "no" || v == "0") return false;
-  bad(g, "a switch value (true, on, yes, 1, false, off, no, 0)");
-}
-
-std::string to_choice(const Given& g, const std::vector<std::string>& accepted) {
-  if (std::find(accepted.begin(), accepted.end(), g.value) != accepted.end()) return g.value;
-  std::string list;
-  for (size_t i = 0; i < accepted.size(); ++i)
-    list += (i == 0 ? "" : i + 1 == accepted.size() ? " or " : ", ") + accepted[i];
-  bad(g, "one of " + list);
-}
-
-std::vector<float> to_float_list(const Given& g, bool positive) {
-  if (g.value.empty()) return {};
-  const std::vector<float> v = data::parse_float_list(g.value, g.label);
-  if (v.size() != 1 && v.size() != 3) bad(g, "a list of 1 or 3 numbers (one per channel)");
-  if (positive)
-    for (float x : v)
-      if (!(x > 0)) bad(g, "a list of numbers > 0");
-  return v;
-}
-
-std::string format_double(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest form that reads back exact
-  return std::string(buf, r.ptr);
-}
-
-std::string format_list(const std::vector<float>& v) {
-  std::string s;
-  for (float x : v) {
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, x);
-    if (!s.empty()) s += ',';
-    s.append(buf, r.ptr);
-  }
-  return s;
-}
-
-// Rewrites the single-dash multi-letter -lr, which Boost would read as -l with the value "r",
-// and splits "--name=" into "--name" "": Boost refuses an empty value after '=', but to_config
-// writes empty values (no --mean, no --save-dir) and they must read back.
-std::vector<std::string> rewrite_args(const std::vector<std::string>& args) {
-  std::vector<std::string> out;
-  for (const std::string& a : args) {
-    if (a == "-lr") {
-      out.push_back("--learning-rate");
-    } else if (a.rfind("-lr=", 0) == 0) {
-      out.push_back("--learning-rate=" + a.substr(4));
-    } else if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' &&
-               a.find('=') == a.size() - 1) {
-      out.push_back(a.substr(0, a.size() - 1));
-      out.push_back("");
-    } else {
-      out.push_back(a);
-    }
-  }
-  return out;
-}
-
-po::variables_map parse_command_line(const std::vector<std::string>& args) {
-  const po::options_description desc = make_description(false);
-  po::positional_options_description positional;
-  positional.add(kPositional, -1);
-  // No guessing: "--epoch" must not silently mean --epochs, nor "--check" be ambiguous.
-  const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(rewrite_args(args))
-                  .options(desc)
-                  .positional(positional)
-                  .style(style)
-                  .run(),
-              vm);
-  } catch (const po::unknown_option& e) {
-    const std::string name = e.get_option_name();
-    FAIL("unknown option '", name, "'",
-         name.rfind("-l", 0) == 0 ? " (the learning rate is -lr LR, -lr=LR or --learning-rate LR)"
-                      : " (./train --help lists the options)");
-  } catch (const po::error& e) {
-    FAIL(e.what(), " (./train --help lists the options)");
-  }
-  if (vm.count(kPositional)) {
-    const std::string word = vm[kPositional].as<std::vector<std::string>>().front();
-    FAIL("unexpected argument '", word,
-         "': ./train takes only options (a switch's value goes after '=', as in "
-         "--distribute-data=false)");
-  }
-  return vm;
 }
 
 struct ConfigFile {
@@ -311,7 +131,7 @@ ConfigFile read_config(const std::string& path) {
   cf.text = ss.str();
   std::istringstream text(cf.text);
   try {
-    po::store(po::parse_config_file(text, make_description(true), false), cf.vm);
+    po::store(po::parse_config_file(text, cli::describe(program(), true), false), cf.vm);
   } catch (const po::unknown_option& e) {
     const std::string key = e.get_option_name();
     const int line = key_line(cf.text, key);
@@ -327,27 +147,27 @@ ConfigFile read_config(const std::string& path) {
 // checkpoint's recorded options).
 class Values {
  public:
-  Values(const po::variables_map& cli, const ConfigFile* file, const Config* base, std::string base_name)
-      : cli_(cli), file_(file), base_(base), base_name_(std::move(base_name)) {}
+  Values(const po::variables_map& cmd, const ConfigFile* file, const Config* base, std::string base_name)
+      : cli_(cmd), file_(file), base_(base), base_name_(std::move(base_name)) {}
 
-  std::optional<Given> get(const std::string& key) const {
-    const OptionDef& d = def_of(key);
-    if (cli_.count(key)) return Given{cli_[key].as<std::string>(), flag_name(d)};
+  std::optional<cli::Given> get(const std::string& key) const {
+    const cli::OptionDef& d = cli::find_option(program(), key);
+    if (cli_.count(key)) return cli::Given{cli_[key].as<std::string>(), cli::flag_name(d)};
     if (file_ && file_->vm.count(key)) {
       const int line = key_line(file_->text, key);
-      return Given{file_->vm[key].as<std::string>(),
+      return cli::Given{file_->vm[key].as<std::string>(),
                    file_->path + (line ? ":" + std::to_string(line) : std::string()) + ": " + key};
     }
     if (base_) {
       const auto it = base_->find(key);
-      if (it != base_->end()) return Given{it->second, base_name_ + ": " + key};
+      if (it != base_->end()) return cli::Given{it->second, base_name_ + ": " + key};
     }
     return std::nullopt;
   }
   // The label for errors about a value that may be the default.
   std::string label(const std::string& key) const {
     const auto g = get(key);
-    return g ? g->label : flag_name(def_of(key));
+    return g ? g->label : cli::flag_name(cli::find_option(program(), key));
   }
 
  private:
@@ -372,26 +192,24 @@ TrainOptions parse_train_options(const std::vector<std::string>& args) {
 
 TrainOptions parse_train_options(const std::vector<std::string>& args, const Config* base,
                                  const std::string& base_name) {
-  const po::variables_map cli = parse_command_line(args);
+  const po::variables_map cmd = cli::parse_command_line(program(), args);
   TrainOptions o;
-  if (cli.count("help")) {
+  if (cmd.count("help")) {
     o.help = true;  // the rest is not validated: --help must work whatever else is on the line
     return o;
   }
   std::optional<ConfigFile> file;
-  if (cli.count("config")) {
-    o.config = cli["config"].as<std::string>();
+  if (cmd.count("config")) {
+    o.config = cmd["config"].as<std::string>();
     file = read_config(o.config);
   }
-  const Values v(cli, file ? &*file : nullptr, base, base_name);
+  const Values v(cmd, file ? &*file : nullptr, base, base_name);
   auto set = [&](const char* key, auto& field, auto convert) {
     if (const auto g = v.get(key)) field = convert(*g);
   };
   auto text = [](const Given& g) { return g.value; };
   auto int_from = [](int64_t lo) { return [lo](const Given& g) { return to_int(g, lo); }; };
-  auto int32_from = [](int64_t lo) {
-    return [lo](const Given& g) { return int(to_int(g, lo, std::numeric_limits<int>::max())); };
-  };
+  auto int32_from = [](int64_t lo) { return [lo](const Given& g) { return cli::to_int32(g, lo); }; };
 
   set("model", o.model, [](const Given& g) {
     try {
@@ -488,17 +306,17 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"dataset", o.dataset},
       {"batch-size", i(o.batch_size)},
       {"epochs", i(o.epochs)},
-      {"learning-rate", format_double(o.learning_rate)},
-      {"momentum", format_double(o.momentum)},
-      {"weight-decay", format_double(o.weight_decay)},
+      {"learning-rate", cli::format_double(o.learning_rate)},
+      {"momentum", cli::format_double(o.momentum)},
+      {"weight-decay", cli::format_double(o.weight_decay)},
       {"optimizer", o.optimizer},
       {"nesterov", b(o.nesterov)},
       {"schedule", o.schedule},
       {"warmup-epochs", i(o.warmup_epochs)},
       {"scale-lr", b(o.scale_lr)},
       {"workers", i(o.workers)},
-      {"mean", format_list(o.mean)},
-      {"std", format_list(o.std)},
+      {"mean", cli::format_float_list(o.mean)},
+      {"std", cli::format_float_list(o.std)},
       {"augment", o.augment},
       {"image-size", i(o.image_size)},
       {"skip-bad", b(o.skip_bad)},
@@ -512,7 +330,7 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"keep-checkpoints", i(o.keep_checkpoints)},
       {"progress", o.progress},
       {"check-sync", i(o.check_sync)},
-      {"bucket-mb", format_double(o.bucket_mb)},
+      {"bucket-mb", cli::format_double(o.bucket_mb)},
       {"device", o.device},
   };
 }
@@ -520,46 +338,15 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
 std::string train_help() {
   // Defaults shown are the parser's own (parsing no arguments), so the help cannot drift.
   const std::map<std::string, std::string> defaults = to_config(parse_train_options({}));
-  constexpr size_t kIndent = 30, kWidth = 100;
   std::ostringstream out;
   out << "Usage: mpiexec -n RANKS ./train [options]     (or ./train [options] for one rank)\n"
          "Trains a CNN data-parallel over MPI ranks: each rank runs --batch-size images per step\n"
          "and gradients are averaged across ranks. The defaults train lenet on Fashion-MNIST\n"
          "(SGD lr 0.05, momentum 0.9, weight decay 5e-4, cosine schedule, 10 epochs of batches of\n"
          "64): about 91% test accuracy at the end, >= 90% from epoch 7 (one rank).\n\nOptions:\n";
-  for (const OptionDef& d : option_defs()) {
-    std::string head = "  ";
-    head += *d.short_name ? std::string("-") + d.short_name + ", " : "    ";
-    head += std::string("--") + d.name;
-    if (*d.arg) head += std::string(d.arg[0] == '[' ? "" : " ") + d.arg;
-    std::string help = d.help;
-    const auto def = defaults.find(d.name);
-    if (def != defaults.end() && !def->second.empty()) help += " [default " + def->second + "]";
-    // Hanging-indent word wrap, so long descriptions stay readable in an 100-column terminal.
-    std::string line = head.size() + 1 < kIndent ? head + std::string(kIndent - head.size(), ' ')
-                                                 : head + "\n" + std::string(kIndent, ' ');
-    size_t col = line.size() - (line.rfind('\n') == std::string::npos ? 0 : line.rfind('\n') + 1);
-    std::istringstream words(help);
-    std::string w;
-    bool first = true;
-    while (words >> w) {
-      if (!first && col + 1 + w.size() > kWidth) {
-        line += "\n" + std::string(kIndent, ' ');
-        col = kIndent;
-      } else if (!first) {
-        line += ' ';
-        ++col;
-      }
-      line += w;
-      col += w.size();
-      first = false;
-    }
-    out << line << '\n';
-  }
+  out << cli::format_options(program(), defaults);
   out << "\nModels (--model):\n";
-  for (const ModelSpec& s : model_specs())
-    out << "  " << s.name << std::string(s.name.size() < 16 ? 16 - s.name.size() : 1, ' ')
-        << s.description << " (" << s.default_size << "x" << s.default_size << ")\n";
+  out << model_list();
   out << "\nSwitches (--nesterov, --scale-lr, --skip-bad, --distribute-data) alone mean true; a\n"
          "value sets them: --nesterov=false, --distribute-data off (true/on/yes/1, false/off/no/0).\n"
          "\nConfig file (--config FILE): one 'key = value' per line, keys are the long option\n"
