@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite of the build and ends with one line "N passed, N failed".
-# Usage: tests/run_all.sh BUILD_DIR. Counts are doctest test cases plus one per script suite.
+# Usage: tests/run_all.sh BUILD_DIR. Counts are doctest test cases plus the shell suites' PASS and
+# FAIL lines.
 set -u
 build=${1:?usage: tests/run_all.sh BUILD_DIR}
 cd "$(dirname "$0")/.."
@@ -37,6 +38,22 @@ run_doctest "unit tests" "$build/tests/unit_tests"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for k in 1 2 3; do
   run_doctest "mpi tests, $k ranks" timeout 600 mpiexec -n "$k" --oversubscribe "$build/tests/mpi_tests"
+done
+
+# Shell suites (tests/shell/*.sh: job scripts under PBS and Slurm, multi-host runs): each prints
+# "PASS: name", "FAIL: name: why" or "SKIP: name: why" lines and exits non-zero on a failure.
+# A PASS or FAIL line counts as one test case; a suite that fails without a FAIL line counts one.
+for suite in tests/shell/*.sh; do
+  [ -e "$suite" ] || continue
+  echo "=== $suite"
+  MPICNN_BUILD=$build timeout 900 bash "$suite" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -c '^PASS: ' "$log") f=$(grep -c '^FAIL: ' "$log")
+  passed=$((passed + p)) failed=$((failed + f))
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+    echo "$suite: exited $rc without a FAIL line"
+    failed=$((failed + 1))
+  fi
 done
 
 echo "$passed passed, $failed failed"
