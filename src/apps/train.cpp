@@ -11,6 +11,9 @@
 using namespace mpicnn;
 
 int main(int argc, char** argv) {
+  // First: a scheduler's stop signal during start-up (MPI init, reading data) must become a
+  // checkpoint-and-stop at the first step, not SIGUSR1's default action (terminate).
+  install_stop_signals();
   dist::Comm comm(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
@@ -34,7 +37,6 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : j["config"].items()) flags.push_back("--" + k + "=" + v.get<std::string>());
       options = train::parse_train_options(flags);
     }
-    install_stop_signals();
     train::run_training(options, comm, std::cout);
     return 0;
   } catch (const dist::SharedError& e) {  // every rank has it: report once, exit normally
