@@ -41,7 +41,8 @@ endif
 # Debian packages the project and its tests need (installed by `make deps`).
 DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
   libboost-program-options-dev doctest-dev libstb-dev nlohmann-json3-dev zlib1g-dev \
-  python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist
+  python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
+  slurm-wlm iproute2
 
 LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*'))
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/obj/%.o)
