@@ -31,9 +31,12 @@ int env_int(const char* name) {
 LauncherSizes launcher_sizes_from_environment() {
   LauncherSizes s;
   s.ompi = env_int("OMPI_COMM_WORLD_SIZE");
-  // SLURM_NTASKS is also set in a batch script outside srun; only a step's tasks are ranks.
-  if (std::getenv("SLURM_STEP_ID") || std::getenv("SLURM_PROCID")) s.slurm = env_int("SLURM_NTASKS");
   s.pmi = env_int("PMI_SIZE");
+  // SLURM_NTASKS is the allocation's in a batch script, and ranks that mpiexec starts there
+  // inherit it (mpiexec -n 1 in a 2-task job is fine): it counts only when srun itself started
+  // the ranks, inside a step (SLURM_STEP_ID or SLURM_PROCID) and with no MPI launcher's size.
+  if (s.ompi < 0 && s.pmi < 0 && (std::getenv("SLURM_STEP_ID") || std::getenv("SLURM_PROCID")))
+    s.slurm = env_int("SLURM_NTASKS");
   return s;
 }
 

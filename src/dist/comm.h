@@ -44,7 +44,7 @@ class SharedError : public Error {
 // What the launcher says the job size is; -1 where it says nothing.
 struct LauncherSizes {
   int ompi = -1;   // OMPI_COMM_WORLD_SIZE (OpenMPI's mpiexec)
-  int slurm = -1;  // SLURM_NTASKS, only inside an srun step (SLURM_STEP_ID or SLURM_PROCID set)
+  int slurm = -1;  // SLURM_NTASKS, only in an srun step (SLURM_STEP_ID or SLURM_PROCID) without ompi/pmi
   int pmi = -1;    // PMI_SIZE (MPICH/Hydra, Intel MPI, srun --mpi=pmi2)
 };
 LauncherSizes launcher_sizes_from_environment();

@@ -67,7 +67,7 @@ TEST_CASE("dist comm: launcher size check") {
   CHECK(dist::launcher_mismatch(2, {.slurm = 3}).find("SLURM_NTASKS=3") != std::string::npos);
   CHECK(dist::launcher_mismatch(2, {.pmi = 8}).find("PMI_SIZE=8") != std::string::npos);
 
-  // From the environment: SLURM_NTASKS only counts inside an srun step.
+  // From the environment: SLURM_NTASKS only counts inside an srun step with no MPI launcher's size.
   const std::string wrong = std::to_string(comm().size() + 1);
   {
     EnvGuard a("OMPI_COMM_WORLD_SIZE", wrong.c_str()), b("SLURM_NTASKS", "99"),
@@ -84,6 +84,13 @@ TEST_CASE("dist comm: launcher size check") {
     const dist::LauncherSizes got = dist::launcher_sizes_from_environment();
     CHECK(got.slurm == 99);
     CHECK(dist::launcher_mismatch(comm().size(), got).find("SLURM_NTASKS=99") != std::string::npos);
+  }
+  {  // mpiexec -n 1 inside a 2-task Slurm job: the ranks inherit the batch step's variables.
+    EnvGuard a("OMPI_COMM_WORLD_SIZE", std::to_string(comm().size()).c_str()), b("SLURM_NTASKS", "99"),
+        s("SLURM_PROCID", "0"), p("PMI_SIZE", nullptr);
+    const dist::LauncherSizes got = dist::launcher_sizes_from_environment();
+    CHECK(got.slurm == -1);
+    CHECK(dist::launcher_mismatch(comm().size(), got).empty());
   }
   // The real environment of this test run agrees with the world size.
   CHECK(dist::launcher_mismatch(comm().size(), dist::launcher_sizes_from_environment()).empty());
