@@ -46,7 +46,7 @@ mpicnn_detect() {
     HOSTFILE=""
     RANKS=${RANKS:-2}
   fi
-  THREADS=${THREADS:-0}  # 0: ./train's default, the node's cores / ranks on the node
+  THREADS=${THREADS:-0}  # 0: ./train's default, the node's usable CPUs / ranks on the node
   case "$RANKS" in '' | *[!0-9]* | 0) mpicnn_die "RANKS='$RANKS' is not a positive integer" ;; esac
   case "$THREADS" in '' | *[!0-9]*) mpicnn_die "THREADS='$THREADS' is not an integer >= 0" ;; esac
 }

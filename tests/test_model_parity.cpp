@@ -13,12 +13,19 @@
 // Batch 4, at each model's smallest input, except that every BatchNorm must see at least 16
 // values per channel: with fewer, its backward cancels almost completely (with 2 values its
 // input gradient is exactly zero in exact arithmetic), so the comparison would be of noise.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <set>
+#include <thread>
 
 #include "io/safetensors.h"
 #include "layers/softmax_xent.h"
@@ -67,18 +74,19 @@ std::vector<Case> cases() {
   return v;
 }
 
-// Runs the reference script once for all cases; the directory lives until the binary exits.
-const std::string& reference_dir() {
-  static std::unique_ptr<fs::path, void (*)(fs::path*)> dir(nullptr, [](fs::path* p) {
-    std::error_code ec;
-    fs::remove_all(*p, ec);
-    delete p;
-  });
-  if (!dir) {
-    std::string tmpl = (fs::temp_directory_path() / "mpicnn-parity-XXXXXX").string();
+// The reference script runs once, as a server (model_parity.py --serve): reference_files(c)
+// asks it for one case and waits for TAG.done; the caller deletes the case's files after
+// checking them (drop). At most two models' files at a time (VGG's are ~1.5 GB, all cases
+// ~14 GB), in /dev/shm when there is one, so nothing is written to disk.
+class ReferenceServer {
+ public:
+  ReferenceServer() {
+    const fs::path base = fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK) == 0
+                              ? fs::path("/dev/shm") : fs::temp_directory_path();
+    std::string tmpl = (base / "mpicnn-parity-XXXXXX").string();
     REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    dir.reset(new fs::path(tmpl));
-    std::ofstream js(*dir / "cases.json");
+    dir_ = tmpl;
+    std::ofstream js(dir_ / "cases.json");
     js << "[";
     bool first = true;
     int seed = 1000;
@@ -94,14 +102,62 @@ const std::string& reference_dir() {
     js << "]";
     js.close();
     const char* py = std::getenv("PYTHON");
+    // `exited` appears when the script ends for any reason, so a crash is never waited out.
     const std::string cmd = std::string(py && *py ? py : "/usr/bin/python3") + " '" +
-                            testing::source_dir() + "/tests/python/model_parity.py' '" +
-                            dir->string() + "' '" + (*dir / "cases.json").string() + "'";
-    const int rc = std::system(cmd.c_str());
-    REQUIRE_MESSAGE(rc == 0, "reference script failed: ", cmd);
+                            testing::source_dir() + "/tests/python/model_parity.py' --serve '" +
+                            dir_.string() + "' '" + (dir_ / "cases.json").string() + "'; touch '" +
+                            (dir_ / "exited").string() + "'";
+    pipe_ = ::popen(cmd.c_str(), "w");
+    REQUIRE_MESSAGE(pipe_ != nullptr, "cannot start ", cmd);
   }
-  static const std::string s = dir->string();
-  return s;
+  ~ReferenceServer() {
+    if (pipe_) ::pclose(pipe_);  // EOF on its stdin ends the script
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // The directory holding TAG.init.safetensors and TAG.ref.safetensors of case `c`. The
+  // next case is asked for too, so the script computes it while this one is checked.
+  std::string request(const Case& c) {
+    const std::vector<Case> all = cases();
+    for (size_t i = 0; i < all.size(); ++i)
+      if (all[i].tag == c.tag) {
+        ask(c.tag);
+        if (i + 1 < all.size()) ask(all[i + 1].tag);
+      }
+    const fs::path done = dir_ / (c.tag + ".done"), failed = dir_ / (c.tag + ".failed");
+    for (int ms = 0; !fs::exists(done); ms += 20) {
+      if (fs::exists(failed)) {
+        std::ifstream in(failed);
+        const std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        REQUIRE_MESSAGE(false, "reference script failed on ", c.tag, ": ", why);
+      }
+      REQUIRE_MESSAGE(!fs::exists(dir_ / "exited"), "reference script exited (see its output above)");
+      REQUIRE_MESSAGE(ms < 1800 * 1000, "reference script: no answer for ", c.tag, " in 30 min");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return dir_.string();
+  }
+  void drop(const Case& c) {
+    for (const char* suffix : {".init.safetensors", ".ref.safetensors", ".done"})
+      fs::remove(dir_ / (c.tag + suffix));
+  }
+
+ private:
+  void ask(const std::string& tag) {
+    if (!asked_.insert(tag).second) return;
+    std::fprintf(pipe_, "%s\n", tag.c_str());
+    std::fflush(pipe_);
+  }
+
+  fs::path dir_;
+  FILE* pipe_ = nullptr;
+  std::set<std::string> asked_;
+};
+
+ReferenceServer& reference_server() {
+  static ReferenceServer server;  // lives until the binary exits
+  return server;
 }
 
 // ||got - want|| / max(||want||, floor). The floor matters only for tensors whose exact value
@@ -129,7 +185,11 @@ double tolerance(const SafetensorsReader& ref, const std::string& key, double fi
 
 void run_case(const Case& c) {
   INFO("case ", c.tag);
-  const std::string dir = reference_dir();
+  const std::string dir = reference_server().request(c);
+  struct Drop {
+    const Case& c;
+    ~Drop() { reference_server().drop(c); }
+  } drop{c};
   SafetensorsReader ref(dir + "/" + c.tag + ".ref.safetensors");
 
   auto model = build_model(c.model, {.num_classes = c.classes, .in_channels = c.in_channels,

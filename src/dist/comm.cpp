@@ -1,6 +1,7 @@
 // Comm: MPI world setup, node split, launcher check and small collectives.
 #include "dist/comm.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,9 +56,9 @@ std::string launcher_mismatch(int world_size, const LauncherSizes& sizes) {
   return "";
 }
 
-int threads_per_rank(int requested, int node_cores, int ranks_on_node) {
+int threads_per_rank(int requested, int node_cpus, int ranks_on_node, int own_cpus) {
   if (requested > 0) return requested;
-  return std::max(1, node_cores / std::max(1, ranks_on_node));
+  return std::max(1, std::min(own_cpus, node_cpus / std::max(1, ranks_on_node)));
 }
 
 Comm::Comm(int* argc, char*** argv) {
@@ -94,6 +95,17 @@ Comm::Comm(int* argc, char*** argv) {
   // Nodes = number of node leaders (local rank 0).
   int leader = local_rank_ == 0 ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+
+  // Usable CPUs: this rank's affinity mask, and the union of the node's masks (bytewise OR).
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < std::min<long>(cores > 0 ? cores : 1, CPU_SETSIZE); ++c) CPU_SET(c, &mask);
+  }
+  own_cpus_ = std::max(1, CPU_COUNT(&mask));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mask, int(sizeof mask), MPI_BYTE, MPI_BOR, node_));
+  node_cpus_ = std::max(1, CPU_COUNT(&mask));
 }
 
 Comm::~Comm() {
@@ -105,8 +117,7 @@ Comm::~Comm() {
 }
 
 int Comm::threads_per_rank(int requested) const {
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return dist::threads_per_rank(requested, cores > 0 ? int(cores) : 1, local_size_);
+  return dist::threads_per_rank(requested, node_cpus_, local_size_, own_cpus_);
 }
 
 void Comm::fail_job(const std::string& message) const {

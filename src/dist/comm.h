@@ -3,6 +3,7 @@
 // the trainer needs (broadcast from rank 0, sums, parameter checksums). Not the gradient sync
 // (grad_sync.h) and not data sharding (shard.h).
 #pragma once
+#include <climits>
 #include <mpi.h>
 
 #include <cstdint>
@@ -52,8 +53,8 @@ LauncherSizes launcher_sizes_from_environment();
 // disagrees and the likely cause (a binary built against another MPI starts as K singletons).
 std::string launcher_mismatch(int world_size, const LauncherSizes& sizes);
 
-// requested if > 0, else max(1, node_cores / ranks_on_node).
-int threads_per_rank(int requested, int node_cores, int ranks_on_node);
+// requested if > 0, else node_cpus / ranks_on_node, at most own_cpus, at least 1.
+int threads_per_rank(int requested, int node_cpus, int ranks_on_node, int own_cpus = INT_MAX);
 
 class Comm {
  public:
@@ -77,7 +78,12 @@ class Comm {
   MPI_Comm world() const { return MPI_COMM_WORLD; }
   MPI_Comm node() const { return node_; }
 
-  // requested if > 0, else the node's online cores / ranks on this node (at least 1).
+  // The CPUs this node's ranks may run on: the union of their affinity masks (a scheduler's
+  // CPU set or cgroup, or the cores mpiexec bound them to), and this rank's own mask's count.
+  int node_cpus() const { return node_cpus_; }
+  int own_cpus() const { return own_cpus_; }
+  // requested if > 0, else node_cpus() / ranks on this node, at most own_cpus(), at least 1:
+  // 4 ranks in a 16-CPU cgroup get 4 threads each, ranks bound to one core each get 1.
   int threads_per_rank(int requested) const;
 
   // One line on stderr from this rank ("rank R (host): message"), flushed, then MPI_Abort:
@@ -110,6 +116,7 @@ class Comm {
  private:
   bool owns_mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
+  int node_cpus_ = 1, own_cpus_ = 1;
   int thread_level_ = MPI_THREAD_SINGLE;
   std::string host_;
   MPI_Comm node_ = MPI_COMM_NULL;

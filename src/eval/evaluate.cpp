@@ -64,9 +64,9 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   // wait, so counting them (as Comm::threads_per_rank would) leaves cores idle.
   int predictors_here = pipeline && layout.last(r) == kPredict ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &predictors_here, 1, MPI_INT, MPI_SUM, comm.node()));
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const int threads = dist::threads_per_rank(o.threads, cores > 0 ? int(cores) : 1, std::max(1, predictors_here));
-  const int alone_threads = dist::threads_per_rank(o.threads, cores > 0 ? int(cores) : 1, 1);
+  const int threads = dist::threads_per_rank(o.threads, comm.node_cpus(), std::max(1, predictors_here),
+                                             comm.own_cpus());
+  const int alone_threads = dist::threads_per_rank(o.threads, comm.node_cpus(), 1, comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
   comm.on_all([&] {
     if (predicts) predictor = std::make_unique<Predictor>(plan);

@@ -73,8 +73,8 @@ const cli::Program& program() {
        "run the sequential baseline first (rank 0 with all the node's cores), then the "
        "pipeline; report the speedup and whether the predictions are identical"},
       {"threads", "", "N", cli::Kind::Value,
-       "compute threads per predicting rank (>= 0; 0 = the node's cores / predicting ranks on the "
-       "node: the other stages are light and sleep while they wait)"},
+       "compute threads per predicting rank (>= 0; 0 = the CPUs the node's ranks may use / "
+       "predicting ranks on the node: the other stages are light and sleep while they wait)"},
       {"credits", "", "N", cli::Kind::Value,
        "samples allowed in flight between two stages (>= 0; 0 = 4 x batch size)"},
       {"batch-credits", "", "N", cli::Kind::Value, "batches in flight per predicting rank (>= 1)"},

@@ -36,7 +36,7 @@ struct EvalOptions {
   int64_t batch_size = 32;  // images per predicted batch (>= 1)
   bool sequential = false;  // run every stage in rank 0 alone, one after the other (baseline)
   bool compare = false;     // also run the sequential baseline first (rank 0) and report speedup
-  int threads = 0;          // compute threads per predicting rank; 0 = cores / predicting ranks on the node
+  int threads = 0;          // compute threads per predicting rank; 0 = usable CPUs / predicting ranks on the node
   int credits = 0;          // in-flight samples allowed between two stages; 0 = 4 * batch size
   int batch_credits = 2;    // batches in flight per predicting rank (>= 1)
   std::string output;       // folder for predictions.csv and report.json; empty = write none

@@ -75,7 +75,8 @@ const cli::Program& program() {
       {"resume", "", "PATH", cli::Kind::Value, "continue from a checkpoint or a run directory's latest"},
       {"seed", "", "N", cli::Kind::Value, "seed of every random draw (>= 0)"},
       {"threads", "", "N", cli::Kind::Value,
-       "compute threads per rank (>= 0; 0 = cores per node / ranks per node)"},
+       "compute threads per rank (>= 0; 0 = the CPUs the node's ranks may use / ranks on the node, "
+       "at most the rank's own CPUs)"},
       {"eval-every", "", "N", cli::Kind::Value, "evaluate on the test split every N epochs (0 = never)"},
       {"checkpoint-every", "", "N", cli::Kind::Value,
        "checkpoint every N epochs (0 = only at the end)"},

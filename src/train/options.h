@@ -43,7 +43,7 @@ struct TrainOptions {
   std::string save_dir;  // empty: the caller picks runs/<model>-<timestamp>
   std::string resume;    // checkpoint or run directory; empty = fresh run
   uint64_t seed = 0;
-  int threads = 0;             // compute threads per rank; 0 = cores per node / ranks per node
+  int threads = 0;             // compute threads per rank; 0 = the node's usable CPUs / ranks on the node
   int64_t eval_every = 1;      // epochs; 0 = never
   int64_t checkpoint_every = 1;  // epochs; 0 = only the final checkpoint
   int keep_checkpoints = 3;    // newest kept; 0 = keep all

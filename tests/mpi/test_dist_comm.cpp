@@ -1,6 +1,8 @@
 // MPI tests of dist::Comm: world and node-local ranks, the thread rule, the launcher check,
 // MPI_CHECK, broadcasts, sums and the --check-sync checksum. Every rank runs every case and
 // reaches the same collectives; checks come after the collectives.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -54,8 +56,15 @@ TEST_CASE("dist comm: threads per rank") {
   CHECK(dist::threads_per_rank(0, 7, 2) == 3);
   CHECK(dist::threads_per_rank(0, 2, 3) == 1);  // oversubscribed: never 0
   CHECK(dist::threads_per_rank(5, 2, 3) == 5);  // an explicit request wins
+  CHECK(dist::threads_per_rank(0, 16, 4, 1) == 1);    // each rank bound to one core
+  CHECK(dist::threads_per_rank(0, 16, 4, 16) == 4);   // all share a 16-CPU set
+  CHECK(dist::threads_per_rank(0, 64, 4, 8) == 8);    // bound to 8 CPUs each (map-by PE=8)
   CHECK(comm().threads_per_rank(3) == 3);
   CHECK(comm().threads_per_rank(0) >= 1);
+  // The node's CPUs are the union of the ranks' affinity masks: never fewer than one rank's.
+  CHECK(comm().own_cpus() >= 1);
+  CHECK(comm().node_cpus() >= comm().own_cpus());
+  CHECK(comm().node_cpus() <= sysconf(_SC_NPROCESSORS_CONF));
 }
 
 TEST_CASE("dist comm: launcher size check") {
