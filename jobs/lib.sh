@@ -161,6 +161,20 @@ mpicnn_banner() {
   return 0
 }
 
+# ./train of MODEL on DATA for EPOCHS into RUN_DIR (resumed per RESUME_ARGS), with the walltime
+# warning forwarded. Used by jobs/train.pbs and jobs/train.slurm; returns ./train's status.
+mpicnn_train() {
+  local args=(-m "$MODEL" -e "$EPOCHS" -b "$BATCH" --threads "$THREADS" -s "$RUN_DIR" --progress plain)
+  [ -n "$DATA" ] && args+=(-d "$DATA")
+  # shellcheck disable=SC2206  # TRAIN_ARGS is a list of words on purpose
+  args+=($TRAIN_ARGS "${RESUME_ARGS[@]}")
+  mpicnn_log "${LAUNCH[*]} ./train ${args[*]}"
+  mpicnn_run_forwarding "${LAUNCH[@]}" ./train "${args[@]}"
+  local rc=$?
+  mpicnn_log "./train exited $rc; run directory $RUN_DIR"
+  return $rc
+}
+
 # ./pipeline_eval of CHECKPOINT on DATA (kind DATASET; Fashion-MNIST's test set when both are empty) with RANKS ranks,
 # report and predictions into OUT_DIR. Used by jobs/eval.pbs and jobs/eval.slurm.
 mpicnn_eval() {

@@ -8,19 +8,26 @@
 
 namespace mpicnn::dist {
 
-Messenger::Messenger(const Comm& comm) : comm_(comm), sent_to_(size_t(comm.size()), 0) {}
+Messenger::Messenger(const Comm& comm) : comm_(comm), sent_to_(size_t(comm.size()), 0) {
+  MPI_CHECK(MPI_Comm_dup(comm.world(), &mc_));
+  MPI_CHECK(MPI_Comm_set_errhandler(mc_, MPI_ERRORS_RETURN));
+}
 
 Messenger::~Messenger() {
-  // Only after an exception escaped before finish(): the job is ending; free what we can.
+  // Requests are left only after an exception escaped before finish(): the job is ending;
+  // free what we can. No throwing from a destructor.
   for (auto& [req, buf] : pending_)
     if (req != MPI_REQUEST_NULL) MPI_Request_free(&req);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && mc_ != MPI_COMM_NULL) MPI_Comm_free(&mc_);
 }
 
 void Messenger::send(int dest, int tag, std::vector<uint8_t> bytes) {
   CHECK(bytes.size() <= size_t(INT32_MAX), "message of ", bytes.size(), " bytes is too large for MPI");
   pending_.emplace_back(MPI_REQUEST_NULL, std::move(bytes));
   auto& [req, buf] = pending_.back();
-  MPI_CHECK(MPI_Isend(buf.data(), int(buf.size()), MPI_BYTE, dest, tag, comm_.world(), &req));
+  MPI_CHECK(MPI_Isend(buf.data(), int(buf.size()), MPI_BYTE, dest, tag, mc_, &req));
   ++sent_to_[size_t(dest)];
 }
 
@@ -37,14 +44,14 @@ void Messenger::complete_sends() {
 bool Messenger::receive_one(Message& m, bool discard) {
   int flag = 0;
   MPI_Status st;
-  MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_.world(), &flag, &st));
+  MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, mc_, &flag, &st));
   if (!flag) return false;
   int n = 0;
   MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &n));
   m.source = st.MPI_SOURCE;
   m.tag = st.MPI_TAG;
   m.bytes.resize(size_t(n));
-  MPI_CHECK(MPI_Recv(m.bytes.data(), n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm_.world(), MPI_STATUS_IGNORE));
+  MPI_CHECK(MPI_Recv(m.bytes.data(), n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, mc_, MPI_STATUS_IGNORE));
   ++received_;
   if (m.tag == kErrorTag && first_error_.empty()) first_error_.assign(m.bytes.begin(), m.bytes.end());
   if (discard) m.bytes.clear();
@@ -82,7 +89,7 @@ std::string Messenger::finish() {
   const int K = comm_.size();
   std::vector<int64_t> expect(size_t(K), 0);
   MPI_Request req;
-  MPI_CHECK(MPI_Ialltoall(sent_to_.data(), 1, MPI_INT64_T, expect.data(), 1, MPI_INT64_T, comm_.world(), &req));
+  MPI_CHECK(MPI_Ialltoall(sent_to_.data(), 1, MPI_INT64_T, expect.data(), 1, MPI_INT64_T, mc_, &req));
   Message m;
   int spins = 0;
   for (int done = 0;;) {

@@ -33,8 +33,13 @@ class Messenger {
  public:
   static constexpr int kErrorTag = 32000;  // reserved; the stages use tags below it
 
+  // Collective (every rank constructs its Messenger at the same point): the messages travel on
+  // a communicator of their own (MPI_Comm_dup), so the messages of one Messenger can never be
+  // taken by another, e.g. the next Messenger of a rank that left finish() earlier.
   explicit Messenger(const Comm& comm);
   ~Messenger();  // frees what is left (after an exception); finish() is the clean end
+  Messenger(const Messenger&) = delete;
+  Messenger& operator=(const Messenger&) = delete;
 
   // Starts a non-blocking send of `bytes` (moved in, kept until delivered).
   void send(int dest, int tag, std::vector<uint8_t> bytes);
@@ -59,6 +64,7 @@ class Messenger {
   void nap(int& spins);
 
   const Comm& comm_;
+  MPI_Comm mc_ = MPI_COMM_NULL;  // this Messenger's own duplicate of comm_.world()
   std::deque<std::pair<MPI_Request, std::vector<uint8_t>>> pending_;
   std::vector<int64_t> sent_to_;
   int64_t received_ = 0;

@@ -1,6 +1,9 @@
 // MPI tests of dist::Messenger: ordered delivery between two ranks, an error reaching every
-// rank, and finish() ending cleanly with large (rendezvous) messages nobody read.
+// rank, finish() ending cleanly with large (rendezvous) messages nobody read, and messengers
+// in a row keeping their messages apart.
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "dist/messenger.h"
 #include "testing.h"
@@ -57,4 +60,24 @@ TEST_CASE("dist messenger: an error sent by one rank reaches every other rank") 
     CHECK(seen == "rank " + std::to_string(K - 1) + ": broken image");
     CHECK(remote == seen);
   }
+}
+
+TEST_CASE("dist messenger: back-to-back messengers never take each other's messages") {
+  // A rank that leaves finish() first starts the next Messenger and sends at once; a rank
+  // still inside its previous finish() must not receive (and discard) that message. Each
+  // Messenger has its own communicator, so round i only ever sees round i's message.
+  const dist::Comm& c = comm();
+  const int K = c.size(), r = c.rank();
+  int wrong = 0;
+  for (int round = 0; round < 100; ++round) {
+    dist::Messenger m(c);
+    m.send((r + 1) % K, round % 1000, std::vector<uint8_t>(size_t(1 + round % 7), uint8_t(round)));
+    const dist::Message got = m.wait();
+    wrong += got.tag != round % 1000 || got.source != (r + K - 1) % K ||
+             got.bytes != std::vector<uint8_t>(size_t(1 + round % 7), uint8_t(round));
+    // One rank joins finish() late, so the others wait in it while it leaves first.
+    if (r == round % K) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    CHECK(m.finish().empty());
+  }
+  CHECK(wrong == 0);
 }

@@ -43,11 +43,12 @@ rm -rf "runs/$name"
 
 # 3. Walltime: the job's own timer (WALLTIME - STOP_MARGIN) makes ./train checkpoint and stop;
 #    the resubmitted job resumes; the final model equals an uninterrupted run's, byte for byte.
+#    (12 epochs take >= 4 s here; the timer fires after 1 s.)
 whole=$SCRATCH/whole cut=$SCRATCH/cut
-pbs_job 4 jobs/train.pbs "${common[@]}" EPOCHS=6 RUN_DIR="$whole"
-pbs_job 5 jobs/train.pbs "${common[@]}" EPOCHS=6 RUN_DIR="$cut" WALLTIME=00:00:03 STOP_MARGIN=1
+pbs_job 4 jobs/train.pbs "${common[@]}" EPOCHS=12 RUN_DIR="$whole"
+pbs_job 5 jobs/train.pbs "${common[@]}" EPOCHS=12 RUN_DIR="$cut" WALLTIME=00:00:02 STOP_MARGIN=1
 stopped=$(status_of "$cut")
-pbs_job 6 jobs/train.pbs "${common[@]}" EPOCHS=6 RUN_DIR="$cut"
+pbs_job 6 jobs/train.pbs "${common[@]}" EPOCHS=12 RUN_DIR="$cut"
 if [ "$stopped" = KILLED ] && grep -q "checkpoint written" "$SCRATCH/5.out" &&
    grep -q "resuming $cut" "$SCRATCH/6.out" && [ "$(status_of "$cut")" = FINISHED ] &&
    cmp -s "$whole/latest/model.safetensors" "$cut/latest/model.safetensors"; then
