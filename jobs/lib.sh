@@ -133,13 +133,16 @@ mpicnn_walltime_watch() {
   mpicnn_log "walltime $wall: checkpoint-and-stop signal in ${STOP_AFTER}s"
 }
 
+# Whether the run directory DIR holds a finished run (summary.json status FINISHED).
+mpicnn_finished() { [ -r "$1/summary.json" ] && grep -q '"status": *"FINISHED"' "$1/summary.json"; }
+
 # Sets RESUME_ARGS for RUN_DIR: --resume when it holds a checkpoint (a resubmitted job carries
 # on), nothing for a new directory. A directory with a run but no checkpoint (killed before the
 # first one) is moved aside, so nothing written is lost. Returns 1 when the run has finished.
 mpicnn_resume_args() {
   RESUME_ARGS=()
   if [ -e "$RUN_DIR/latest" ]; then
-    if [ -r "$RUN_DIR/summary.json" ] && grep -q '"status": *"FINISHED"' "$RUN_DIR/summary.json"; then
+    if mpicnn_finished "$RUN_DIR"; then
       mpicnn_log "$RUN_DIR has finished (summary.json status FINISHED); nothing to do"
       return 1
     fi
@@ -214,8 +217,7 @@ mpicnn_sweep_run() {
   local index=$1 name
   name=$(printf '%03d-%s-b%s-r%s-t%s' "$index" "$SWEEP_MODEL" "$SWEEP_BATCH" "$RANKS" "$THREADS")
   local dir=$SWEEP_DIR/$name
-  [ -e "$dir/summary.json" ] && grep -q '"status": *"FINISHED"' "$dir/summary.json" &&
-    { mpicnn_log "$dir has finished; nothing to do"; return 0; }
+  mpicnn_finished "$dir" && { mpicnn_log "$dir has finished; nothing to do"; return 0; }
   rm -rf "$dir"  # a benchmark element is re-run from scratch, never resumed
   mkdir -p "$SWEEP_DIR"
   local args=(-m "$SWEEP_MODEL" -b "$SWEEP_BATCH" -e "$SWEEP_EPOCHS" --threads "$THREADS" -s "$dir"

@@ -307,8 +307,5 @@ TEST_CASE("eval options: help text") {
     CHECK_MESSAGE(help.find(s.name) != std::string::npos, "help does not list ", s.name);
   CHECK(help.find(mpicnn::data::kFashionMnistDefaultPath) != std::string::npos);
   // Lines fit a 100-column terminal.
-  size_t start = 0, longest = 0;
-  for (size_t end; (end = help.find('\n', start)) != std::string::npos; start = end + 1)
-    longest = std::max(longest, end - start);
-  CHECK(longest <= 100);
+  CHECK(mpicnn::testing::longest_line(help) <= 100);
 }

@@ -234,6 +234,14 @@ inline Vec part(const Vec& x, size_t begin, size_t count) {
 
 inline std::string source_dir() { return MPICNN_SOURCE_DIR; }
 
+// The length of the longest line of `text` (help texts must fit a 100-column terminal).
+inline size_t longest_line(const std::string& text) {
+  size_t start = 0, longest = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    longest = std::max(longest, end - start);
+  return std::max(longest, text.size() - start);
+}
+
 // Runs tests/python/SCRIPT with ARGS (already shell-quoted) under $PYTHON (default
 // /usr/bin/python3: it has torch); a non-zero exit fails the test.
 inline void run_python(const std::string& script, const std::string& args) {

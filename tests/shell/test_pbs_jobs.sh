@@ -54,7 +54,7 @@ if [ "$stopped" = KILLED ] && grep -q "checkpoint written" "$SCRATCH/5.out" &&
    cmp -s "$whole/latest/model.safetensors" "$cut/latest/model.safetensors"; then
   pass "pbs: walltime timer checkpoints, resubmission resumes to the uninterrupted run's exact model"
 else
-  fail "pbs: walltime timer and resume" "stopped=$stopped; $(tail -2 "$SCRATCH/5.out" "$SCRATCH/6.out" | tr '\n' ' ')"
+  fail "pbs: walltime timer and resume" "stopped=$stopped, then $(status_of "$cut"), models $(cmp "$whole/latest/model.safetensors" "$cut/latest/model.safetensors" 2>&1 || true); $(grep -h "checkpoint written\|resuming" "$SCRATCH/5.out" "$SCRATCH/6.out" | tr '\n' ' ')"
 fi
 
 # 4. SIGTERM to the job's shell (what PBS sends at the walltime or on qdel) reaches ./train as
