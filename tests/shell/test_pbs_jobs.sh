@@ -43,18 +43,19 @@ rm -rf "runs/$name"
 
 # 3. Walltime: the job's own timer (WALLTIME - STOP_MARGIN) makes ./train checkpoint and stop;
 #    the resubmitted job resumes; the final model equals an uninterrupted run's, byte for byte.
-#    (12 epochs take >= 4 s here; the timer fires after 1 s.)
+#    (12 epochs take >= 4 s here; the timer fires after 1 s. A stop on an epoch boundary keeps
+#    that epoch's checkpoint and prints no "checkpoint written".)
 whole=$SCRATCH/whole cut=$SCRATCH/cut
 pbs_job 4 jobs/train.pbs "${common[@]}" EPOCHS=12 RUN_DIR="$whole"
 pbs_job 5 jobs/train.pbs "${common[@]}" EPOCHS=12 RUN_DIR="$cut" WALLTIME=00:00:02 STOP_MARGIN=1
 stopped=$(status_of "$cut")
 pbs_job 6 jobs/train.pbs "${common[@]}" EPOCHS=12 RUN_DIR="$cut"
-if [ "$stopped" = KILLED ] && grep -q "checkpoint written" "$SCRATCH/5.out" &&
+if [ "$stopped" = KILLED ] && grep -q "stop requested" "$SCRATCH/5.out" &&
    grep -q "resuming $cut" "$SCRATCH/6.out" && [ "$(status_of "$cut")" = FINISHED ] &&
    cmp -s "$whole/latest/model.safetensors" "$cut/latest/model.safetensors"; then
   pass "pbs: walltime timer checkpoints, resubmission resumes to the uninterrupted run's exact model"
 else
-  fail "pbs: walltime timer and resume" "stopped=$stopped, then $(status_of "$cut"), models $(cmp "$whole/latest/model.safetensors" "$cut/latest/model.safetensors" 2>&1 || true); $(grep -h "checkpoint written\|resuming" "$SCRATCH/5.out" "$SCRATCH/6.out" | tr '\n' ' ')"
+  fail "pbs: walltime timer and resume" "stopped=$stopped, then $(status_of "$cut"), models $(cmp "$whole/latest/model.safetensors" "$cut/latest/model.safetensors" 2>&1 || true); $(grep -h "stop requested\|resuming" "$SCRATCH/5.out" "$SCRATCH/6.out" | tr '\n' ' ')"
 fi
 
 # 4. SIGTERM to the job's shell (what PBS sends at the walltime or on qdel) reaches ./train as
