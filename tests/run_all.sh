@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test suite of the build and ends with one line "N passed, N failed".
+# Runs every test suite of the build and ends with one line "N passed, N failed" (after a line
+# counting the skipped cases, which count as neither).
 # Usage: tests/run_all.sh BUILD_DIR. Counts are doctest test cases plus the shell suites' PASS and
 # FAIL lines.
 set -u
 build=${1:?usage: tests/run_all.sh BUILD_DIR}
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3}
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -20,10 +21,12 @@ run_doctest() {
   local line
   line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1)
   if [ -n "$line" ]; then
-    local p f
+    local p f s
     p=$(echo "$line" | sed -E 's/.*\| *([0-9]+) passed.*/\1/')
     f=$(echo "$line" | sed -E 's/.*\| *([0-9]+) failed.*/\1/')
-    passed=$((passed + p)) failed=$((failed + f))
+    # A case that printed "SKIP: ..." returned early: doctest counts it passed, we count it skipped.
+    s=$(grep -c '^SKIP: ' "$log")
+    passed=$((passed + p - s)) failed=$((failed + f)) skipped=$((skipped + s))
     if [ "$rc" != 0 ] && [ "$f" = 0 ]; then failed=$((failed + 1)); fi
   else
     echo "$name: exited $rc without a summary"
@@ -31,7 +34,16 @@ run_doctest() {
   fi
 }
 
-run_doctest "unit tests" "$build/tests/unit_tests"
+run_doctest "unit tests" "$build/tests/unit_tests" -tse=cuda
+
+# GPU against CPU (tests/test_cuda.cpp) in the CUDA build, which `make test` compiles when nvcc
+# is present; without a GPU every case prints why it was skipped.
+if [ -x "$build/cuda/tests/unit_tests" ]; then
+  run_doctest "cuda tests" "$build/cuda/tests/unit_tests" -ts=cuda
+else
+  echo "SKIP: cuda tests: no CUDA build at $build/cuda (nvcc not found by make test)"
+  skipped=$((skipped + 1))
+fi
 
 # MPI tests on 1, 2 and 3 ranks (oversubscribed on 2 cores). OpenMPI refuses root without the
 # two variables; the timeout turns a hang (a collective some rank never reaches) into a failure.
@@ -48,13 +60,14 @@ for suite in tests/shell/*.sh; do
   echo "=== $suite"
   MPICNN_BUILD=$build timeout 900 bash "$suite" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
-  p=$(grep -c '^PASS: ' "$log") f=$(grep -c '^FAIL: ' "$log")
-  passed=$((passed + p)) failed=$((failed + f))
+  p=$(grep -c '^PASS: ' "$log") f=$(grep -c '^FAIL: ' "$log") s=$(grep -c '^SKIP: ' "$log")
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
   if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
     echo "$suite: exited $rc without a FAIL line"
     failed=$((failed + 1))
   fi
 done
 
+echo "$skipped skipped (see the SKIP: lines for why)"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/gpu.h"
 #include "data/dataset.h"
 #include "models/registry.h"
 #include "train/options.h"
@@ -328,9 +329,13 @@ TEST_CASE("train options: value errors") {
                      "--progress: 'fancy' is not one of auto, bar, plain or none");
   expect_parse_error({"--augment", "mixup"},
                      "--augment: 'mixup' is not one of none, flip, crop-flip or imagenet");
-  expect_parse_error({"--device", "cuda"},
-                     "--device: this build has no CUDA backend (accepted: auto, cpu)");
-  expect_parse_error({"--device", "tpu"}, "--device: 'tpu' is not one of auto or cpu");
+  if (!mpicnn::gpu::compiled_in())
+    expect_parse_error({"--device", "cuda"},
+                       "--device cuda: this build has no CUDA backend (rebuild with make CUDA=1 "
+                       "on a machine with nvcc)");
+  expect_parse_error({"--device", "tpu"}, "--device: 'tpu' is not one of auto, cpu or cuda");
+  expect_parse_error({"--precision", "fp8"},
+                     "--precision: 'fp8' is not one of auto, fp32, tf32, bf16 or fp16");
   expect_parse_error({"--mean", "0.5,x"}, "--mean: 'x' in '0.5,x' is not a number");
   expect_parse_error({"--mean", "0.1,0.2"}, "--mean: '0.1,0.2' is not a list of 1 or 3 numbers");
   expect_parse_error({"--std", "0.2,0,0.2"}, "--std: '0.2,0,0.2' is not a list of numbers > 0");
@@ -368,7 +373,7 @@ TEST_CASE("train options: help text") {
                         "-e, --epochs", "-lr, --learning-rate", "-w, --workers", "-s, --save-dir",
                         "-h, --help", "Examples:", "mpiexec", "key = value", "[default 64]",
                         "[default lenet]", "[default 0.05]", "[default cosine]",
-                        "--distribute-data=false", "no CUDA backend"}) {
+                        "--distribute-data=false", "one GPU per rank", "--precision", "--deterministic"}) {
     CHECK_MESSAGE(help.find(s) != std::string::npos, "help does not mention ", s);
   }
   for (const auto& s : mpicnn::model_specs())

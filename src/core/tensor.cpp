@@ -1,13 +1,21 @@
-// Tensor storage and shape bookkeeping (CPU). The CUDA backend adds its allocator elsewhere.
+// Tensor storage and shape bookkeeping. CUDA memory and copies go through the GPU backend
+// (core/gpu.h), which is absent from CPU-only builds.
 #include "core/tensor.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/gpu.h"
+
 namespace mpicnn {
 
 const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+static thread_local Device g_default_device = Device::CPU;
+Device default_device() { return g_default_device; }
+DeviceScope::DeviceScope(Device d) : saved_(g_default_device) { g_default_device = d; }
+DeviceScope::~DeviceScope() { g_default_device = saved_; }
 
 Shape::Shape(std::initializer_list<int64_t> dims) {
   CHECK(dims.size() <= size_t(kMaxDims), "shape has ", dims.size(), " dims, at most ", kMaxDims);
@@ -41,6 +49,13 @@ std::string Shape::str() const {
   return s + ")";
 }
 
+Tensor to_host(const Tensor& t) {
+  if (t.device() == Device::CPU) return t;
+  Tensor h = Tensor::empty(t.shape(), Device::CPU);
+  h.copy_from(t);
+  return h;
+}
+
 bool overlaps(const Tensor& a, const Tensor& b) {
   return a.numel() > 0 && b.numel() > 0 && a.data() < b.data() + b.numel() &&
          b.data() < a.data() + a.numel();
@@ -59,10 +74,9 @@ std::shared_ptr<void> alloc_host(size_t bytes) {
 }
 
 Tensor Tensor::empty(const Shape& shape, Device device) {
-  CHECK(device == Device::CPU, "Tensor::empty on ", device_name(device),
-        " needs the CUDA backend (build with CUDA=1)");
   Tensor t;
-  t.storage_ = alloc_host(size_t(shape.numel()) * sizeof(float));
+  const size_t bytes = size_t(shape.numel()) * sizeof(float);
+  t.storage_ = device == Device::CPU ? alloc_host(bytes) : gpu::backend().alloc(bytes);
   t.data_ = static_cast<float*>(t.storage_.get());
   t.shape_ = shape;
   t.device_ = device;
@@ -71,7 +85,7 @@ Tensor Tensor::empty(const Shape& shape, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, Device device) {
   Tensor t = empty(shape, device);
-  std::memset(t.data_, 0, size_t(shape.numel()) * sizeof(float));
+  t.fill(0.f);
   return t;
 }
 
@@ -88,6 +102,17 @@ Tensor Tensor::reshape(const Shape& shape) const {
   CHECK(shape.numel() == numel(), "cannot reshape ", shape_.str(), " to ", shape.str());
   Tensor t = *this;
   t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::head(const Shape& shape) const { return view_at(0, shape); }
+
+Tensor Tensor::view_at(int64_t offset, const Shape& shape) const {
+  CHECK(offset >= 0 && offset + shape.numel() <= numel(), "view of ", shape.str(), " at ", offset,
+        " does not fit in ", shape_.str());
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.data_ = data_ + offset;
   return t;
 }
 
@@ -111,14 +136,22 @@ float Tensor::operator[](int64_t i) const {
 }
 
 void Tensor::fill(float v) {
-  CHECK(device_ == Device::CPU, "fill on ", device_name(device_));
+  if (device_ == Device::CUDA) return gpu::backend().fill(data_, v, numel());
   for (int64_t i = 0, n = numel(); i < n; ++i) data_[i] = v;
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  CHECK(device_ == Device::CPU && src.device_ == Device::CPU, "copy_from across devices");
   CHECK(src.numel() == numel(), "copy_from: ", src.shape_.str(), " into ", shape_.str());
-  if (numel()) std::memmove(data_, src.data_, size_t(numel()) * sizeof(float));
+  if (numel() == 0 || data_ == src.data_) return;
+  if (device_ == Device::CPU && src.device_ == Device::CPU) {
+    std::memmove(data_, src.data_, size_t(numel()) * sizeof(float));
+  } else if (device_ == Device::CUDA && src.device_ == Device::CUDA) {
+    CHECK(!overlaps(*this, src), "copy_from: overlapping CUDA tensors");
+    gpu::backend().copy2d(data_, numel(), src.data_, numel(), numel(), 1);
+  } else {
+    gpu::backend().copy(data_, device_ == Device::CUDA, src.data_, src.device_ == Device::CUDA,
+                        size_t(numel()) * sizeof(float));
+  }
 }
 
 }  // namespace mpicnn

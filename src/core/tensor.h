@@ -15,6 +15,21 @@ namespace mpicnn {
 enum class Device { CPU, CUDA };
 const char* device_name(Device d);
 
+// The device Tensor::empty/zeros use when not told: CPU, except inside a DeviceScope. Models
+// plan their buffers inside one (Model::plan), so layers allocate on the model's device
+// without every plan() taking a device argument. Per thread.
+Device default_device();
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device d);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Device saved_;
+};
+
 // Up to kMaxDims extents; shape checks are always on.
 struct Shape {
   static constexpr int kMaxDims = 6;
@@ -34,8 +49,9 @@ class Tensor {
  public:
   Tensor() = default;  // empty: no data, ndim 0, numel 0
 
-  static Tensor empty(const Shape& shape, Device device = Device::CPU);  // owning, uninitialised
-  static Tensor zeros(const Shape& shape, Device device = Device::CPU);
+  // Owning. CUDA memory comes from the GPU backend (gpu::backend(): an error without one).
+  static Tensor empty(const Shape& shape, Device device = default_device());  // uninitialised
+  static Tensor zeros(const Shape& shape, Device device = default_device());
   // Non-owning view of memory someone else keeps alive (a slab, a workspace).
   static Tensor view(float* data, const Shape& shape, Device device = Device::CPU);
 
@@ -50,14 +66,21 @@ class Tensor {
 
   // Same memory, different shape of equal numel.
   Tensor reshape(const Shape& shape) const;
+  // The first shape.numel() elements as a view of that shape, on this tensor's device (a
+  // planned buffer holding a smaller batch's activation).
+  Tensor head(const Shape& shape) const;
+  // Elements [offset, offset + shape.numel()) as a view of that shape, on this tensor's device.
+  Tensor view_at(int64_t offset, const Shape& shape) const;
   // Rows [begin, end) of dimension 0, as a view (batch slicing).
   Tensor slice0(int64_t begin, int64_t end) const;
 
   // CPU-only element helpers for tests and setup code (not for hot loops).
   float& operator[](int64_t i);
   float operator[](int64_t i) const;
-  void fill(float v);
-  void copy_from(const Tensor& src);  // same numel, same device
+  void fill(float v);  // either device (on the GPU: queued on the backend's stream)
+  // Same numel, any two devices. CPU<->CUDA is the one explicit transfer (it waits for the
+  // copy); CUDA->CUDA is queued on the backend's stream.
+  void copy_from(const Tensor& src);
 
  private:
   std::shared_ptr<void> storage_;  // null for views
@@ -65,6 +88,9 @@ class Tensor {
   Shape shape_;
   Device device_ = Device::CPU;
 };
+
+// `t` itself when it is on the CPU, else a CPU copy of it (for writing files, MPI, checks).
+Tensor to_host(const Tensor& t);
 
 // Whether two tensors share any memory (for layers that must not work in place).
 bool overlaps(const Tensor& a, const Tensor& b);

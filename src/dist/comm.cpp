@@ -1,6 +1,10 @@
 // Comm: MPI world setup, node split, launcher check and small collectives.
 #include "dist/comm.h"
 
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // OpenMPI: MPIX_Query_cuda_support
+#endif
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -9,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "core/gpu.h"
 
 namespace mpicnn::dist {
 
@@ -199,7 +205,26 @@ void Comm::broadcast(Tensor& t) const {
   MPI_CHECK(MPI_Allreduce(&ok, &ok_all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   CHECK(ok_all == 1, "broadcast: tensor sizes differ between ranks (rank 0 has ", root_n,
         ", rank ", rank_, " has ", mine, ok ? "; another rank differs)" : ")");
+  if (t.device() == Device::CUDA && !mpi_cuda_aware()) {  // through a host copy
+    Tensor host = to_host(t);
+    bcast_bytes(reinterpret_cast<uint8_t*>(host.data()), uint64_t(mine) * sizeof(float));
+    t.copy_from(host);
+    return;
+  }
+  if (t.device() == Device::CUDA) gpu::backend().synchronize();  // MPI reads device memory
   bcast_bytes(reinterpret_cast<uint8_t*>(t.data()), uint64_t(mine) * sizeof(float));
+}
+
+bool mpi_cuda_aware() {
+  static const bool aware = [] {
+    if (const char* env = std::getenv("MPICNN_CUDA_AWARE"); env && *env) return std::strcmp(env, "0") != 0;
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+    return MPIX_Query_cuda_support() == 1;  // the library's runtime answer, not the build's
+#else
+    return false;
+#endif
+  }();
+  return aware;
 }
 
 double Comm::allreduce_sum(double x) const {
@@ -243,7 +268,8 @@ uint64_t hash_floats(const float* data, int64_t n) {
 }
 
 std::vector<int> Comm::ranks_out_of_sync(const Tensor& values) const {
-  const std::vector<uint64_t> all = allgather(hash_floats(values.data(), values.numel()));
+  const Tensor host = to_host(values);
+  const std::vector<uint64_t> all = allgather(hash_floats(host.data(), host.numel()));
   std::vector<int> differ;
   for (int r = 1; r < size_; ++r)
     if (all[size_t(r)] != all[0]) differ.push_back(r);

@@ -56,6 +56,10 @@ std::string launcher_mismatch(int world_size, const LauncherSizes& sizes);
 // requested if > 0, else node_cpus / ranks_on_node, at most own_cpus, at least 1.
 int threads_per_rank(int requested, int node_cpus, int ranks_on_node, int own_cpus = INT_MAX);
 
+// Whether MPI can read and write GPU memory (CUDA-aware): MPICNN_CUDA_AWARE=0/1 decides when
+// set, else OpenMPI's MPIX_Query_cuda_support(); false for other MPIs. Asked once.
+bool mpi_cuda_aware();
+
 class Comm {
  public:
   // Initialises MPI (MPI_Init_thread, FUNNELED: only the thread that made the Comm calls MPI;
@@ -103,7 +107,7 @@ class Comm {
   void broadcast(std::vector<uint8_t>& bytes) const;
   void broadcast(std::string& s) const;
   // t must have the same numel on every rank (checked, on every rank, after the collective).
-  void broadcast(Tensor& t) const;
+  void broadcast(Tensor& t) const;  // a GPU tensor goes through a host copy unless MPI is CUDA-aware
   double allreduce_sum(double x) const;
   void allreduce_sum(std::span<double> xs) const;  // in place
   int64_t allreduce_sum(int64_t x) const;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/gpu.h"
+
 namespace mpicnn::dist {
 
 std::vector<Bucket> make_buckets(ParamStore& store, int64_t bucket_bytes) {
@@ -39,7 +41,17 @@ std::vector<Bucket> make_buckets(ParamStore& store, int64_t bucket_bytes) {
 GradSync::GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options)
     : comm_(comm), store_(store), options_(options),
       buckets_(make_buckets(store, options.bucket_bytes)),
-      requests_(buckets_.size(), MPI_REQUEST_NULL) {}
+      requests_(buckets_.size(), MPI_REQUEST_NULL) {
+  if (store.device() == Device::CUDA && !mpi_cuda_aware()) {
+    staged_ = true;
+    host_ = gpu::backend().alloc_pinned(size_t(store.grads().numel()) * sizeof(float));
+  }
+}
+
+float* GradSync::bucket_data(size_t b) {
+  float* base = staged_ ? static_cast<float*>(host_.get()) : store_.grads().data();
+  return base + buckets_[b].begin;
+}
 
 void GradSync::attach(Model& model) {
   CHECK(&model.params() == &store_, "gradient sync: model ", model.name(),
@@ -50,17 +62,26 @@ void GradSync::attach(Model& model) {
 void GradSync::begin_step() {
   CHECK(!active_, "gradient sync: begin_step() twice without finish()");
   active_ = true;
-  next_ = 0;
+  next_ = queued_ = 0;
   step_start_ = MPI_Wtime();
 }
 
 void GradSync::start(size_t b) {
   const Bucket& k = buckets_[b];
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, store_.grads().data() + k.begin, int(k.end - k.begin),
-                           MPI_FLOAT, MPI_SUM, comm_.world(), &requests_[b]));
+  if (staged_) {
+    gpu::backend().copy_done(int(b), /*wait=*/true);
+  } else if (store_.device() == Device::CUDA) {
+    gpu::backend().synchronize();  // CUDA-aware MPI reads the bucket from device memory
+  }
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bucket_data(b), int(k.end - k.begin), MPI_FLOAT, MPI_SUM,
+                           comm_.world(), &requests_[b]));
 }
 
 void GradSync::progress() {
+  // Staged: start the allreduce of every bucket whose host copy has landed, in bucket order
+  // (every rank must start collectives in the same order).
+  while (staged_ && next_ < queued_ && gpu::backend().copy_done(int(next_), /*wait=*/false))
+    start(next_++);
   // MPI's non-blocking collectives advance only inside MPI calls; one Testall per module lets
   // them run during backward. Time here counts as waiting (it is not compute).
   if (next_ == 0) return;
@@ -73,8 +94,21 @@ void GradSync::progress() {
 void GradSync::on_ready(int64_t first_ready_offset) {
   if (options_.mode != SyncMode::Overlap) return;
   CHECK(active_, "gradient sync: gradients reported ready outside begin_step()/finish()");
-  while (next_ < buckets_.size() && buckets_[next_].begin >= first_ready_offset) start(next_++);
+  launch_ready(first_ready_offset);
   progress();
+}
+
+void GradSync::launch_ready(int64_t first_ready_offset) {
+  if (!staged_) {
+    while (next_ < buckets_.size() && buckets_[next_].begin >= first_ready_offset) start(next_++);
+    return;
+  }
+  while (queued_ < buckets_.size() && buckets_[queued_].begin >= first_ready_offset) {
+    const Bucket& k = buckets_[queued_];
+    gpu::backend().copy_to_host_async(bucket_data(queued_), store_.grads().data() + k.begin,
+                                      size_t(k.end - k.begin) * sizeof(float), int(queued_));
+    ++queued_;
+  }
 }
 
 void GradSync::finish() {
@@ -82,9 +116,12 @@ void GradSync::finish() {
   active_ = false;
   Tensor& g = store_.grads();
   const double t = MPI_Wtime();
-  if (options_.mode == SyncMode::Overlap) {
+  if (options_.mode == SyncMode::Overlap || g.device() == Device::CUDA) {
+    launch_ready(0);  // whatever backward did not report (all of it without the hook)
     while (next_ < buckets_.size()) start(next_++);
     MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    if (staged_)
+      gpu::backend().copy(g.data(), true, host_.get(), false, size_t(g.numel()) * sizeof(float));
   } else {
     // Whole slab, in chunks below MPI's int count (a single call for any real model).
     constexpr int64_t kChunk = int64_t(1) << 30;
@@ -93,7 +130,9 @@ void GradSync::finish() {
                               MPI_FLOAT, MPI_SUM, comm_.world()));
   }
   stats_.wait_seconds += MPI_Wtime() - t;
-  if (options_.average && comm_.size() > 1) {
+  if (options_.average && comm_.size() > 1 && g.device() == Device::CUDA) {
+    gpu::backend().scale(g.data(), 1.0f / float(comm_.size()), g.numel());
+  } else if (options_.average && comm_.size() > 1) {
     const float scale = 1.0f / float(comm_.size());
     float* p = g.data();
     const int64_t n = g.numel();

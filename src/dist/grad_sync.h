@@ -4,6 +4,11 @@
 // gradient-ready hook says all its gradients are final, and requests are progressed with
 // MPI_Testall between modules, so communication overlaps the rest of backward. finish() waits
 // and scales by 1/K. Not an optimizer and not a loss-scaler; BatchNorm statistics stay per rank.
+// A GPU slab goes through a pinned host mirror: each ready bucket is copied to the host on a
+// copy stream while backward goes on, and its allreduce starts (in bucket order) once the copy
+// is done; finish() copies the summed slab back in one transfer. With a CUDA-aware MPI
+// (mpi_cuda_aware()) buckets are allreduced in device memory instead, after the compute stream
+// has finished them.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -75,6 +80,9 @@ class GradSync {
  private:
   void start(size_t b);
   void progress();
+  // Buckets at offsets >= first_ready_offset: allreduce started, or (staged) host copy queued.
+  void launch_ready(int64_t first_ready_offset);
+  float* bucket_data(size_t b);  // where bucket b is allreduced (slab or its host mirror)
 
   const Comm& comm_;
   ParamStore& store_;
@@ -82,6 +90,11 @@ class GradSync {
   std::vector<Bucket> buckets_;
   std::vector<MPI_Request> requests_;  // one per bucket; MPI_REQUEST_NULL when idle/done
   size_t next_ = 0;                    // first bucket not yet started
+  // GPU slab without CUDA-aware MPI: pinned host mirror of the gradient slab; buckets below
+  // queued_ have their device -> host copy queued (copy slot = bucket index).
+  bool staged_ = false;
+  std::shared_ptr<void> host_;
+  size_t queued_ = 0;
   bool active_ = false;
   double step_start_ = 0;
   GradSyncStats stats_;

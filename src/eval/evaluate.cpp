@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "core/device.h"
 #include "core/threads.h"
 #include "dist/messenger.h"
 #include "eval/pipeline.h"
@@ -43,7 +44,6 @@ int64_t count_mismatches(const std::vector<Prediction>& a, const std::vector<Pre
 }  // namespace
 
 Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
-  CHECK(o.device != "cuda", "--device cuda: this build has no CUDA backend (CPU only)");
   const int K = comm.size(), r = comm.rank();
   std::unique_ptr<data::Dataset> dataset;
   EvalPlan plan;
@@ -69,7 +69,9 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const int alone_threads = dist::threads_per_rank(o.threads, comm.node_cpus(), 1, comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
   comm.on_all([&] {
-    if (predicts) predictor = std::make_unique<Predictor>(plan);
+    if (predicts)
+      predictor = std::make_unique<Predictor>(
+          plan, choose_device(o.device, "auto", false, comm.local_rank()).device);
   });
 
   PipelineOptions po;

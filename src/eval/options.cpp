@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/cli.h"
+#include "core/gpu.h"
 #include "data/dataset.h"
 #include "models/registry.h"
 
@@ -82,7 +83,9 @@ const cli::Program& program() {
        "write DIR/predictions.csv and DIR/report.json (default: write no files)"},
       {"json", "", "[=BOOL]", cli::Kind::Switch,
        "print the JSON report on stdout instead of the text report"},
-      {"device", "", "NAME", cli::Kind::Value, "auto or cpu (this build has no CUDA backend)"},
+      {"device", "", "NAME", cli::Kind::Value,
+       "where the predict stage runs: auto (the GPU when this build has CUDA and one is "
+       "visible), cpu or cuda (node-local rank modulo the visible GPUs); tf32 math"},
       {"help", "h", "", cli::Kind::Help, "print this help and exit"},
   }, "the dataset is -d PATH"};
   return p;
@@ -170,8 +173,8 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
   set("output", o.output, text);
   set("json", o.json, to_bool);
   set("device", o.device, [](const Given& g) {
-    if (g.value == "cuda") FAIL(g.label, " cuda: this build has no CUDA backend (CPU only)");
-    return to_choice(g, {"auto", "cpu"});
+    if (g.value == "cuda" && !gpu::compiled_in()) FAIL(g.label, " cuda: ", gpu::unavailable_reason());
+    return to_choice(g, {"auto", "cpu", "cuda"});
   });
 
   // ---- checks across options ------------------------------------------------------------------

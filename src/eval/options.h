@@ -41,7 +41,7 @@ struct EvalOptions {
   int batch_credits = 2;    // batches in flight per predicting rank (>= 1)
   std::string output;       // folder for predictions.csv and report.json; empty = write none
   bool json = false;        // print the JSON report on stdout instead of the text report
-  std::string device = "auto";  // auto | cpu (cuda is refused: no CUDA backend in this build)
+  std::string device = "auto";  // auto | cpu | cuda: where the predict stage runs
 
   bool operator==(const EvalOptions&) const = default;
 };

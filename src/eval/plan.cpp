@@ -214,7 +214,7 @@ void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index
   batch.labels.push_back(label);
 }
 
-Predictor::Predictor(const EvalPlan& plan) : batch_size_(plan.batch_size) {
+Predictor::Predictor(const EvalPlan& plan, Device device) : batch_size_(plan.batch_size) {
   ModelOptions mo;
   mo.num_classes = plan.num_classes;
   mo.in_channels = plan.in_channels;
@@ -223,8 +223,11 @@ Predictor::Predictor(const EvalPlan& plan) : batch_size_(plan.batch_size) {
   model_->set_training(false);
   const data::Preprocess& pre = plan.preprocess;
   shape_ = {pre.channels, pre.height, pre.width};
+  model_->to(device);
   model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]});
-  softmax_.plan(batch_size_, plan.num_classes);
+  softmax_.plan(batch_size_, plan.num_classes, device);
+  if (device == Device::CUDA)
+    device_input_ = Tensor::empty(Shape{batch_size_, shape_[0], shape_[1], shape_[2]}, device);
 }
 
 void Predictor::warm_up() {
@@ -240,10 +243,15 @@ std::vector<Prediction> Predictor::predict(const InputBatch& batch) {
   CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " (planned for ", batch_size_, ")");
   CHECK(batch.pixels.size() == size_t(n * shape_[0] * shape_[1] * shape_[2]), "predict: batch holds ",
         batch.pixels.size(), " floats for ", n, " samples");
-  const Tensor x = Tensor::view(const_cast<float*>(batch.pixels.data()), Shape{n, shape_[0], shape_[1], shape_[2]});
+  Tensor x = Tensor::view(const_cast<float*>(batch.pixels.data()), Shape{n, shape_[0], shape_[1], shape_[2]});
+  if (device_input_.defined()) {  // the batch's one host -> device copy
+    Tensor d = device_input_.head(x.shape());
+    d.copy_from(x);
+    x = d;
+  }
   const Tensor& logits = model_->forward(x);
   (void)softmax_.forward(logits, batch.labels.data());
-  const Tensor& probs = softmax_.probabilities();
+  const Tensor probs = to_host(softmax_.probabilities());
   const int C = int(logits.shape()[1]), k = std::min(5, C);
   std::vector<Prediction> out(static_cast<size_t>(n));
   std::vector<int> order(static_cast<size_t>(C));

@@ -74,7 +74,8 @@ void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index
 // size) and the top-5 of each sample of a batch.
 class Predictor {
  public:
-  explicit Predictor(const EvalPlan& plan);  // builds and loads: errors name the weights file
+  // Builds and loads (errors name the weights file), then places the model on `device`.
+  Predictor(const EvalPlan& plan, Device device = Device::CPU);
   std::vector<Prediction> predict(const InputBatch& batch);
   // One full batch of zeros through the model, so that neither timed run pays for first-touch
   // memory and thread-pool start-up (the baseline, which runs first, otherwise would).
@@ -85,6 +86,7 @@ class Predictor {
   SoftmaxCrossEntropy softmax_;
   int64_t batch_size_;
   std::vector<int64_t> shape_;  // (C, H, W)
+  Tensor device_input_;         // (batch, C, H, W) on the GPU; undefined on the CPU
 };
 
 }  // namespace mpicnn::eval

@@ -3,6 +3,8 @@
 // shortcut PyTorch takes (its pairwise sum differs only in the last bits).
 #include "layers/adaptive_avgpool2d.h"
 
+#include "core/gpu.h"
+
 namespace mpicnn {
 
 namespace {
@@ -55,13 +57,20 @@ Shape AdaptiveAvgPool2d::output_shape(const Shape& in) const {
   return {in.d[0], in.d[1], out_h_, out_w_};
 }
 
+gpu::PoolDesc AdaptiveAvgPool2d::desc(const Shape& in) const {
+  gpu::PoolDesc d;
+  d.c = int(in[1]), d.h = int(in[2]), d.w = int(in[3]), d.oh = out_h_, d.ow = out_w_;
+  return d;
+}
+
 void AdaptiveAvgPool2d::forward(Tensor& out, const Tensor& in) {
-  CHECK(in.device() == Device::CPU && out.device() == Device::CPU,
-        "AdaptiveAvgPool2d: the CPU layer was given a ", device_name(in.device()), " tensor");
   const Shape os = output_shape(in.shape());
   CHECK(out.shape() == os, "AdaptiveAvgPool2d: out has shape ", out.shape().str(),
         ", expected ", os.str(), " for input ", in.shape().str());
   CHECK(!overlaps(out, in), "AdaptiveAvgPool2d: out must not alias in");
+  if (on_gpu("AdaptiveAvgPool2d", {&out, &in}))
+    return gpu::backend().adaptive_avgpool_forward(out.data(), in.data(), in.size(0),
+                                                   desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = out_h_, OW = out_w_;
   const int64_t planes = os.d[0] * os.d[1];
   const float* x = in.data();
@@ -78,9 +87,10 @@ void AdaptiveAvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& 
   CHECK(din.shape() == in.shape() && dout.shape() == os, "AdaptiveAvgPool2d backward: din ",
         din.shape().str(), ", dout ", dout.shape().str(), " for input ", in.shape().str(),
         " (expected output ", os.str(), ")");
-  CHECK(din.device() == Device::CPU && dout.device() == Device::CPU,
-        "AdaptiveAvgPool2d: the CPU layer was given a ", device_name(din.device()), " tensor");
   CHECK(!overlaps(din, dout), "AdaptiveAvgPool2d backward: din must not alias dout");
+  if (on_gpu("AdaptiveAvgPool2d backward", {&din, &dout}))
+    return gpu::backend().adaptive_avgpool_backward(din.data(), dout.data(), in.size(0),
+                                                    desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = out_h_, OW = out_w_;
   const int64_t planes = os.d[0] * os.d[1];
   const float* dy = dout.data();

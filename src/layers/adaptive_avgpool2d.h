@@ -2,6 +2,7 @@
 // [floor(i*H/OH), ceil((i+1)*H/OH)), so bins may overlap and the output may exceed the input.
 // Not adaptive max pooling; no parameters.
 #pragma once
+#include "core/gpu.h"
 #include "layers/layer.h"
 
 namespace mpicnn {
@@ -22,6 +23,7 @@ class AdaptiveAvgPool2d : public UnaryLayer {
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
 
  private:
+  gpu::PoolDesc desc(const Shape& in) const;
   int out_h_, out_w_;
 };
 

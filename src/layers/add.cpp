@@ -1,11 +1,15 @@
-// Residual add and gradient accumulation on CPU.
+// Residual add and gradient accumulation on CPU; CUDA tensors go to kernels/.
 #include "layers/add.h"
+
+#include "core/gpu.h"
 
 namespace mpicnn {
 
 void Add::forward(Tensor& out, const Tensor& a, const Tensor& b) {
   CHECK(a.shape() == b.shape() && out.shape() == a.shape(), "Add: shapes ", a.shape().str(),
         " + ", b.shape().str(), " -> ", out.shape().str());
+  if (on_gpu("Add", {&out, &a, &b}))
+    return gpu::backend().add(out.data(), a.data(), b.data(), a.numel());
   const float* x = a.data();
   const float* y = b.data();
   float* z = out.data();
@@ -26,6 +30,8 @@ void Add::backward(Tensor& da, Tensor& db, const Tensor& dout) {
 void accumulate(Tensor& dst, const Tensor& src) {
   CHECK(dst.shape() == src.shape(), "accumulate: ", src.shape().str(), " into ",
         dst.shape().str());
+  if (on_gpu("accumulate", {&dst, &src}))
+    return gpu::backend().accumulate(dst.data(), src.data(), dst.numel());
   float* d = dst.data();
   const float* s = src.data();
   const int64_t n = dst.numel();

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/gpu.h"
+
 #include "layers/pool_common.h"
 
 namespace mpicnn {
@@ -91,13 +93,24 @@ Shape AvgPool2d::output_shape(const Shape& in) const {
   return {in.d[0], in.d[1], oh, ow};
 }
 
+gpu::PoolDesc AvgPool2d::desc(const Shape& in) const {
+  const Shape os = output_shape(in);
+  gpu::PoolDesc d;
+  d.c = int(in[1]), d.h = int(in[2]), d.w = int(in[3]), d.oh = int(os[2]), d.ow = int(os[3]);
+  d.kh = opt_.kernel[0], d.kw = opt_.kernel[1], d.stride_h = opt_.stride[0];
+  d.stride_w = opt_.stride[1], d.pad_h = opt_.padding[0], d.pad_w = opt_.padding[1];
+  d.count_include_pad = opt_.count_include_pad;
+  d.divisor_override = opt_.divisor_override.value_or(0);
+  return d;
+}
+
 void AvgPool2d::forward(Tensor& out, const Tensor& in) {
-  CHECK(in.device() == Device::CPU && out.device() == Device::CPU,
-        "AvgPool2d: the CPU layer was given a ", device_name(in.device()), " tensor");
   const Shape os = output_shape(in.shape());
   CHECK(out.shape() == os, "AvgPool2d: out has shape ", out.shape().str(), ", expected ",
         os.str(), " for input ", in.shape().str());
   CHECK(!overlaps(out, in), "AvgPool2d: out must not alias in");
+  if (on_gpu("AvgPool2d", {&out, &in}))
+    return gpu::backend().avgpool_forward(out.data(), in.data(), in.size(0), desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
   const float* x = in.data();
@@ -114,9 +127,9 @@ void AvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
   CHECK(din.shape() == in.shape() && dout.shape() == os, "AvgPool2d backward: din ",
         din.shape().str(), ", dout ", dout.shape().str(), " for input ", in.shape().str(),
         " (expected output ", os.str(), ")");
-  CHECK(din.device() == Device::CPU && dout.device() == Device::CPU,
-        "AvgPool2d: the CPU layer was given a ", device_name(din.device()), " tensor");
   CHECK(!overlaps(din, dout), "AvgPool2d backward: din must not alias dout");
+  if (on_gpu("AvgPool2d backward", {&din, &dout}))
+    return gpu::backend().avgpool_backward(din.data(), dout.data(), in.size(0), desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
   const float* dy = dout.data();

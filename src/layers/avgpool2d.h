@@ -5,6 +5,7 @@
 #include <array>
 #include <optional>
 
+#include "core/gpu.h"
 #include "layers/layer.h"
 
 namespace mpicnn {
@@ -39,6 +40,7 @@ class AvgPool2d : public UnaryLayer {
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
 
  private:
+  gpu::PoolDesc desc(const Shape& in) const;
   AvgPool2dOptions opt_;
 };
 

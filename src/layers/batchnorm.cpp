@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/gpu.h"
+
 namespace mpicnn {
 
 BatchNorm2d::BatchNorm2d(int channels, float eps, float momentum)
@@ -13,6 +15,12 @@ BatchNorm2d::BatchNorm2d(int channels, float eps, float momentum)
   CHECK(momentum >= 0.f && momentum <= 1.f, "BatchNorm2d: momentum must be in [0, 1]");
   saved_mean_ = Tensor::zeros({channels});
   saved_invstd_ = Tensor::zeros({channels});
+}
+
+void BatchNorm2d::plan(const Shape& /*in*/) {
+  // Saved statistics live where the activations do (the model's device).
+  saved_mean_ = Tensor::zeros({channels_});
+  saved_invstd_ = Tensor::zeros({channels_});
 }
 
 void BatchNorm2d::register_state(ParamStore& store, const std::string& prefix) {
@@ -40,6 +48,14 @@ void BatchNorm2d::forward(Tensor& out, const Tensor& in) {
   const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3), M = N * HW;
   const bool train = training_;
   if (train) CHECK(M > 1, "BatchNorm2d: training needs more than one value per channel, got input ", in.shape().str());
+  if (on_gpu("BatchNorm2d", {&out, &in, &weight, &saved_mean_})) {
+    gpu::backend().batchnorm_forward(out.data(), saved_mean_.data(), saved_invstd_.data(),
+                                     running_mean.data(), running_var.data(), in.data(),
+                                     weight.data(), bias.data(), N, C, HW, eps_, momentum_, train);
+    if (train) ++num_batches_tracked;
+    saved_training_ = train;
+    return;
+  }
   const float* x = in.data();
   float* y = out.data();
   float* mean_s = saved_mean_.data();
@@ -100,6 +116,13 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
   CHECK(!din.defined() || din.shape() == in.shape(), "BatchNorm2d backward: din ",
         din.shape().str(), " vs in ", in.shape().str());
   const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3), M = N * HW;
+  if (on_gpu("BatchNorm2d backward", {&din, &dout, &in, &weight})) {
+    gpu::backend().batchnorm_backward(din.defined() ? din.data() : nullptr, grad_weight.data(),
+                                      grad_bias.data(), dout.data(), in.data(), weight.data(),
+                                      saved_mean_.data(), saved_invstd_.data(), N, C, HW,
+                                      saved_training_);
+    return;
+  }
   const float* x = in.data();
   const float* dy = dout.data();
   float* dx = din.defined() ? din.data() : nullptr;

@@ -16,6 +16,7 @@ class BatchNorm2d : public UnaryLayer {
   void register_state(ParamStore& store, const std::string& prefix) override;
   void reset_parameters(uint64_t seed) override;  // weight 1, bias 0, mean 0, var 1, count 0
   Shape output_shape(const Shape& in) const override { return in; }
+  void plan(const Shape& in) override;  // places the saved statistics on the model's device
   void forward(Tensor& out, const Tensor& in) override;  // (N, C, H, W) -> (N, C, H, W)
   // din '=' (may alias dout), grad_weight and grad_bias '+='.
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;

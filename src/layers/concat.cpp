@@ -1,7 +1,10 @@
-// Channel concat on CPU: per sample, each input's channels are one contiguous block.
+// Channel concat: per sample, each input's channels are one contiguous block (memcpy on the
+// CPU, one strided device copy per input on the GPU).
 #include "layers/concat.h"
 
 #include <cstring>
+
+#include "core/gpu.h"
 
 namespace mpicnn {
 
@@ -32,6 +35,16 @@ void Concat::forward(Tensor& out, std::span<const Tensor* const> ins) {
     total += t->size(1);
   }
   CHECK(total == Cout, "Concat: inputs hold ", total, " channels, out ", Cout);
+  if (on_gpu("Concat", {&out, ins[0]})) {
+    int64_t c0 = 0;  // each input is N rows of c*HW floats into rows of Cout*HW
+    for (const Tensor* t : ins) {
+      CHECK(t->device() == Device::CUDA, "Concat: inputs on both the CPU and the GPU");
+      gpu::backend().copy2d(out.data() + c0 * HW, Cout * HW, t->data(), t->size(1) * HW,
+                            t->size(1) * HW, N);
+      c0 += t->size(1);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     int64_t c0 = 0;
@@ -55,6 +68,16 @@ void Concat::backward(std::span<Tensor* const> dins, const Tensor& dout) {
     total += d->size(1);
   }
   CHECK(total == Cout, "Concat backward: gradients hold ", total, " channels, dout ", Cout);
+  if (on_gpu("Concat backward", {&dout, dins[0]})) {
+    int64_t c0 = 0;
+    for (Tensor* d : dins) {
+      CHECK(d->device() == Device::CUDA, "Concat backward: gradients on both the CPU and the GPU");
+      gpu::backend().copy2d(d->data(), d->size(1) * HW, dout.data() + c0 * HW, Cout * HW,
+                            d->size(1) * HW, N);
+      c0 += d->size(1);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     int64_t c0 = 0;

@@ -15,6 +15,7 @@
 
 #include "core/blas.h"
 #include "core/rng.h"
+#include "core/gpu.h"
 
 namespace mpicnn {
 
@@ -114,6 +115,18 @@ void Conv2d::plan(const Shape& in) {
   cols_ = std::move(cols);
   planned_ = in;
   chunk_ = chunk;
+  if (default_device() == Device::CUDA) {
+    gpu::ConvDesc d;
+    d.n = int(N), d.c = int(g.channels), d.h = int(g.height), d.w = int(g.width);
+    d.oc = opt_.out_channels, d.kh = opt_.kernel.h, d.kw = opt_.kernel.w;
+    d.stride_h = opt_.stride.h, d.stride_w = opt_.stride.w, d.pad_h = opt_.padding.h;
+    d.pad_w = opt_.padding.w, d.dil_h = opt_.dilation.h, d.dil_w = opt_.dilation.w;
+    d.groups = opt_.groups, d.oh = int(g.out_h), d.ow = int(g.out_w);
+    gpu_plan_ = gpu::backend().conv_plan(d);
+    col_ = rows_ = live_weight_ = live_grad_ = Tensor();
+    return;
+  }
+  gpu_plan_.reset();
   col_ = (g.is_pointwise() && chunk == 1) ? Tensor() : Tensor::empty({rows, chunk * P});
   rows_ = chunk > 1 ? Tensor::empty({opt_.out_channels, chunk * P}) : Tensor();
   if (cols_.all_taps_live()) {
@@ -154,6 +167,12 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
   const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
   const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
   CHECK_SHAPE(out, {N, OC, g.out_h, g.out_w});
+  if (on_gpu("Conv2d", {&out, &in, &weight})) {
+    CHECK(gpu_plan_, "Conv2d: planned on the CPU, called with GPU tensors");
+    gpu::backend().conv_forward(*gpu_plan_, out.data(), in.data(), weight.data(),
+                                opt_.bias ? bias.data() : nullptr, int(N));
+    return;
+  }
   const float* w = gemm_weight();  // (OC, Kg)
   const float* b = opt_.bias ? bias.data() : nullptr;
   for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
@@ -216,6 +235,13 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
   CHECK_SHAPE(dout, {N, OC, g.out_h, g.out_w});
   if (din.defined()) CHECK_SHAPE(din, {N, g.channels, g.height, g.width});
+  if (on_gpu("Conv2d backward", {&din, &dout, &in, &weight})) {
+    CHECK(gpu_plan_, "Conv2d: planned on the CPU, called with GPU tensors");
+    gpu::backend().conv_backward(*gpu_plan_, din.defined() ? din.data() : nullptr,
+                                 grad_weight.data(), opt_.bias ? grad_bias.data() : nullptr,
+                                 dout.data(), in.data(), weight.data(), int(N));
+    return;
+  }
   if (opt_.bias) add_bias_grad(dout);
   const float* w = din.defined() ? gemm_weight() : nullptr;  // (OC, Kg)
   // With dead taps the GEMMs accumulate into the live columns, added to grad_weight at the end.

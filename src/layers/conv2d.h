@@ -1,10 +1,12 @@
 // Conv2d as torch.nn.Conv2d (zero padding, stride, dilation, groups, optional bias) on CPU:
 // im2col + OpenBLAS sgemm over chunks of images, workspaces sized once by plan().
-// Not a transposed convolution and not the GPU path (kernels/conv.cu, cuDNN).
+// On CUDA tensors it runs cuDNN (kernels/conv.cu) with algorithms chosen once by plan().
+// Not a transposed convolution.
 #pragma once
 #include <string>
 
 #include "layers/im2col.h"
+#include "core/gpu.h"
 #include "layers/layer.h"
 
 namespace mpicnn {
@@ -75,6 +77,7 @@ class Conv2d : public UnaryLayer {
   Tensor col_;           // (IC*KH*KW, chunk*OH*OW); undefined when the input is its own column
   Tensor rows_;          // (OC, chunk*OH*OW): GEMM output/gradient rows when chunk > 1
   Tensor live_weight_, live_grad_;  // (OC, IC/groups * live taps), only when a tap is dead
+  std::shared_ptr<gpu::ConvPlan> gpu_plan_;  // planned on the GPU: cuDNN descriptors, algorithms
 };
 
 }  // namespace mpicnn

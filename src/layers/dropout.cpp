@@ -1,6 +1,8 @@
-// Dropout on CPU: counter-based draws (Philox), recomputed in backward.
+// Dropout: counter-based draws (Philox), recomputed in backward; the GPU kernel draws the
+// same mask.
 #include "layers/dropout.h"
 
+#include "core/gpu.h"
 #include "core/rng.h"
 
 namespace mpicnn {
@@ -27,9 +29,13 @@ bool Dropout::keep(uint64_t sample, uint64_t i, uint64_t per_sample) const {
   return rng.uniform((first_sample_ + sample) * per_sample + i) >= p_;
 }
 
-void Dropout::apply(float* y, const float* x, const Shape& shape) const {
+void Dropout::apply(float* y, const float* x, const Shape& shape, Device device) const {
   const int64_t N = shape[0], per = shape.numel() / (N ? N : 1);
   const float scale = 1.f / (1.f - p_);
+  if (device == Device::CUDA)  // the same Philox draws as keep(), computed on the GPU
+    return gpu::backend().dropout(y, x, N, per, seed_,
+                                  name_stream_ ^ (step_ * 0x9E3779B97F4A7C15ull), first_sample_,
+                                  p_, scale);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < per; ++i)
@@ -45,7 +51,7 @@ void Dropout::forward(Tensor& out, const Tensor& in) {
     pending_advance_ = false;
     return;
   }
-  apply(out.data(), in.data(), in.shape());
+  apply(out.data(), in.data(), in.shape(), on_gpu("Dropout", {&out, &in}) ? Device::CUDA : Device::CPU);
   pending_advance_ = true;
 }
 
@@ -58,7 +64,8 @@ void Dropout::backward(Tensor& din, const Tensor& dout, const Tensor& /*in*/,
     if (din.data() != dout.data()) din.copy_from(dout);
     return;
   }
-  apply(din.data(), dout.data(), dout.shape());  // same key as the forward: same mask
+  apply(din.data(), dout.data(), dout.shape(),
+        on_gpu("Dropout backward", {&din, &dout}) ? Device::CUDA : Device::CPU);  // same key as the forward: same mask
 }
 
 }  // namespace mpicnn

@@ -28,7 +28,7 @@ class Dropout : public UnaryLayer {
   bool keep(uint64_t sample, uint64_t i, uint64_t per_sample) const;
 
  private:
-  void apply(float* y, const float* x, const Shape& shape) const;
+  void apply(float* y, const float* x, const Shape& shape, Device device) const;
   float p_;
   uint64_t seed_ = 0, step_ = 0, first_sample_ = 0, name_stream_ = 0;
   bool pending_advance_ = false;

@@ -7,6 +7,7 @@
 // writes `din` with '=' (skipped when din is undefined, e.g. for the first layer) and
 // accumulates parameter gradients with '+=' (the caller zeroes the grad slab once per step).
 #pragma once
+#include <initializer_list>
 #include <string>
 
 #include "core/tensor.h"
@@ -44,5 +45,10 @@ class UnaryLayer : public Layer {
   // `in` and `out` are the tensors of the matching forward call, unchanged since.
   virtual void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) = 0;
 };
+
+// Whether a layer call runs on the GPU: true when the tensors (undefined ones skipped) are all
+// on CUDA, false when all on the CPU, an error naming `who` when they are mixed. Layers take
+// their GPU path (kernels/, through core/gpu.h) on true; there is no fallback between the two.
+bool on_gpu(const char* who, std::initializer_list<const Tensor*> tensors);
 
 }  // namespace mpicnn

@@ -5,6 +5,7 @@
 
 #include "core/blas.h"
 #include "core/rng.h"
+#include "core/gpu.h"
 
 namespace mpicnn {
 
@@ -45,6 +46,12 @@ void Linear::forward(Tensor& out, const Tensor& in) {
   CHECK(weight.defined(), "Linear: parameters not allocated (ParamStore::allocate)");
   const int N = int(in.size(0));
   float* y = out.data();
+  if (on_gpu("Linear", {&out, &in, &weight})) {
+    gpu::Backend& g = gpu::backend();
+    g.gemm(false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, 0.f, y, out_);
+    if (has_bias_) g.add_bias_rows(y, bias.data(), N, out_);
+    return;
+  }
   if (has_bias_) {
     const float* b = bias.data();
 #pragma omp parallel for schedule(static) if (int64_t(N) * out_ > 65536)
@@ -59,6 +66,17 @@ void Linear::forward(Tensor& out, const Tensor& in) {
 void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& /*out*/) {
   const int N = int(in.size(0));
   CHECK_SHAPE(dout, {N, out_});
+  if (din.defined()) CHECK_SHAPE(din, {N, in_});
+  if (on_gpu("Linear backward", {&din, &dout, &in, &weight})) {
+    gpu::Backend& g = gpu::backend();
+    g.gemm(true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
+           grad_weight.data(), in_);
+    if (has_bias_) g.sum_rows(grad_bias.data(), dout.data(), N, out_);
+    if (din.defined())
+      g.gemm(false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f,
+             din.data(), in_);
+    return;
+  }
   // grad_weight (out, in) += dy^T (out, N) * x (N, in)
   sgemm(true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
         grad_weight.data(), in_);
@@ -70,7 +88,6 @@ void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
       for (int j = 0; j < out_; ++j) gb[j] += dy[int64_t(n) * out_ + j];
   }
   if (din.defined()) {
-    CHECK_SHAPE(din, {N, in_});
     // dx (N, in) = dy (N, out) * W (out, in)
     sgemm(false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f, din.data(),
           in_);

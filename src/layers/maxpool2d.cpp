@@ -8,6 +8,8 @@
 #include <limits>
 #include <string>
 
+#include "core/gpu.h"
+
 namespace mpicnn {
 
 namespace {
@@ -73,11 +75,27 @@ Shape MaxPool2d::output_shape(const Shape& in) const {
   return {in.d[0], in.d[1], oh, ow};
 }
 
+gpu::PoolDesc MaxPool2d::desc(const Shape& in) const {
+  const Shape os = output_shape(in);
+  gpu::PoolDesc d;
+  d.c = int(in[1]), d.h = int(in[2]), d.w = int(in[3]), d.oh = int(os[2]), d.ow = int(os[3]);
+  d.kh = opt_.kernel[0], d.kw = opt_.kernel[1], d.stride_h = opt_.stride[0];
+  d.stride_w = opt_.stride[1], d.pad_h = opt_.padding[0], d.pad_w = opt_.padding[1];
+  d.dil_h = opt_.dilation[0], d.dil_w = opt_.dilation[1];
+  return d;
+}
+
 void MaxPool2d::plan(const Shape& in) {
   const Shape out = output_shape(in);
   CHECK(in.d[2] * in.d[3] <= std::numeric_limits<int32_t>::max(), "MaxPool2d: input plane ",
         in.d[2], "x", in.d[3], " is too large for int32 argmax indices");
-  argmax_.assign(size_t(out.numel()), -1);
+  if (default_device() == Device::CUDA) {
+    argmax_.clear();
+    argmax_dev_ = gpu::backend().alloc(size_t(out.numel()) * sizeof(int32_t));
+  } else {
+    argmax_.assign(size_t(out.numel()), -1);
+    argmax_dev_.reset();
+  }
   planned_ = in;
   forward_batch_ = -1;
 }
@@ -88,12 +106,18 @@ void MaxPool2d::forward(Tensor& out, const Tensor& in) {
             in.size(3) == planned_.d[3] && in.size(0) <= planned_.d[0],
         "MaxPool2d: input ", in.shape().str(), " does not fit the planned ", planned_.str(),
         "; plan() with the largest input first");
-  CHECK(in.device() == Device::CPU && out.device() == Device::CPU,
-        "MaxPool2d: the CPU layer was given a ", device_name(in.device()), " tensor");
   const Shape os = output_shape(in.shape());
   CHECK(out.shape() == os, "MaxPool2d: out has shape ", out.shape().str(), ", expected ",
         os.str());
   CHECK(!overlaps(out, in), "MaxPool2d: out must not alias in");
+  if (on_gpu("MaxPool2d", {&out, &in})) {
+    CHECK(argmax_dev_, "MaxPool2d: planned on the CPU, called with GPU tensors");
+    gpu::backend().maxpool_forward(out.data(), static_cast<int32_t*>(argmax_dev_.get()),
+                                   in.data(), in.size(0), desc(in.shape()));
+    forward_batch_ = in.size(0);
+    return;
+  }
+  CHECK(!argmax_.empty() || out.numel() == 0, "MaxPool2d: planned on the GPU, called with CPU tensors");
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
   const float* x = in.data();
@@ -118,9 +142,13 @@ void MaxPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
   CHECK(din.shape() == in.shape() && dout.shape() == os && out.shape() == os,
         "MaxPool2d backward: din ", din.shape().str(), ", dout ", dout.shape().str(), ", out ",
         out.shape().str(), " for input ", in.shape().str(), " (expected output ", os.str(), ")");
-  CHECK(din.device() == Device::CPU && dout.device() == Device::CPU,
-        "MaxPool2d: the CPU layer was given a ", device_name(din.device()), " tensor");
   CHECK(!overlaps(din, dout), "MaxPool2d backward: din must not alias dout");
+  if (on_gpu("MaxPool2d backward", {&din, &dout})) {
+    gpu::backend().maxpool_backward(din.data(), dout.data(),
+                                    static_cast<const int32_t*>(argmax_dev_.get()), in.size(0),
+                                    desc(in.shape()));
+    return;
+  }
   const int64_t HW = in.size(2) * in.size(3), OHW = os.d[2] * os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
   const float* dy = dout.data();

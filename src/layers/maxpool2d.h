@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/gpu.h"
 #include "layers/layer.h"
 #include "layers/pool_common.h"
 
@@ -47,6 +48,8 @@ class MaxPool2d : public UnaryLayer {
   Shape planned_;                // (N, C, H, W) given to plan()
   int64_t forward_batch_ = -1;   // batch of the last forward, whose argmax backward uses
   std::vector<int32_t> argmax_;  // (N, C, OH, OW): index h*W + w into the input plane, or -1
+  std::shared_ptr<void> argmax_dev_;  // the same on the GPU, when planned there (int32)
+  gpu::PoolDesc desc(const Shape& in) const;
 };
 
 }  // namespace mpicnn

@@ -40,6 +40,23 @@ void ParamStore::allocate(Device device) {
   values_ = Tensor::zeros(Shape{std::max<int64_t>(param_floats_, 16)}, device);
   grads_ = Tensor::zeros(Shape{std::max<int64_t>(param_floats_, 16)}, device);
   buffers_ = Tensor::zeros(Shape{std::max<int64_t>(buffer_floats_, 16)}, device);
+  bind();
+  allocated_ = true;
+}
+
+void ParamStore::to(Device device) {
+  CHECK(allocated_, "ParamStore::to before allocate");
+  if (device == values_.device()) return;
+  for (Tensor* slab : {&values_, &grads_, &buffers_}) {
+    Tensor moved = Tensor::empty(slab->shape(), device);
+    moved.copy_from(*slab);
+    *slab = moved;
+  }
+  bind();
+}
+
+void ParamStore::bind() {
+  const Device device = values_.device();
   for (StateEntry& e : entries_) {
     if (e.kind == StateKind::Param) {
       *e.value = Tensor::view(values_.data() + e.offset, e.shape, device);
@@ -48,12 +65,11 @@ void ParamStore::allocate(Device device) {
       *e.value = Tensor::view(buffers_.data() + e.offset, e.shape, device);
     }
   }
-  allocated_ = true;
 }
 
 void ParamStore::zero_grad() {
   CHECK(allocated_, "zero_grad before allocate");
-  std::memset(grads_.data(), 0, size_t(grads_.numel()) * sizeof(float));
+  grads_.fill(0.f);
 }
 
 int64_t ParamStore::num_params() const {

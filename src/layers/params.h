@@ -38,12 +38,18 @@ class ParamStore {
   // Allocates the slabs (zeroed), binds every declared tensor to its range. Once only.
   void allocate(Device device = Device::CPU);
   bool allocated() const { return allocated_; }
+  // Moves the slabs (values, gradients, buffers) to `device` and rebinds every entry's views:
+  // an explicit copy, made once when the model is placed, never during training.
+  void to(Device device);
+  Device device() const { return values_.device(); }
 
   // Whole slabs as 1-D tensors. Each entry starts on a 64-byte boundary; the padding between
   // entries stays zero in every slab, so whole-slab updates and reductions are safe.
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
   Tensor& buffers() { return buffers_; }
+  const Tensor& values() const { return values_; }
+  const Tensor& buffers() const { return buffers_; }
 
   void zero_grad();
   int64_t num_params() const;  // sum of parameter numels (no padding)
@@ -52,6 +58,7 @@ class ParamStore {
 
  private:
   void check_new_name(const std::string& name) const;
+  void bind();  // points every declared tensor at its range of the current slabs
   std::vector<StateEntry> entries_;
   int64_t param_floats_ = 0, buffer_floats_ = 0;
   bool allocated_ = false;

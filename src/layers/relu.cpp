@@ -1,10 +1,13 @@
-// ReLU forward/backward on CPU (OpenMP, vectorisable loops).
+// ReLU forward/backward on CPU (OpenMP, vectorisable loops); CUDA tensors go to kernels/.
 #include "layers/relu.h"
+
+#include "core/gpu.h"
 
 namespace mpicnn {
 
 void ReLU::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == in.shape(), "ReLU: out ", out.shape().str(), " vs in ", in.shape().str());
+  if (on_gpu("ReLU", {&out, &in})) return gpu::backend().relu_forward(out.data(), in.data(), in.numel());
   const float* x = in.data();
   float* y = out.data();
   const int64_t n = in.numel();
@@ -16,6 +19,8 @@ void ReLU::backward(Tensor& din, const Tensor& dout, const Tensor& /*in*/, const
   if (!din.defined()) return;
   CHECK(din.shape() == out.shape() && dout.shape() == out.shape(), "ReLU backward: din ",
         din.shape().str(), ", dout ", dout.shape().str(), ", out ", out.shape().str());
+  if (on_gpu("ReLU backward", {&din, &dout, &out}))
+    return gpu::backend().relu_backward(din.data(), dout.data(), out.data(), out.numel());
   const float* y = out.data();
   const float* dy = dout.data();
   float* dx = din.data();

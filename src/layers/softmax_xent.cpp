@@ -1,7 +1,10 @@
-// Softmax cross-entropy on CPU: max-shifted log-sum-exp per row, double accumulation.
+// Softmax cross-entropy on CPU: max-shifted log-sum-exp per row, double accumulation; CUDA
+// logits go to kernels/loss.cu, which does the same per row.
 #include "layers/softmax_xent.h"
 
 #include <cmath>
+
+#include "core/gpu.h"
 
 namespace mpicnn {
 
@@ -10,10 +13,13 @@ SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing) : eps_(label_smo
         "label smoothing must be in [0, 1], got ", label_smoothing);
 }
 
-void SoftmaxCrossEntropy::plan(int64_t max_batch, int64_t classes) {
+void SoftmaxCrossEntropy::plan(int64_t max_batch, int64_t classes, Device device) {
   CHECK(max_batch >= 1 && classes >= 1, "SoftmaxCrossEntropy: bad plan ", max_batch, " x ",
         classes);
-  probs_ = Tensor::empty({max_batch, classes});
+  probs_ = Tensor::empty({max_batch, classes}, device);
+  targets_dev_ = device == Device::CUDA
+                     ? gpu::backend().alloc(size_t(max_batch) * sizeof(int32_t))
+                     : nullptr;
 }
 
 double SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets) {
@@ -26,6 +32,12 @@ double SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets
     CHECK(targets[n] >= 0 && targets[n] < C, "label ", targets[n], " of sample ", n,
           " is out of range for ", C, " classes");
   probs_view_ = probs_.slice0(0, N);
+  if (on_gpu("cross-entropy", {&logits, &probs_})) {
+    auto* t = static_cast<int32_t*>(targets_dev_.get());
+    gpu::Backend& g = gpu::backend();
+    g.copy(t, true, targets, false, size_t(N) * sizeof(int32_t));
+    return g.softmax_xent_forward(probs_view_.data(), logits.data(), t, N, C, eps_);
+  }
   const float* z = logits.data();
   float* p = probs_view_.data();
   double total = 0;
@@ -55,6 +67,12 @@ void SoftmaxCrossEntropy::backward(Tensor& dlogits, const int32_t* targets, floa
   CHECK(dlogits.shape() == probs_view_.shape(), "cross-entropy backward: dlogits ",
         dlogits.shape().str(), " vs logits ", probs_view_.shape().str());
   const int64_t N = dlogits.size(0), C = dlogits.size(1);
+  if (on_gpu("cross-entropy backward", {&dlogits, &probs_view_})) {
+    // The targets forward copied to the device (backward gets the same batch's labels).
+    return gpu::backend().softmax_xent_backward(dlogits.data(), probs_view_.data(),
+                                                static_cast<const int32_t*>(targets_dev_.get()),
+                                                N, C, eps_, scale);
+  }
   const float k = scale / float(N), off = eps_ / float(C);
   const float* p = probs_view_.data();
   float* d = dlogits.data();

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/blas.h"
+#include "core/gpu.h"
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/add.h"
 #include "layers/avgpool2d.h"
@@ -20,11 +21,21 @@ namespace mpicnn {
 namespace {
 
 // dst (B, A, HW) = src (A, B, HW) with the first two axes swapped: NCHW <-> channel-major.
-void swap01(float* dst, const float* src, int64_t A, int64_t B, int64_t HW) {
+// `device` is where both live.
+void swap01(Device device, float* dst, const float* src, int64_t A, int64_t B, int64_t HW) {
+  if (device == Device::CUDA) return gpu::backend().swap01(dst, src, A, B, HW);
 #pragma omp parallel for collapse(2) schedule(static) if (A * B * HW > 32768)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t a = 0; a < A; ++a)
       std::memcpy(dst + (b * A + a) * HW, src + (a * B + b) * HW, size_t(HW) * sizeof(float));
+}
+
+// Row-major GEMM (core/blas.h's sgemm) on `device`.
+void gemm(Device device, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
+          int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  if (device == Device::CUDA)
+    return gpu::backend().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace
@@ -134,25 +145,28 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
         "DenseBlock: input ", in.shape().str(), " does not fit the plan ",
         out_buf_.shape().str());
   const int64_t n = in.size(0), cols = n * hw_;
+  const Device dev = feat_.device();
+  CHECK(in.device() == dev, "DenseBlock: input on ", device_name(in.device()), ", block on ",
+        device_name(dev));
   float* feat = feat_.data();
-  swap01(feat, in.data(), n, in_channels_, hw_);
+  swap01(dev, feat, in.data(), n, in_channels_, hw_);
   for (auto& lp : layers_) {
     DenseLayer& l = *lp;
     const int64_t cin = l.in_channels;
-    const Tensor prefix = Tensor::view(feat, {1, cin, n, hw_});
-    Tensor a1 = Tensor::view(l.a1.data(), {1, cin, n, hw_});
+    const Tensor prefix = feat_.head({1, cin, n, hw_});
+    Tensor a1 = l.a1.head({1, cin, n, hw_});
     l.norm1.forward(a1, prefix);
     l.relu1.forward(a1, a1);
     // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW)
-    sgemm(false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(), int(cin),
+    gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(), int(cin),
           a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
-    Tensor c1 = Tensor::view(l.c1.data(), {n, bottleneck_, h_, w_});
-    swap01(c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
+    Tensor c1 = l.c1.head({n, bottleneck_, h_, w_});
+    swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
     const Tensor& fresh = l.conv2.forward(l.relu2.forward(l.norm2.forward(c1)));
-    swap01(feat + cin * cols, fresh.data(), n, growth_, hw_);
+    swap01(dev, feat + cin * cols, fresh.data(), n, growth_, hw_);
   }
-  out_ = Tensor::view(out_buf_.data(), {n, out_channels_, h_, w_});
-  swap01(out_.data(), feat, out_channels_, n, hw_);
+  out_ = out_buf_.head({n, out_channels_, h_, w_});
+  swap01(dev, out_.data(), feat, out_channels_, n, hw_);
   return out_;
 }
 
@@ -160,35 +174,36 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
   const int64_t n = out_.size(0), cols = n * hw_;
   CHECK(dout.shape() == out_.shape(), "DenseBlock backward: dout ", dout.shape().str(),
         " vs the last output ", out_.shape().str());
+  const Device dev = grad_.device();
   float* grad = grad_.data();
-  swap01(grad, dout.data(), n, out_channels_, hw_);
+  swap01(dev, grad, dout.data(), n, out_channels_, hw_);
   for (size_t i = layers_.size(); i-- > 0;) {
     DenseLayer& l = *layers_[i];
     const int64_t cin = l.in_channels;
-    Tensor g_new = Tensor::view(g_new_.data(), {n, growth_, h_, w_});
-    swap01(g_new.data(), grad + cin * cols, growth_, n, hw_);
-    Tensor gb = Tensor::view(g_bottleneck_.data(), {n, bottleneck_, h_, w_});
+    Tensor g_new = g_new_.head({n, growth_, h_, w_});
+    swap01(dev, g_new.data(), grad + cin * cols, growth_, n, hw_);
+    Tensor gb = g_bottleneck_.head({n, bottleneck_, h_, w_});
     l.conv2.backward(gb, g_new);
     l.relu2.backward(gb, gb);
     l.norm2.backward(gb, gb);  // now the gradient of c1
     float* gc = bottleneck_cm_.data();
-    swap01(gc, gb.data(), n, bottleneck_, hw_);
-    const Tensor a1 = Tensor::view(l.a1.data(), {1, cin, n, hw_});
+    swap01(dev, gc, gb.data(), n, bottleneck_, hw_);
+    const Tensor a1 = l.a1.head({1, cin, n, hw_});
     // conv1 weight gradient '+=' gc (bottleneck, n*HW) * a1^T; input gradient W^T * gc.
-    sgemm(false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
+    gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
           int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
-    Tensor g_prefix = Tensor::view(g_prefix_.data(), {1, cin, n, hw_});
-    sgemm(true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(), int(cin),
+    Tensor g_prefix = g_prefix_.head({1, cin, n, hw_});
+    gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(), int(cin),
           gc, int(cols), 0.f, g_prefix.data(), int(cols));
     l.relu1.backward(g_prefix, g_prefix, a1, a1);
-    const Tensor prefix = Tensor::view(feat_.data(), {1, cin, n, hw_});
+    const Tensor prefix = feat_.head({1, cin, n, hw_});
     l.norm1.backward(g_prefix, g_prefix, prefix, a1);
-    Tensor g_features = Tensor::view(grad, {1, cin, n, hw_});
+    Tensor g_features = grad_.head({1, cin, n, hw_});
     accumulate(g_features, g_prefix);
   }
   if (din.defined()) {
     CHECK_SHAPE(din, {n, in_channels_, h_, w_});
-    swap01(din.data(), grad, in_channels_, n, hw_);
+    swap01(dev, din.data(), grad, in_channels_, n, hw_);
   }
 }
 

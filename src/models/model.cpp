@@ -20,9 +20,16 @@ Model::Model(std::string name, std::unique_ptr<Module> root, ModelOptions option
   init(*this, seed);
 }
 
+void Model::to(Device device) {
+  CHECK(planned_.ndim == 0 || device == this->device(), "model ", name_,
+        ": to(", device_name(device), ") after plan(); place the model first");
+  store_.to(device);
+}
+
 Shape Model::plan(const Shape& input) {
   CHECK(input.ndim == 4 && input[1] == options_.in_channels, "model ", name_,
         ": input must be (N, ", options_.in_channels, ", H, W), got ", input.str());
+  const DeviceScope scope(device());
   const Shape out = root_->plan(input);
   CHECK(out.ndim == 2 && out[1] == options_.num_classes, "model ", name_, ": produces ",
         out.str(), ", expected (N, ", options_.num_classes, ")");
@@ -40,6 +47,8 @@ const Tensor& Model::forward(const Tensor& x) {
   CHECK(x.dim() == 4 && x.size(1) == planned_[1] && x.size(2) == planned_[2] &&
             x.size(3) == planned_[3] && x.size(0) <= planned_[0],
         "model ", name_, ": input ", x.shape().str(), " does not fit the plan ", planned_.str());
+  CHECK(x.device() == device(), "model ", name_, " is on ", device_name(device()), ", its input on ",
+        device_name(x.device()), " (copy it with Tensor::copy_from)");
   return root_->forward(x);
 }
 
@@ -61,12 +70,14 @@ void Model::backward(const Tensor& dlogits) {
 
 void Model::save_state_dict(const std::string& path,
                             const std::map<std::string, std::string>& metadata) const {
-  SafetensorsWriter w;
+  SafetensorsWriter w;  // copies the bytes it is given: host copies of GPU slabs suffice
+  const Tensor values = to_host(store_.values()), buffers = to_host(store_.buffers());
   for (const StateEntry& e : store_.entries()) {
     if (e.kind == StateKind::BufferI64)
       w.add_i64_scalar(e.name, *e.i64);
     else
-      w.add_f32(e.name, *e.value);
+      w.add_f32(e.name, (e.kind == StateKind::Param ? values : buffers).data() + e.offset,
+                dims_of(e.shape));
   }
   for (const auto& [k, v] : metadata) w.set_metadata(k, v);
   w.write(path);
@@ -78,10 +89,15 @@ void Model::load_state_dict(const std::string& path) {
   for (const StateEntry& e : store_.entries()) {
     expected.insert(e.name);
     CHECK(r.contains(e.name), path, ": no tensor '", e.name, "' (model ", name_, ")");
-    if (e.kind == StateKind::BufferI64)
+    if (e.kind == StateKind::BufferI64) {
       *e.i64 = r.read_i64_scalar(e.name);
-    else
+    } else if (e.value->device() == Device::CPU) {
       r.read_f32(*e.value, e.name);
+    } else {
+      Tensor host = Tensor::empty(e.shape, Device::CPU);
+      r.read_f32(host, e.name);
+      e.value->copy_from(host);
+    }
   }
   for (const TensorInfo& t : r.tensors())
     CHECK(expected.count(t.name), path, ": unexpected tensor '", t.name, "' for model ", name_);

@@ -33,12 +33,17 @@ class Model {
   const ParamStore& params() const { return store_; }
   Module& root() { return *root_; }
 
-  // Plans for inputs of this shape (N, C, H, W); returns the logits shape (N, classes).
+  // Places the model on `device` (its slabs move; see ParamStore::to). Once, before plan():
+  // the device is chosen when the model is built, and every layer then runs there or fails.
+  void to(Device device);
+  Device device() const { return store_.device(); }
+  // Plans for inputs of this shape (N, C, H, W) on the model's device (every layer's buffers
+  // and workspaces); returns the logits shape (N, classes).
   Shape plan(const Shape& input);
   const Shape& planned_input() const { return planned_; }
   void set_training(bool training);
   bool training() const { return training_; }
-  // Logits (N, classes) for x (N, C, H, W), N up to the planned batch.
+  // Logits (N, classes) for x (N, C, H, W) on the model's device, N up to the planned batch.
   const Tensor& forward(const Tensor& x);
   // Parameter gradients '+=' from dlogits of the last forward (the caller zeroes them).
   void backward(const Tensor& dlogits);
@@ -48,7 +53,8 @@ class Model {
   void set_grad_ready(GradReadyFn fn) { grad_ready_ = std::move(fn); }
 
   // State dict (parameters and buffers) by torchvision name. load is strict: every entry must
-  // be present with its shape, and no other tensor may be in the file.
+  // be present with its shape, and no other tensor may be in the file. On a GPU model both
+  // stage through host copies.
   void save_state_dict(const std::string& path,
                        const std::map<std::string, std::string>& metadata = {}) const;
   void load_state_dict(const std::string& path);

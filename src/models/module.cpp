@@ -78,7 +78,7 @@ void Sequential::backward(Tensor& din, const Tensor& dout) {
     s.d[0] = batch_;
     Tensor& buf = (i % 2) ? ping_ : pong_;
     Tensor& v = views[i % 2];
-    v = Tensor::view(buf.data(), s);
+    v = buf.head(s);
     children_[i].second->backward(v, *g);
     if (hook && ready_from_[i] >= 0) (*hook)(ready_from_[i]);
     g = &v;

@@ -107,7 +107,7 @@ void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
   const int64_t N = out_.size(0);
   auto view = [N](Tensor& buf, Shape s) {
     s.d[0] = N;
-    return Tensor::view(buf.data(), s);
+    return buf.head(s);
   };
   Tensor g_out = g_out_.slice0(0, N);
   out_relu_.backward(g_out, dout, out_, out_);

@@ -79,6 +79,15 @@ void AdamW::step() {
                       float(opt_.beta1), float(1 - opt_.beta1),
                       float(opt_.beta2), float(1 - opt_.beta2),
                       float(std::sqrt(bc2)), float(opt_.eps), float(-(lr_ / bc1))};
+  if (store_.device() == Device::CUDA) {
+    const gpu::AdamScalars sc{s.decay_mul, s.b1,       s.keep1, s.b2,          s.keep2,
+                              s.bc2_sqrt,  s.eps,      s.neg_step, opt_.amsgrad, grad_scale_};
+    gpu::backend().adamw_step(store_.values().data(), m_.data(), v_.data(),
+                              vmax_.defined() ? vmax_.data() : nullptr, store_.grads().data(),
+                              static_cast<const gpu::SlabChunk*>(gpu_chunks_.get()),
+                              int64_t(chunks_.size()), kChunkFloats, sc);
+    return;
+  }
   const AdamRun with_decay = opt_.amsgrad ? adamw_run<true, true> : adamw_run<true, false>;
   const AdamRun without_decay = opt_.amsgrad ? adamw_run<false, true> : adamw_run<false, false>;
   float* p = store_.values().data();

@@ -23,9 +23,6 @@ static bool parse_double(const std::string& s, double& v) {
 
 Optimizer::Optimizer(ParamStore& store, double lr, const char* who) : store_(store), who_(who) {
   CHECK(store.allocated(), who, ": allocate() the ParamStore before building the optimizer");
-  CHECK(store.values().device() == Device::CPU, who,
-        ": parameters on ", device_name(store.values().device()),
-        " need the GPU optimizer kernels; this optimizer runs on the CPU");
   set_lr(lr);
 }
 
@@ -44,6 +41,21 @@ void Optimizer::build_chunks(bool exclude_no_decay) {
     for (int64_t b = e.offset; b < end; b += kChunkFloats)
       chunks_.push_back({b, std::min(b + kChunkFloats, end), decay});
   }
+  if (store_.device() == Device::CUDA) {  // the fused kernels read the table on the device
+    std::vector<gpu::SlabChunk> table;
+    for (const Chunk& c : chunks_) table.push_back({c.begin, c.end, c.decay ? 1 : 0});
+    const size_t bytes = table.size() * sizeof(gpu::SlabChunk);
+    gpu_chunks_ = gpu::backend().alloc(bytes);
+    gpu::backend().copy(gpu_chunks_.get(), true, table.data(), false, bytes);
+  }
+}
+
+void Optimizer::set_grad_scale(float scale) {
+  CHECK(std::isfinite(scale) && scale > 0, who_, ": gradient scale must be finite and > 0, got ",
+        scale);
+  CHECK(scale == 1.f || store_.device() == Device::CUDA, who_,
+        ": loss scaling (fp16) is a GPU feature; the CPU optimizers take unscaled gradients");
+  grad_scale_ = scale;
 }
 
 std::vector<Tensor> Optimizer::state_slabs() const {
@@ -58,7 +70,7 @@ void Optimizer::set_steps(int64_t steps) {
 }
 
 Tensor Optimizer::add_state_slab(const std::string& slab_name) {
-  slabs_.push_back({slab_name, Tensor::zeros(store_.values().shape())});
+  slabs_.push_back({slab_name, Tensor::zeros(store_.values().shape(), store_.device())});
   return slabs_.back().slab;
 }
 
@@ -68,10 +80,12 @@ void Optimizer::save_state(SafetensorsWriter& out, const std::string& prefix) co
   out.set_metadata(prefix + "lr", exact_double(lr_));
   for (const auto& [key, value] : options()) out.set_metadata(prefix + key, exact_double(value));
   out.add_i64_scalar(prefix + "step", steps_);
-  for (const StateSlab& s : slabs_)
+  for (const StateSlab& s : slabs_) {
+    const Tensor host = to_host(s.slab);  // the writer copies the bytes
     for (const StateEntry& e : store_.entries())
       if (e.kind == StateKind::Param)
-        out.add_f32(prefix + s.name + "." + e.name, s.slab.data() + e.offset, dims_of(e.shape));
+        out.add_f32(prefix + s.name + "." + e.name, host.data() + e.offset, dims_of(e.shape));
+  }
 }
 
 void Optimizer::load_state(const SafetensorsReader& in, const std::string& prefix) {
@@ -95,9 +109,12 @@ void Optimizer::load_state(const SafetensorsReader& in, const std::string& prefi
   const int64_t steps = in.read_i64_scalar(prefix + "step");
   CHECK(steps >= 0, f, ": optimizer ", prefix, "step is negative (", steps, ")");
 
-  // Every expected tensor, checked before any slab changes.
+  // Every expected tensor, checked before any slab changes. GPU slabs are read into host
+  // copies first and copied up once all reads succeeded.
   std::unordered_map<std::string, std::pair<float*, Dims>> want;
-  for (StateSlab& s : slabs_)
+  std::vector<Tensor> hosts;
+  for (StateSlab& s : slabs_) {
+    hosts.push_back(s.slab.device() == Device::CPU ? s.slab : Tensor::zeros(s.slab.shape(), Device::CPU));
     for (const StateEntry& e : store_.entries()) {
       if (e.kind != StateKind::Param) continue;
       const std::string key = prefix + s.name + "." + e.name;
@@ -108,13 +125,16 @@ void Optimizer::load_state(const SafetensorsReader& in, const std::string& prefi
             dtype_name(t.dtype), ", expected F32");
       CHECK(t.shape == dims_of(e.shape), f, ": optimizer state '", key, "' has shape ",
             dims_str(t.shape), ", the parameter has ", dims_str(dims_of(e.shape)));
-      want.emplace(key, std::pair{s.slab.data() + e.offset, dims_of(e.shape)});
+      want.emplace(key, std::pair{hosts.back().data() + e.offset, dims_of(e.shape)});
     }
+  }
   for (const TensorInfo& t : in.tensors())
     CHECK(t.name.rfind(prefix, 0) != 0 || t.name == prefix + "step" || want.count(t.name), f,
           ": optimizer state '", t.name, "' belongs to no parameter of this model");
 
   for (const auto& [key, dest] : want) in.read_f32(dest.first, key, dest.second);
+  for (size_t i = 0; i < slabs_.size(); ++i)
+    if (slabs_[i].slab.data() != hosts[i].data()) slabs_[i].slab.copy_from(hosts[i]);
   lr_ = lr;
   steps_ = steps;
 }

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/gpu.h"
 #include "io/safetensors.h"
 #include "layers/params.h"
 
@@ -18,8 +19,13 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter from store.grads(). Allocates nothing.
+  // One update of every parameter from store.grads(), on the store's device (one fused kernel
+  // over the slab on the GPU). Allocates nothing.
   virtual void step() = 0;
+  // Gradients are multiplied by this before the update (1 / loss scale for fp16 training on
+  // the GPU; 1 otherwise, which leaves results bit-identical).
+  void set_grad_scale(float scale);
+  float grad_scale() const { return grad_scale_; }
 
   double lr() const { return lr_; }
   void set_lr(double lr);          // finite and >= 0
@@ -54,7 +60,8 @@ class Optimizer {
     bool decay;
   };
   static constexpr int64_t kChunkFloats = 16384;
-  // Builds chunks_: an entry decays unless exclude_no_decay and its `decay` flag is false.
+  // Builds chunks_ (and their device copy for a GPU store): an entry decays unless
+  // exclude_no_decay and its `decay` flag is false.
   void build_chunks(bool exclude_no_decay);
 
   // A state slab with the parameter slab's layout, zeroed, saved and loaded under `slab_name`.
@@ -65,6 +72,8 @@ class Optimizer {
 
   ParamStore& store_;
   std::vector<Chunk> chunks_;
+  std::shared_ptr<void> gpu_chunks_;  // chunks_ as gpu::SlabChunk on the device (GPU store)
+  float grad_scale_ = 1.f;
   double lr_ = 0;
   int64_t steps_ = 0;
   const char* who_;  // "SGD", "AdamW": the word that starts our error messages

@@ -69,6 +69,15 @@ void SGD::step() {
   const float wd = float(opt_.weight_decay), mom = float(opt_.momentum);
   const float keep = float(1.0 - opt_.dampening), neg_lr = float(-lr_);
   const bool any_decay = opt_.weight_decay != 0;  // torch skips the add when wd is 0
+  if (store_.device() == Device::CUDA) {
+    const gpu::SgdScalars sc{wd, mom, keep, neg_lr, int(m), opt_.nesterov, any_decay, grad_scale_};
+    gpu::backend().sgd_step(store_.values().data(), buf_.defined() ? buf_.data() : nullptr,
+                            store_.grads().data(),
+                            static_cast<const gpu::SlabChunk*>(gpu_chunks_.get()),
+                            int64_t(chunks_.size()), kChunkFloats, sc);
+    ++steps_;
+    return;
+  }
   float* p = store_.values().data();
   const float* g = store_.grads().data();
   float* buf = buf_.defined() ? buf_.data() : nullptr;

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/cli.h"
+#include "core/gpu.h"
 #include "data/dataset.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
@@ -86,7 +87,14 @@ const cli::Program& program() {
       {"check-sync", "", "N", cli::Kind::Value,
        "every N steps check that all ranks hold the same weights (0 = off)"},
       {"bucket-mb", "", "MB", cli::Kind::Value, "gradient allreduce bucket size in MiB (> 0)"},
-      {"device", "", "NAME", cli::Kind::Value, "auto or cpu (this build has no CUDA backend)"},
+      {"device", "", "NAME", cli::Kind::Value,
+       "auto (the GPU when this build has CUDA and one is visible), cpu or cuda (one GPU per "
+       "rank: node-local rank modulo the visible GPUs)"},
+      {"precision", "", "P", cli::Kind::Value,
+       "GPU math: auto (tf32), fp32, tf32, bf16 or fp16 (with dynamic loss scaling); weights "
+       "and activations stay fp32; the CPU computes in fp32 only"},
+      {"deterministic", "", "[=BOOL]", cli::Kind::Switch,
+       "GPU: deterministic cuDNN algorithms only (bit-identical reruns, maybe slower)"},
       {"config", "", "FILE", cli::Kind::Value,
        "read options from FILE (format below); command-line values override the file's"},
       {"help", "h", "", cli::Kind::Help, "print this help and exit"},
@@ -259,9 +267,12 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
     return to_double(g, [](double x) { return x > 0 && x <= 1 << 20; }, "a number > 0 (MiB)");
   });
   set("device", o.device, [](const Given& g) {
-    if (g.value == "cuda") FAIL(g.label, ": this build has no CUDA backend (accepted: auto, cpu)");
-    return to_choice(g, {"auto", "cpu"});
+    if (g.value == "cuda" && !gpu::compiled_in()) FAIL(g.label, " cuda: ", gpu::unavailable_reason());
+    return to_choice(g, {"auto", "cpu", "cuda"});
   });
+  set("precision", o.precision,
+      [](const Given& g) { return to_choice(g, {"auto", "fp32", "tf32", "bf16", "fp16"}); });
+  set("deterministic", o.deterministic, to_bool);
 
   // ---- checks across options ------------------------------------------------------------------
   // Fashion-MNIST is the default only when the user named no data at all; a path alone means
@@ -333,6 +344,8 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"check-sync", i(o.check_sync)},
       {"bucket-mb", cli::format_double(o.bucket_mb)},
       {"device", o.device},
+      {"precision", o.precision},
+      {"deterministic", b(o.deterministic)},
   };
 }
 

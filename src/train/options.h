@@ -50,7 +50,9 @@ struct TrainOptions {
   std::string progress = "auto";  // auto | bar | plain | none
   int64_t check_sync = 0;      // steps between replica-consistency checks; 0 = off
   double bucket_mb = 25;       // gradient allreduce bucket size in MiB
-  std::string device = "auto";  // auto | cpu (cuda is refused: no CUDA backend in this build)
+  std::string device = "auto";     // auto | cpu | cuda (core/device.h)
+  std::string precision = "auto";  // auto | fp32 | tf32 | bf16 | fp16
+  bool deterministic = false;      // GPU: deterministic cuDNN algorithms
 
   std::string config;  // the --config file read, if any (not part of to_config)
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/device.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/dataset.h"
@@ -264,6 +265,15 @@ void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt) {
   opt.set_steps(steps);
 }
 
+// The batch where the model is: itself on the CPU, else copied into the planned device buffer
+// (the one host -> device transfer of a step).
+Tensor on_model_device(Tensor& device_images, const Tensor& images) {
+  if (!device_images.defined()) return images;
+  Tensor x = device_images.head(images.shape());
+  x.copy_from(images);
+  return x;
+}
+
 struct EvalResult {
   double loss = NAN, top1 = NAN, top5 = NAN;
 };
@@ -272,7 +282,7 @@ struct EvalResult {
 // wrapped-around padding is not counted), the sums are reduced.
 EvalResult evaluate(const dist::Comm& comm, Model& model, SplitData& test,
                     const data::Transform& tf, const data::LoaderOptions& lopt,
-                    SoftmaxCrossEntropy& xent) {
+                    SoftmaxCrossEntropy& xent, Tensor& device_images) {
   model.set_training(false);
   auto [ds, order] = test.epoch(0, 0, /*shuffle=*/false);
   const int K = comm.size(), r = comm.rank();
@@ -285,9 +295,9 @@ EvalResult evaluate(const dist::Comm& comm, Model& model, SplitData& test,
   data::Batch b;
   uint64_t pos = 0;  // position of the batch's first sample in this rank's shard
   while (loader.next(b)) {
-    const Tensor& logits = model.forward(b.images);
+    const Tensor& logits = model.forward(on_model_device(device_images, b.images));
     (void)xent.forward(logits, b.labels.data());
-    const Tensor& p = xent.probabilities();
+    const Tensor p = to_host(xent.probabilities());
     const int64_t C = logits.shape()[1];
     for (int i = 0; i < b.size; ++i, ++pos) {
       if (uint64_t(r) + pos * uint64_t(K) >= N) continue;  // padding: a repeat of an earlier sample
@@ -343,6 +353,13 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   // ---- threads, data, model ---------------------------------------------------------------------
   const int threads = comm.threads_per_rank(o.threads);
   set_num_threads(threads);
+  // The device, once: every rank chooses the same way (one GPU per rank on a node); a rank
+  // that cannot fails the job with one line.
+  DeviceChoice dev;
+  comm.on_all([&] {
+    dev = choose_device(o.device, o.precision, o.deterministic, comm.local_rank());
+  });
+  const bool fp16 = dev.device == Device::CUDA && dev.precision == gpu::Precision::FP16;
 
   data::DatasetSpec spec;
   spec.kind = o.dataset;
@@ -375,10 +392,14 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   result.model = build_model(o.model, mopt, o.seed);
   Model& model = *result.model;
   const int64_t b = o.batch_size;
+  model.to(dev.device);
   model.plan(Shape{b, input.channels, input.height, input.width});
   model.set_training(true);
   SoftmaxCrossEntropy xent;
-  xent.plan(b, mopt.num_classes);
+  xent.plan(b, mopt.num_classes, dev.device);
+  Tensor device_images;  // (b, C, H, W) on the GPU; undefined on the CPU
+  if (dev.device == Device::CUDA)
+    device_images = Tensor::empty(Shape{b, input.channels, input.height, input.width}, dev.device);
   std::vector<Dropout*> dropouts;
   model.root().for_each_layer([&](Layer& l, const std::string&) {
     if (auto* d = dynamic_cast<Dropout*>(&l)) dropouts.push_back(d);
@@ -467,7 +488,7 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
         << info.description << "\n  " << K << " rank" << (K > 1 ? "s" : "") << " on " << comm.nodes()
         << " node" << (comm.nodes() > 1 ? "s" : "") << ", " << threads << " thread"
         << (threads > 1 ? "s" : "") << " per rank; batch " << b << " per rank, " << global_batch
-        << " global; " << plan.steps << " steps per epoch"
+        << " global; " << plan.steps << " steps per epoch\n  device " << dev.description
         << (plan.padded > 0 ? " (" + std::to_string(plan.padded) + " samples repeated to even out the ranks)" : "")
         << "\n  " << opt->name() << ", " << schedule.describe() << "\n  run directory " << run_dir
         << (resumed_from.empty() ? "" : ", resumed from " + resumed_from + " (epoch " +
@@ -485,7 +506,13 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   lopt.skip_bad = o.skip_bad;
   lopt.channels = input.channels;
   const float loss_scale = 1.0f / float(K);  // d(mean over the global batch) / d(rank's mean)
-  Tensor dlogits = Tensor::zeros(Shape{b, mopt.num_classes});
+  Tensor dlogits = Tensor::zeros(Shape{b, mopt.num_classes}, dev.device);
+  // fp16: dynamic loss scaling. The loss gradient is multiplied by loss_scaler; a step whose
+  // summed gradients hold an inf or NaN (the same on every rank after the allreduce) is
+  // skipped and halves it; kGrowth clean steps in a row double it.
+  constexpr int64_t kGrowth = 2000;
+  float loss_scaler = fp16 ? 65536.f : 1.f;
+  int64_t clean_steps = 0, skipped_steps = 0;
 
   // Rank 0 writes the checkpoint with rank 0's BatchNorm running statistics, which are then
   // also every rank's (see the header); a failed save stops every rank.
@@ -524,15 +551,25 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
       opt->set_lr(schedule.lr(epoch, step, plan.steps));
       CHECK(loader.next(batch), "rank ", rank, ": data ran out at step ", step, " of epoch ", epoch + 1);
       for (Dropout* d : dropouts) d->set_draw(o.seed, uint64_t(state.global_step), uint64_t(rank) * uint64_t(b));
-      const Tensor& logits = model.forward(batch.images);
+      const Tensor& logits = model.forward(on_model_device(device_images, batch.images));
       const double loss = xent.forward(logits, batch.labels.data());
       Tensor dl = dlogits.slice0(0, batch.size);
       model.params().zero_grad();
       sync.begin_step();
-      xent.backward(dl, batch.labels.data(), loss_scale);
+      xent.backward(dl, batch.labels.data(), loss_scale * loss_scaler);
       model.backward(dl);
       sync.finish();
-      opt->step();
+      if (fp16 && !gpu::backend().all_finite(model.params().grads().data(), model.params().grads().numel())) {
+        loss_scaler = std::max(loss_scaler / 2, 1.f);  // overflow: skip the update
+        clean_steps = 0;
+        ++skipped_steps;
+      } else {
+        if (fp16) {
+          opt->set_grad_scale(1.f / loss_scaler);
+          if (++clean_steps % kGrowth == 0) loss_scaler = std::min(loss_scaler * 2, 16777216.f);
+        }
+        opt->step();
+      }
       ++state.global_step;
       state.step_in_epoch = step + 1;
       state.samples_seen += int64_t(batch.size) * K;  // every rank's batch has this size
@@ -582,7 +619,7 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
       EvalResult ev;
       if (test && (state.epoch % o.eval_every == 0 || last)) {
         if (model.params().buffers().numel() > 0) comm.broadcast(model.params().buffers());
-        ev = evaluate(comm, model, *test, eval_tf, lopt, xent);
+        ev = evaluate(comm, model, *test, eval_tf, lopt, xent, device_images);
         result.test_loss = ev.loss;
         result.top1 = ev.top1;
         result.top5 = ev.top5;
@@ -617,6 +654,8 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
     if (!saved_last) save("");
     comm.on_root([&] {
       tracker->set_summary("comm_share", step_time > 0 ? comm_wait / step_time : 0.0);
+      tracker->set_summary("device", dev.description);
+      if (fp16) tracker->set_summary("fp16_skipped_steps", skipped_steps);
       tracker->set_summary("resumed_from", resumed_from);
       tracker->finish(RunStatus::Finished);
       out << "done: " << run_dir << " (" << Progress::format_eta(train_seconds) << " training, "

@@ -1,0 +1,183 @@
+// The CUDA backend's core: device selection, the process's stream and library handles,
+// precision settings, device and pinned memory, and copies. The kernel families live in the
+// other kernels/*.cu files (one per family); this file also defines backend_instance(), which
+// is what links a binary to the GPU (a CPU-only build links src/core/gpu_absent.cpp instead).
+#include <cstdio>
+
+#include "common.cuh"
+
+namespace mpicnn::gpu {
+
+namespace {
+CudaBackend* g_backend = nullptr;
+}
+
+Backend* backend_instance() {
+  static CudaBackend instance;
+  g_backend = &instance;
+  return &instance;
+}
+
+bool compiled_in() { return true; }
+
+std::string unavailable_reason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error
+    return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(err) + ")";
+  }
+  if (count == 0) return "no CUDA device visible (cudaGetDeviceCount found 0)";
+  return "";
+}
+
+Context& ctx() {
+  CHECK(g_backend && g_backend->ctx_.stream, "CUDA backend used before select_device()");
+  return g_backend->ctx_;
+}
+
+void* ensure_workspace(size_t bytes) {
+  Context& c = ctx();
+  if (bytes > c.workspace_bytes) {
+    CUDA_CHECK(cudaStreamSynchronize(c.stream));  // the old one may still be in use
+    c.workspace_owner = g_backend->alloc(bytes);
+    c.workspace = c.workspace_owner.get();
+    c.workspace_bytes = bytes;
+  }
+  return c.workspace;
+}
+
+CudaBackend::CudaBackend() = default;
+
+CudaBackend::~CudaBackend() {
+  // Process exit: release what we made; errors here are not worth reporting.
+  if (!ctx_.stream) return;
+  for (cudaEvent_t e : copy_events_) cudaEventDestroy(e);
+  if (compute_mark_) cudaEventDestroy(compute_mark_);
+  ctx_.workspace_owner.reset();
+  if (ctx_.scratch) cudaFree(ctx_.scratch);
+  if (ctx_.cublas) cublasDestroy(ctx_.cublas);
+  if (ctx_.cudnn) cudnnDestroy(ctx_.cudnn);
+  cudaStreamDestroy(ctx_.copy_stream);
+  cudaStreamDestroy(ctx_.stream);
+}
+
+int CudaBackend::device_count() const {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+void CudaBackend::select_device(int local_rank) {
+  CHECK(!ctx_.stream, "select_device: a device is already selected (device ", ctx_.device, ")");
+  const std::string why = unavailable_reason();
+  CHECK(why.empty(), "--device cuda: ", why);
+  const int count = device_count();
+  ctx_.device = local_rank % count;
+  CUDA_CHECK(cudaSetDevice(ctx_.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.copy_stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+  CUDNN_CHECK(cudnnCreate(&ctx_.cudnn));
+  CUDNN_CHECK(cudnnSetStream(ctx_.cudnn, ctx_.stream));
+  CUBLAS_CHECK(cublasCreate(&ctx_.cublas));
+  CUBLAS_CHECK(cublasSetStream(ctx_.cublas, ctx_.stream));
+  // TF32 only where gemm() asks for it through its compute type.
+  CUBLAS_CHECK(cublasSetMathMode(ctx_.cublas, CUBLAS_DEFAULT_MATH));
+  CUDA_CHECK(cudaMalloc(&ctx_.scratch, Context::kScratchBytes));
+  ++allocations_;
+}
+
+int CudaBackend::device() const { return ctx_.device; }
+
+std::string CudaBackend::device_name() const {
+  if (ctx_.device < 0) return "no device selected";
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, ctx_.device));
+  return std::string(p.name) + " (device " + std::to_string(ctx_.device) + ", sm_" +
+         std::to_string(p.major) + std::to_string(p.minor) + ")";
+}
+
+void CudaBackend::set_precision(Precision p) { ctx_.precision = p; }
+Precision CudaBackend::precision() const { return ctx_.precision; }
+void CudaBackend::set_deterministic(bool on) { ctx_.deterministic = on; }
+
+void CudaBackend::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+int64_t CudaBackend::allocation_count() const { return allocations_; }
+
+std::shared_ptr<void> CudaBackend::alloc(size_t bytes) {
+  ctx();  // a device must be selected: memory belongs to it
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    FAIL("out of GPU memory: ", bytes >> 20, " MiB more wanted, ", free_b >> 20, " of ",
+         total_b >> 20, " MiB free on ", device_name(), " (lower -b/--batch-size)");
+  }
+  CUDA_CHECK(err);
+  ++allocations_;
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+std::shared_ptr<void> CudaBackend::alloc_pinned(size_t bytes) {
+  ctx();
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
+void CudaBackend::copy(void* dst, bool dst_device, const void* src, bool src_device, size_t bytes) {
+  Context& c = ctx();
+  if (bytes == 0) return;
+  const cudaMemcpyKind kind = dst_device ? (src_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                         : (src_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, c.stream));
+  CUDA_CHECK(cudaStreamSynchronize(c.stream));
+}
+
+void CudaBackend::copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
+                         int64_t width, int64_t rows) {
+  if (width == 0 || rows == 0) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_pitch) * sizeof(float), src,
+                               size_t(src_pitch) * sizeof(float), size_t(width) * sizeof(float),
+                               size_t(rows), cudaMemcpyDeviceToDevice, ctx().stream));
+}
+
+void CudaBackend::copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) {
+  Context& c = ctx();
+  CHECK(slot >= 0, "copy_to_host_async: slot ", slot);
+  while (int(copy_events_.size()) <= slot) {  // once per slot, at the first step
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    copy_events_.push_back(e);
+  }
+  // The copy stream waits for the gradients queued so far, then copies while backward goes on.
+  CUDA_CHECK(cudaEventRecord(compute_mark_, c.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(c.copy_stream, compute_mark_, 0));
+  CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c.copy_stream));
+  CUDA_CHECK(cudaEventRecord(copy_events_[size_t(slot)], c.copy_stream));
+}
+
+bool CudaBackend::copy_done(int slot, bool wait) {
+  CHECK(slot >= 0 && slot < int(copy_events_.size()), "copy_done: unknown slot ", slot);
+  cudaEvent_t e = copy_events_[size_t(slot)];
+  if (wait) {
+    CUDA_CHECK(cudaEventSynchronize(e));
+    return true;
+  }
+  const cudaError_t err = cudaEventQuery(e);
+  if (err == cudaErrorNotReady) return false;
+  CUDA_CHECK(err);
+  return true;
+}
+
+}  // namespace mpicnn::gpu

@@ -1,0 +1,164 @@
+// What every kernels/*.cu file shares: the CUDA backend class (its methods are defined across
+// the .cu files, one family each), the process's device context (stream, cuDNN and cuBLAS
+// handles, precision), the check macros and launch helpers. Internal to kernels/: host code
+// outside sees only src/core/gpu.h.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/gpu.h"
+
+// One check macro per library (conventions): expression, file and line in the error.
+#define CUDA_CHECK(expr)                                                                     \
+  do {                                                                                       \
+    const cudaError_t err_ = (expr);                                                         \
+    if (err_ != cudaSuccess)                                                                 \
+      throw ::mpicnn::Error(std::string("CUDA: ") + cudaGetErrorString(err_), #expr,         \
+                            __FILE__, __LINE__);                                             \
+  } while (0)
+#define CUDNN_CHECK(expr)                                                                         \
+  do {                                                                                            \
+    const cudnnStatus_t st_ = (expr);                                                             \
+    if (st_ != CUDNN_STATUS_SUCCESS)                                                              \
+      throw ::mpicnn::Error(std::string("cuDNN: ") + cudnnGetErrorString(st_), #expr,            \
+                            __FILE__, __LINE__);                                                  \
+  } while (0)
+#define CUBLAS_CHECK(expr)                                                                       \
+  do {                                                                                           \
+    const cublasStatus_t st_ = (expr);                                                           \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                            \
+      throw ::mpicnn::Error(std::string("cuBLAS: ") + cublasGetStatusString(st_), #expr,         \
+                            __FILE__, __LINE__);                                                 \
+  } while (0)
+// After every kernel launch.
+#define KERNEL_CHECK() CUDA_CHECK(cudaGetLastError())
+
+namespace mpicnn::gpu {
+
+// Blocks of kThreads for n elements, capped (kernels loop grid-stride).
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return unsigned(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+struct Context {
+  int device = -1;
+  cudaStream_t stream = nullptr;       // all compute
+  cudaStream_t copy_stream = nullptr;  // gradient copies to host, after compute events
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  Precision precision = Precision::TF32;
+  bool deterministic = false;
+  float* scratch = nullptr;  // small device scratch (reductions' results), kScratchBytes
+  static constexpr size_t kScratchBytes = 1 << 16;
+  // cuDNN workspace shared by every convolution (calls run one at a time on `stream`); grown
+  // only by ensure_workspace, which plans call outside the training step.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::shared_ptr<void> workspace_owner;
+};
+// The selected device's context; throws if select_device() has not run.
+Context& ctx();
+// Grows the shared workspace to at least `bytes` (a cudaMalloc: plan time only); returns it.
+void* ensure_workspace(size_t bytes);
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+
+  int device_count() const override;
+  void select_device(int local_rank) override;
+  int device() const override;
+  std::string device_name() const override;
+  void set_precision(Precision p) override;
+  Precision precision() const override;
+  void set_deterministic(bool on) override;
+  void synchronize() override;
+  int64_t allocation_count() const override;
+
+  std::shared_ptr<void> alloc(size_t bytes) override;
+  std::shared_ptr<void> alloc_pinned(size_t bytes) override;
+  void copy(void* dst, bool dst_device, const void* src, bool src_device, size_t bytes) override;
+  void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
+              int64_t rows) override;
+  void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) override;
+  bool copy_done(int slot, bool wait) override;
+
+  // kernels/elementwise.cu
+  void fill(float* x, float value, int64_t n) override;
+  void scale(float* x, float a, int64_t n) override;
+  void add(float* out, const float* a, const float* b, int64_t n) override;
+  void accumulate(float* dst, const float* src, int64_t n) override;
+  void swap01(float* dst, const float* src, int64_t A, int64_t B, int64_t inner) override;
+  bool all_finite(const float* x, int64_t n) override;
+  void relu_forward(float* y, const float* x, int64_t n) override;
+  void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override;
+  void dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample, uint64_t seed,
+               uint64_t stream, uint64_t first_sample, float p, float scale) override;
+  void normalize_u8(float* out, const uint8_t* in, const uint8_t* flip, int64_t N, int C, int H,
+                    int W, const float* mean, const float* std) override;
+
+  // kernels/gemm.cu
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) override;
+  void sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) override;
+  void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
+
+  // kernels/conv.cu
+  std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) override;
+  void conv_forward(ConvPlan& plan, float* y, const float* x, const float* w, const float* bias,
+                    int n) override;
+  void conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias, const float* dy,
+                     const float* x, const float* w, int n) override;
+
+  // kernels/batchnorm.cu
+  void batchnorm_forward(float* y, float* save_mean, float* save_invstd, float* running_mean,
+                         float* running_var, const float* x, const float* weight,
+                         const float* bias, int64_t N, int64_t C, int64_t HW, float eps,
+                         float momentum, bool training) override;
+  void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy,
+                          const float* x, const float* weight, const float* save_mean,
+                          const float* save_invstd, int64_t N, int64_t C, int64_t HW,
+                          bool training) override;
+
+  // kernels/pool.cu
+  void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t N,
+                       const PoolDesc& d) override;
+  void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t N,
+                        const PoolDesc& d) override;
+  void avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) override;
+  void avgpool_backward(float* dx, const float* dy, int64_t N, const PoolDesc& d) override;
+  void adaptive_avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) override;
+  void adaptive_avgpool_backward(float* dx, const float* dy, int64_t N,
+                                 const PoolDesc& d) override;
+
+  // kernels/loss.cu
+  double softmax_xent_forward(float* probs, const float* logits, const int32_t* targets,
+                              int64_t N, int64_t C, float label_smoothing) override;
+  void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
+                             int64_t N, int64_t C, float label_smoothing, float scale) override;
+
+  // kernels/optim.cu
+  void sgd_step(float* params, float* buf, const float* grads, const SlabChunk* chunks,
+                int64_t nchunks, int64_t max_chunk, const SgdScalars& s) override;
+  void adamw_step(float* params, float* m, float* v, float* vmax, const float* grads,
+                  const SlabChunk* chunks, int64_t nchunks, int64_t max_chunk,
+                  const AdamScalars& s) override;
+
+ private:
+  Context ctx_;
+  int64_t allocations_ = 0;
+  std::vector<cudaEvent_t> copy_events_;  // one per copy_to_host_async slot
+  cudaEvent_t compute_mark_ = nullptr;    // orders the copy stream after compute
+  friend Context& ctx();
+};
+
+}  // namespace mpicnn::gpu

@@ -1,0 +1,91 @@
+// GEMM on cuBLAS with core/blas.h's row-major semantics, and the two bias kernels of Linear
+// (bias broadcast over rows, bias gradient summed over rows). Not a GEMM kernel of our own:
+// only the K == 0 case (C = beta * C) is done here, by hand.
+#include "common.cuh"
+
+namespace mpicnn::gpu {
+
+namespace {
+
+// C (M, N) with row stride ldc = beta * C; beta == 0 writes zeros without reading C (BLAS
+// semantics, as core/blas.cpp: NaNs in an uninitialised C must not survive).
+__global__ void scale_rows_kernel(float* C, float beta, int64_t M, int64_t N, int64_t ldc) {
+  const int64_t total = M * N;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / N, j = idx % N;
+    float* c = C + i * ldc + j;
+    *c = beta == 0.f ? 0.f : beta * *c;
+  }
+}
+
+// db (cols) += sum over rows of dy (rows, cols): one thread per column adding the rows in
+// order 0..rows-1 into a float that starts at db[j], exactly as the CPU loop in
+// src/layers/linear.cpp does, so the result is the same bits. Neighbouring threads read
+// neighbouring columns of a row, so the loads coalesce; rows is a batch size (small).
+__global__ void sum_rows_kernel(float* db, const float* dy, int64_t rows, int64_t cols) {
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += int64_t(gridDim.x) * blockDim.x) {
+    float acc = db[j];
+    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + j];
+    db[j] = acc;
+  }
+}
+
+// y (rows, cols) += bias (cols).
+__global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
+  const int64_t total = rows * cols;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x)
+    y[idx] += bias[idx % cols];
+}
+
+// cuBLAS compute type for the session's precision. FP32 is CUBLAS_COMPUTE_32F, which stays
+// plain fp32 because the backend leaves the handle in CUBLAS_DEFAULT_MATH (no TF32 opt-in);
+// the FAST types let cuBLAS convert the fp32 inputs to TF32 / bf16 / fp16 for tensor cores.
+cublasComputeType_t compute_type(Precision p) {
+  switch (p) {
+    case Precision::FP32: return CUBLAS_COMPUTE_32F;
+    case Precision::TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case Precision::BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case Precision::FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
+}  // namespace
+
+void CudaBackend::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                       const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                       int ldc) {
+  if (M == 0 || N == 0) return;
+  Context& c = ctx();
+  if (K == 0) {  // op(A) * op(B) is all zeros; lda/ldb may be 0 here, which cuBLAS rejects
+    scale_rows_kernel<<<blocks_for(int64_t(M) * N), kThreads, 0, c.stream>>>(C, beta, M, N, ldc);
+    KERNEL_CHECK();
+    return;
+  }
+  // cuBLAS is column-major: a row-major (R, S) matrix with row stride ld is the column-major
+  // (S, R) matrix with the same ld, its transpose. So row-major C = op(A) op(B) is column-major
+  // C^T = op(B)^T op(A)^T: swap the operands (and M with N), keep each one's transpose flag.
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasGemmEx(c.cublas, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+                            CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
+                            compute_type(c.precision), CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  sum_rows_kernel<<<blocks_for(cols), kThreads, 0, ctx().stream>>>(db, dy, rows, cols);
+  KERNEL_CHECK();
+}
+
+void CudaBackend::add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, ctx().stream>>>(y, bias, rows,
+                                                                                cols);
+  KERNEL_CHECK();
+}
+
+}  // namespace mpicnn::gpu

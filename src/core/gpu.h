@@ -1,0 +1,210 @@
+// The GPU backend as the host code sees it: device selection, memory, copies and every kernel
+// the layers, optimizers and gradient sync call on CUDA tensors. Host-only (no CUDA headers),
+// so src/ compiles once for both builds; the implementation is kernels/*.cu (`make CUDA=1`),
+// and a CPU-only build links src/core/gpu_absent.cpp, whose backend() refuses with one line.
+// Not a tensor library: these are raw device pointers and sizes, llm.c style (outputs first,
+// then inputs, then sizes). Every call is asynchronous on the backend's one compute stream
+// unless it says it synchronises; each backward says whether it writes '=' or adds '+='.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace mpicnn::gpu {
+
+// Math of convolutions and GEMMs. Storage stays float32 everywhere; fp16 runs tensor-core math
+// on fp16 conversions of the fp32 data (cuDNN ALLOW_CONVERSION, cuBLAS 32F_FAST_16F) and needs
+// loss scaling; bf16 likewise with bf16 (cuBLAS 32F_FAST_16BF; cuDNN has no bf16 conversion
+// mode for fp32 tensors, so convolutions run TF32 there).
+enum class Precision { FP32, TF32, BF16, FP16 };
+const char* precision_name(Precision p);
+
+// Convolution geometry (PyTorch's Conv2d on NCHW), for up to `n` images of (c, h, w).
+struct ConvDesc {
+  int n = 0, c = 0, h = 0, w = 0;  // planned input (N, C, H, W)
+  int oc = 0, kh = 1, kw = 1;
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
+  int oh = 0, ow = 0;              // output size (the caller computed it)
+};
+// Pooling geometry (PyTorch's MaxPool2d / AvgPool2d): window, stride, padding, dilation, and
+// the output size the caller computed (ceil_mode is already in oh/ow).
+struct PoolDesc {
+  int c = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int kh = 1, kw = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  bool count_include_pad = true;
+  int divisor_override = 0;  // 0: none
+};
+// Per-shape cuDNN state of one convolution (descriptors, chosen algorithms, workspace). Opaque
+// here; made by Backend::conv_plan outside the training step.
+struct ConvPlan;
+
+// Scalars of one fused optimizer step over the whole parameter slab, already rounded as the
+// CPU optimizers round them (see src/optim/sgd.cpp and adamw.cpp, which fill these).
+struct SgdScalars {
+  float weight_decay, momentum, keep, neg_lr;  // keep = 1 - dampening, neg_lr = -lr
+  int momentum_mode;  // 0: no momentum, 1: first step (buf = d), 2: later steps
+  bool nesterov;
+  bool any_decay;     // weight_decay != 0 (torch skips the add when it is 0)
+  float grad_scale;   // gradients are multiplied by this first (1 / loss scale)
+};
+struct AdamScalars {
+  float decay_mul;  // 1 - lr * weight_decay
+  float b1, keep1, b2, keep2;  // beta1, 1 - beta1, beta2, 1 - beta2
+  float bc2_sqrt, eps, neg_step;  // sqrt(1 - beta2^t), eps, -lr / (1 - beta1^t)
+  bool amsgrad;
+  float grad_scale;
+};
+// A run [begin, end) of parameter floats, with weight decay or not (Optimizer::Chunk).
+struct SlabChunk {
+  int64_t begin, end;
+  int32_t decay;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- device and settings ----------------------------------------------------------------
+  // Visible CUDA devices (0 with no GPU or no driver).
+  virtual int device_count() const = 0;
+  // Selects device `local_rank % device_count()`, creates the stream and the cuDNN and cuBLAS
+  // handles. Once per process, before any allocation; throws naming the reason on failure.
+  virtual void select_device(int local_rank) = 0;
+  virtual int device() const = 0;
+  virtual std::string device_name() const = 0;  // "NVIDIA H100 80GB HBM3 (device 0, sm_90)"
+  virtual void set_precision(Precision p) = 0;
+  virtual Precision precision() const = 0;
+  // Deterministic algorithms only (convolution backward, no atomics in reductions).
+  virtual void set_deterministic(bool on) = 0;
+  // Waits for all work on the compute stream; throws on a pending asynchronous error.
+  virtual void synchronize() = 0;
+  // Bytes cudaMalloc'ed so far and the number of allocations (tests prove a step allocates
+  // nothing).
+  virtual int64_t allocation_count() const = 0;
+
+  // ---- memory ------------------------------------------------------------------------------
+  virtual std::shared_ptr<void> alloc(size_t bytes) = 0;         // device memory, 256-aligned
+  virtual std::shared_ptr<void> alloc_pinned(size_t bytes) = 0;  // page-locked host memory
+  // Copies `bytes`; each pointer is device memory or host memory as its flag says. Waits
+  // for the copy (and all earlier work on the compute stream).
+  virtual void copy(void* dst, bool dst_device, const void* src, bool src_device,
+                    size_t bytes) = 0;
+  // Device to device on the compute stream: rows of `width` floats with pitches in floats.
+  virtual void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
+                      int64_t width, int64_t rows) = 0;
+
+  // Gradient sync: asynchronous device -> pinned host copy of `bytes` on the copy stream,
+  // ordered after everything already queued on the compute stream. `slot` (0..) names it for
+  // copy_done. Slots may be reused once done.
+  virtual void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) = 0;
+  // Whether the copy in `slot` finished; with wait, blocks until it has (then true).
+  virtual bool copy_done(int slot, bool wait) = 0;
+
+  // ---- elementwise (kernels/elementwise.cu) -------------------------------------------------
+  virtual void fill(float* x, float value, int64_t n) = 0;
+  virtual void scale(float* x, float a, int64_t n) = 0;
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;  // may alias
+  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;        // dst += src
+  // dst (B, A, inner) = src (A, B, inner) transposed in its first two dimensions.
+  virtual void swap01(float* dst, const float* src, int64_t A, int64_t B, int64_t inner) = 0;
+  // Whether every one of the n floats is finite. Synchronises.
+  virtual bool all_finite(const float* x, int64_t n) = 0;
+  virtual void relu_forward(float* y, const float* x, int64_t n) = 0;  // may alias
+  // dx = dy * (y > 0) ('='; dx may alias dy).
+  virtual void relu_backward(float* dx, const float* dy, const float* y, int64_t n) = 0;
+  // Dropout mask of Dropout::keep (Philox on (seed, stream, index) with index
+  // (first_sample + sample) * per_sample + i, kept when uniform >= p): y = keep ? x * scale : 0.
+  // Used for forward (x = in) and backward (x = dout) alike; y may alias x.
+  virtual void dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample,
+                       uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
+                       float scale) = 0;
+  // Input batches: out (N, C, H, W) float = (in (N, H, W, C) uint8 / 255 - mean[c]) / std[c],
+  // mirrored left-right where flip[n] != 0 (flip may be null). mean and std are host arrays of
+  // C floats.
+  virtual void normalize_u8(float* out, const uint8_t* in, const uint8_t* flip, int64_t N,
+                            int C, int H, int W, const float* mean, const float* std) = 0;
+
+  // ---- GEMM (kernels/gemm.cu, cuBLAS) -------------------------------------------------------
+  // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, as core/blas.h sgemm.
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                    const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                    int ldc) = 0;
+  // db (cols) += sum over rows of dy (rows, cols): bias gradients of Linear.
+  virtual void sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) = 0;
+  // y (rows, cols) += bias (cols) broadcast over rows.
+  virtual void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) = 0;
+
+  // ---- convolution (kernels/conv.cu, cuDNN) -------------------------------------------------
+  // Descriptors and algorithms for every batch size up to d.n, chosen once here (cuDNN's
+  // measured search at d.n, honouring the deterministic setting) with the workspace they need.
+  virtual std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) = 0;
+  // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n <= d.n.
+  virtual void conv_forward(ConvPlan& plan, float* y, const float* x, const float* w,
+                            const float* bias, int n) = 0;
+  // dx '=' (skipped when null), dw '+=', dbias '+=' (skipped when null).
+  virtual void conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias, const float* dy,
+                             const float* x, const float* w, int n) = 0;
+
+  // ---- batch norm (kernels/batchnorm.cu) ----------------------------------------------------
+  // Training: batch statistics (biased variance to normalise), running_mean/var updated with
+  // momentum and the unbiased variance; save_mean/save_invstd (C) keep the batch's mean and
+  // 1/sqrt(var + eps). Eval: running statistics, and save_* get them for backward.
+  virtual void batchnorm_forward(float* y, float* save_mean, float* save_invstd,
+                                 float* running_mean, float* running_var, const float* x,
+                                 const float* weight, const float* bias, int64_t N, int64_t C,
+                                 int64_t HW, float eps, float momentum, bool training) = 0;
+  // dx '=' (may alias dy; skipped when null), dweight and dbias '+='. training: through the
+  // batch statistics; eval: the affine map only.
+  virtual void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy,
+                                  const float* x, const float* weight, const float* save_mean,
+                                  const float* save_invstd, int64_t N, int64_t C, int64_t HW,
+                                  bool training) = 0;
+
+  // ---- pooling (kernels/pool.cu) ------------------------------------------------------------
+  // y (N, C, OH, OW) = window max; argmax (N, C, OH, OW) int32 = h * W + w of the first max,
+  // -1 for a window without input cells (y = -inf there). NaN propagates.
+  virtual void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t N,
+                               const PoolDesc& d) = 0;
+  // dx (N, C, H, W) '=' sum of dy over the outputs whose argmax is this cell (deterministic).
+  virtual void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t N,
+                                const PoolDesc& d) = 0;
+  virtual void avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) = 0;
+  virtual void avgpool_backward(float* dx, const float* dy, int64_t N, const PoolDesc& d) = 0;
+  // AdaptiveAvgPool2d bins [floor(i*H/OH), ceil((i+1)*H/OH)); d.kh etc. unused.
+  virtual void adaptive_avgpool_forward(float* y, const float* x, int64_t N,
+                                        const PoolDesc& d) = 0;
+  virtual void adaptive_avgpool_backward(float* dx, const float* dy, int64_t N,
+                                         const PoolDesc& d) = 0;
+
+  // ---- loss (kernels/loss.cu) ---------------------------------------------------------------
+  // probs (N, C) = softmax(logits); returns the mean over rows of
+  // (1-eps) * -log p[n, y_n] + eps/C * sum_c -log p[n, c]. targets is device int32. Synchronises.
+  virtual double softmax_xent_forward(float* probs, const float* logits, const int32_t* targets,
+                                      int64_t N, int64_t C, float label_smoothing) = 0;
+  // dlogits '=' scale * (probs - ((1-eps) onehot + eps/C)) / N.
+  virtual void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                     int64_t N, int64_t C, float label_smoothing,
+                                     float scale) = 0;
+
+  // ---- optimizers (kernels/optim.cu): one launch over the whole slab -----------------------
+  // chunks: device array of nchunks runs (made once by the optimizer). buf is the momentum
+  // slab (null when momentum is 0).
+  virtual void sgd_step(float* params, float* buf, const float* grads, const SlabChunk* chunks,
+                        int64_t nchunks, int64_t max_chunk, const SgdScalars& s) = 0;
+  virtual void adamw_step(float* params, float* m, float* v, float* vmax, const float* grads,
+                          const SlabChunk* chunks, int64_t nchunks, int64_t max_chunk,
+                          const AdamScalars& s) = 0;
+};
+
+// Why there is no usable GPU, or "" when there is one: "this build has no CUDA backend
+// (rebuild with make CUDA=1)", "no CUDA device visible (cudaGetDeviceCount: ...)".
+std::string unavailable_reason();
+// The backend; throws mpicnn::Error with unavailable_reason() when there is none.
+Backend& backend();
+// Defined by the linked backend: kernels/backend.cu, or src/core/gpu_absent.cpp (null).
+Backend* backend_instance();
+// Whether this binary was linked with the CUDA backend.
+bool compiled_in();
+
+}  // namespace mpicnn::gpu

@@ -1,0 +1,380 @@
+// GPU against CPU on the same inputs (ggml test-backend-ops style): every layer forward and
+// backward, every model forward, backward and 3 optimizer steps, the fused optimizers, the input
+// normalisation kernel, and no device allocation inside a training step. Tolerances are per
+// precision. Without a usable GPU (a CPU-only build, or no device) every case prints
+// "SKIP: <case>: <reason>" and tests/run_all.sh counts it as skipped, not passed.
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "core/gpu.h"
+#include "core/rng.h"
+#include "layers/adaptive_avgpool2d.h"
+#include "layers/add.h"
+#include "layers/avgpool2d.h"
+#include "layers/batchnorm.h"
+#include "layers/concat.h"
+#include "layers/conv2d.h"
+#include "layers/dropout.h"
+#include "layers/flatten.h"
+#include "layers/linear.h"
+#include "layers/maxpool2d.h"
+#include "layers/relu.h"
+#include "layers/softmax_xent.h"
+#include "models/registry.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+#include "testing.h"
+
+using namespace mpicnn;
+using gpu::Precision;
+
+namespace {
+
+// Selects device 0 once; "" when the GPU is usable, else why not.
+const std::string& gpu_unusable() {
+  static const std::string why = [] {
+    std::string w = gpu::unavailable_reason();
+    if (w.empty()) gpu::backend().select_device(0);
+    return w;
+  }();
+  return why;
+}
+
+#define REQUIRE_GPU(name)                                                        \
+  do {                                                                           \
+    if (!gpu_unusable().empty()) {                                               \
+      std::printf("SKIP: cuda %s: %s\n", name, gpu_unusable().c_str());          \
+      std::fflush(stdout);                                                       \
+      return;                                                                    \
+    }                                                                            \
+  } while (0)
+
+// Relative error of got against want: max |got - want| / max(max |want|, 1e-6).
+double rel_error(const Tensor& got, const Tensor& want) {
+  const Tensor g = to_host(got), w = to_host(want);
+  REQUIRE(g.numel() == w.numel());
+  double diff = 0, scale = 1e-6;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    if (std::isnan(w[i]) != std::isnan(g[i])) return INFINITY;
+    if (std::isnan(w[i])) continue;
+    diff = std::max(diff, double(std::fabs(g[i] - w[i])));
+    scale = std::max(scale, double(std::fabs(w[i])));
+  }
+  return diff / scale;
+}
+
+void expect_near(const std::string& what, const Tensor& got, const Tensor& want, double tol) {
+  const double e = rel_error(got, want);
+  INFO(what, ": relative error ", e, " > ", tol);
+  CHECK(e <= tol);
+}
+
+double tolerance(Precision p) {
+  switch (p) {
+    case Precision::FP32: return 1e-4;
+    case Precision::TF32: return 2e-2;
+    case Precision::FP16: return 3e-2;
+    case Precision::BF16: return 6e-2;
+  }
+  return 0;
+}
+
+Tensor on_gpu_copy(const Tensor& t) {
+  Tensor d = Tensor::empty(t.shape(), Device::CUDA);
+  d.copy_from(t);
+  return d;
+}
+
+// One layer kind, built twice with the same parameters (random, keyed by seed), run on both
+// devices: forward output, input gradient and parameter gradients must agree.
+template <class L>
+void check_unary(const std::string& what, const std::function<std::unique_ptr<L>()>& make,
+                 const Shape& in_shape, double tol, bool training = true) {
+  auto cpu = make(), dev = make();
+  ParamStore sc, sg;
+  cpu->register_state(sc, "l.");
+  dev->register_state(sg, "l.");
+  sc.allocate();
+  sg.allocate();
+  testing::fill_uniform(sc.values(), 11, -0.5f, 0.5f);
+  testing::fill_uniform(sc.buffers(), 12, 0.5f, 1.5f);  // BN running stats: variance > 0
+  sg.values().copy_from(sc.values());
+  sg.buffers().copy_from(sc.buffers());
+  sg.to(Device::CUDA);
+  cpu->set_training(training);
+  dev->set_training(training);
+  cpu->plan(in_shape);
+  {
+    const DeviceScope scope(Device::CUDA);
+    dev->plan(in_shape);
+  }
+  const Shape out_shape = cpu->output_shape(in_shape);
+  const Tensor x = testing::random_tensor(in_shape, 21);
+  Tensor y = Tensor::empty(out_shape), yg = Tensor::empty(out_shape, Device::CUDA);
+  const Tensor xg = on_gpu_copy(x);
+  cpu->forward(y, x);
+  dev->forward(yg, xg);
+  expect_near(what + " forward", yg, y, tol);
+  const Tensor dy = testing::random_tensor(out_shape, 22);
+  const Tensor dyg = on_gpu_copy(dy);
+  Tensor dx = Tensor::empty(in_shape), dxg = Tensor::empty(in_shape, Device::CUDA);
+  sc.zero_grad();
+  sg.zero_grad();
+  cpu->backward(dx, dy, x, y);
+  dev->backward(dxg, dyg, xg, yg);
+  expect_near(what + " backward (input)", dxg, dx, tol);
+  expect_near(what + " backward (parameters)", sg.grads(), sc.grads(), tol);
+  expect_near(what + " buffers", sg.buffers(), sc.buffers(), tol);
+}
+
+void set_precision(Precision p) { gpu::backend().set_precision(p); }
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+
+TEST_CASE("cuda: every layer matches the CPU, forward and backward (fp32 and tf32)") {
+  REQUIRE_GPU("layers");
+  for (Precision p : {Precision::FP32, Precision::TF32}) {
+    set_precision(p);  // before planning: convolutions choose their algorithms per precision
+    const double tol = tolerance(p);
+    const std::string tag = std::string(" [") + gpu::precision_name(p) + "]";
+    using C = Conv2dOptions;
+    const std::vector<std::pair<std::string, C>> convs = {
+        {"conv 3x3 s1 p1 bias", C{.in_channels = 8, .out_channels = 16, .kernel = 3, .padding = 1}},
+        {"conv 7x7 s2 p3", C{.in_channels = 3, .out_channels = 8, .kernel = 7, .stride = 2, .padding = 3, .bias = false}},
+        {"conv 1x1", C{.in_channels = 16, .out_channels = 8, .kernel = 1, .bias = false}},
+        {"conv grouped", C{.in_channels = 8, .out_channels = 8, .kernel = 3, .padding = 1, .groups = 4}},
+        {"conv dilated 5x3", C{.in_channels = 4, .out_channels = 6, .kernel = {5, 3}, .stride = {2, 1}, .padding = {4, 2}, .dilation = 2}},
+    };
+    for (const auto& [name, o] : convs)
+      check_unary<Conv2d>(name + tag, [o = o] { return std::make_unique<Conv2d>(o); },
+                          Shape{4, o.in_channels, 13, 11}, tol);
+    check_unary<Linear>("linear" + tag, [] { return std::make_unique<Linear>(40, 10); }, Shape{6, 40}, tol);
+  }
+  set_precision(Precision::FP32);
+  const double tol = tolerance(Precision::FP32);
+  check_unary<BatchNorm2d>("batchnorm train", [] { return std::make_unique<BatchNorm2d>(6); }, Shape{4, 6, 9, 7}, tol);
+  check_unary<BatchNorm2d>("batchnorm eval", [] { return std::make_unique<BatchNorm2d>(6); }, Shape{4, 6, 9, 7}, tol, false);
+  check_unary<ReLU>("relu", [] { return std::make_unique<ReLU>(); }, Shape{3, 5, 7, 7}, 0);
+  check_unary<MaxPool2d>("maxpool 3/2/1", [] { return std::make_unique<MaxPool2d>(3, 2, 1); }, Shape{2, 3, 11, 10}, 0);
+  check_unary<MaxPool2d>("maxpool ceil dilated", [] {
+    return std::make_unique<MaxPool2d>(MaxPool2dOptions{.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true});
+  }, Shape{2, 3, 12, 9}, 0);
+  check_unary<AvgPool2d>("avgpool ceil no-pad-count", [] {
+    return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false});
+  }, Shape{2, 3, 10, 9}, 1e-6);
+  check_unary<AvgPool2d>("avgpool divisor", [] {
+    return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {2, 2}, .divisor_override = 3});
+  }, Shape{2, 3, 8, 8}, 1e-6);
+  check_unary<AdaptiveAvgPool2d>("adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7}, 1e-6);
+  check_unary<AdaptiveAvgPool2d>("adaptive 3->5x1", [] { return std::make_unique<AdaptiveAvgPool2d>(5, 1); }, Shape{2, 4, 3, 6}, 1e-6);
+  check_unary<Flatten>("flatten", [] { return std::make_unique<Flatten>(); }, Shape{3, 4, 5, 2}, 0);
+  check_unary<Dropout>("dropout (same Philox mask)", [] {
+    auto d = std::make_unique<Dropout>(0.3f);
+    d->set_draw(7, 3, 100);
+    return d;
+  }, Shape{4, 3, 5, 5}, 0);
+}
+
+TEST_CASE("cuda: add, accumulate, concat and cross-entropy match the CPU") {
+  REQUIRE_GPU("add/concat/loss");
+  const Shape s{3, 4, 5, 5};
+  const Tensor a = testing::random_tensor(s, 1), b = testing::random_tensor(s, 2);
+  Tensor out = Tensor::empty(s), outg = Tensor::empty(s, Device::CUDA);
+  Add add;
+  add.forward(out, a, b);
+  add.forward(outg, on_gpu_copy(a), on_gpu_copy(b));
+  expect_near("add", outg, out, 0);
+  Tensor acc = a, accg = on_gpu_copy(a);
+  accumulate(acc, b);
+  accumulate(accg, on_gpu_copy(b));
+  expect_near("accumulate", accg, acc, 0);
+
+  const Tensor c = testing::random_tensor({3, 2, 5, 5}, 3);
+  Tensor cat = Tensor::empty({3, 6, 5, 5}), catg = Tensor::empty({3, 6, 5, 5}, Device::CUDA);
+  Concat concat;
+  concat.forward(cat, {&a, &c});
+  const Tensor ag = on_gpu_copy(a), cg = on_gpu_copy(c);
+  concat.forward(catg, {&ag, &cg});
+  expect_near("concat", catg, cat, 0);
+  Tensor da = Tensor::empty(s), dc = Tensor::empty({3, 2, 5, 5});
+  Tensor dag = Tensor::empty(s, Device::CUDA), dcg = Tensor::empty({3, 2, 5, 5}, Device::CUDA);
+  concat.backward({&da, &dc}, cat);
+  concat.backward({&dag, &dcg}, catg);
+  expect_near("concat backward a", dag, da, 0);
+  expect_near("concat backward c", dcg, dc, 0);
+
+  for (float eps : {0.f, 0.1f}) {
+    SoftmaxCrossEntropy x(eps), xg(eps);
+    x.plan(8, 10);
+    xg.plan(8, 10, Device::CUDA);
+    const Tensor logits = testing::random_tensor({5, 10}, 4, -4.f, 4.f);
+    const int32_t labels[5] = {0, 9, 3, 3, 7};
+    const double l = x.forward(logits, labels), lg = xg.forward(on_gpu_copy(logits), labels);
+    CHECK(std::fabs(l - lg) <= 1e-6 * std::max(1.0, std::fabs(l)));
+    expect_near("softmax", xg.probabilities(), x.probabilities(), 1e-6);
+    Tensor d = Tensor::empty({5, 10}), dg = Tensor::empty({5, 10}, Device::CUDA);
+    x.backward(d, labels, 0.5f);
+    xg.backward(dg, labels, 0.5f);
+    expect_near("cross-entropy backward", dg, d, 1e-6);
+  }
+}
+
+TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp32, tf32)") {
+  REQUIRE_GPU("models");
+  for (const ModelSpec& spec : model_specs()) {
+    for (Precision p : {Precision::FP32, Precision::TF32}) {
+      set_precision(p);
+      const double tol = 10 * tolerance(p);  // deep chains: errors compound layer by layer
+      ModelOptions mo;
+      mo.num_classes = 10;
+      mo.in_channels = spec.name == "lenet" ? 1 : 3;
+      mo.dropout = 0.f;  // the GPU draws the same masks, but 0 keeps the check about the math
+      auto cpu = build_model(spec.name, mo, 5), dev = build_model(spec.name, mo, 5);
+      dev->to(Device::CUDA);
+      const int hw = std::max(spec.min_size, spec.name == "lenet" ? 28 : 32);
+      const Shape in{2, mo.in_channels, hw, hw};
+      cpu->plan(in);
+      dev->plan(in);
+      SGD oc(cpu->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
+      SGD og(dev->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
+      SoftmaxCrossEntropy xc, xg;
+      xc.plan(2, 10);
+      xg.plan(2, 10, Device::CUDA);
+      const int32_t labels[2] = {1, 7};
+      Tensor dl = Tensor::empty({2, 10}), dlg = Tensor::empty({2, 10}, Device::CUDA);
+      const std::string tag = spec.name + " [" + gpu::precision_name(p) + "]";
+      for (int step = 0; step < 3; ++step) {
+        const Tensor x = testing::random_tensor(in, 100 + uint64_t(step));
+        const Tensor& yc = cpu->forward(x);
+        const Tensor& yg = dev->forward(on_gpu_copy(x));
+        expect_near(tag + " logits, step " + std::to_string(step), yg, yc, tol);
+        xc.forward(yc, labels);
+        xg.forward(yg, labels);
+        xc.backward(dl, labels);
+        xg.backward(dlg, labels);
+        cpu->params().zero_grad();
+        dev->params().zero_grad();
+        cpu->backward(dl);
+        dev->backward(dlg);
+        expect_near(tag + " gradients, step " + std::to_string(step), dev->params().grads(),
+                    cpu->params().grads(), tol);
+        oc.step();
+        og.step();
+        expect_near(tag + " weights after step " + std::to_string(step + 1),
+                    dev->params().values(), cpu->params().values(), tol);
+      }
+      expect_near(tag + " BatchNorm running stats", dev->params().buffers(),
+                  cpu->params().buffers(), tol);
+    }
+  }
+  set_precision(Precision::FP32);
+}
+
+TEST_CASE("cuda: resnet18 in fp16 and bf16 stays near fp32") {
+  REQUIRE_GPU("resnet18 fp16/bf16");
+  ModelOptions mo;
+  mo.num_classes = 10;
+  auto cpu = build_model("resnet18", mo, 5);
+  cpu->plan({2, 3, 32, 32});
+  const Tensor x = testing::random_tensor({2, 3, 32, 32}, 9);
+  const Tensor want = cpu->forward(x);
+  for (Precision p : {Precision::FP16, Precision::BF16}) {
+    set_precision(p);
+    auto dev = build_model("resnet18", mo, 5);
+    dev->to(Device::CUDA);
+    dev->plan({2, 3, 32, 32});
+    expect_near(std::string("resnet18 logits [") + gpu::precision_name(p) + "]",
+                dev->forward(on_gpu_copy(x)), want, 10 * tolerance(p));
+  }
+  set_precision(Precision::FP32);
+}
+
+TEST_CASE("cuda: fused SGD and AdamW over the slab match the CPU bit for bit") {
+  REQUIRE_GPU("optimizers");
+  auto model_pair = [] {
+    ModelOptions mo;
+    mo.num_classes = 10;
+    mo.in_channels = 1;
+    return std::pair{build_model("lenet", mo, 3), build_model("lenet", mo, 3)};
+  };
+  for (int which = 0; which < 3; ++which) {
+    auto [c, g] = model_pair();
+    g->to(Device::CUDA);
+    std::unique_ptr<Optimizer> oc, og;
+    if (which == 0) {
+      oc = std::make_unique<SGD>(c->params(), SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+      og = std::make_unique<SGD>(g->params(), SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+    } else {
+      AdamWOptions a{.lr = 1e-3, .weight_decay = 0.05, .amsgrad = which == 2};
+      oc = std::make_unique<AdamW>(c->params(), a);
+      og = std::make_unique<AdamW>(g->params(), a);
+    }
+    for (int step = 0; step < 3; ++step) {
+      testing::fill_uniform(c->params().grads(), 50 + uint64_t(step));
+      g->params().grads().copy_from(c->params().grads());
+      oc->step();
+      og->step();
+    }
+    expect_near(std::string(oc->name()) + (which == 2 ? " amsgrad" : ""), g->params().values(),
+                c->params().values(), 0);
+  }
+}
+
+TEST_CASE("cuda: a training step allocates no device memory") {
+  REQUIRE_GPU("step allocation");
+  ModelOptions mo;
+  mo.num_classes = 10;
+  auto m = build_model("resnet18", mo, 1);
+  m->to(Device::CUDA);
+  m->plan({4, 3, 32, 32});
+  SGD opt(m->params(), {.lr = 0.1, .momentum = 0.9});
+  SoftmaxCrossEntropy xent;
+  xent.plan(4, 10, Device::CUDA);
+  const Tensor x = on_gpu_copy(testing::random_tensor({4, 3, 32, 32}, 1));
+  Tensor dl = Tensor::empty({4, 10}, Device::CUDA);
+  const int32_t labels[4] = {1, 2, 3, 4};
+  auto step = [&] {
+    xent.forward(m->forward(x), labels);
+    xent.backward(dl, labels);
+    m->params().zero_grad();
+    m->backward(dl);
+    opt.step();
+  };
+  step();  // first touch
+  const int64_t before = gpu::backend().allocation_count();
+  const int64_t host_before = host_allocation_count();
+  step();
+  step();
+  gpu::backend().synchronize();
+  CHECK(gpu::backend().allocation_count() == before);
+  CHECK(host_allocation_count() == host_before);
+}
+
+TEST_CASE("cuda: uint8 -> float normalisation with flips matches the formula") {
+  REQUIRE_GPU("normalize_u8");
+  const int N = 2, C = 3, H = 4, W = 5;
+  std::vector<uint8_t> pix(size_t(N * H * W * C));
+  for (size_t i = 0; i < pix.size(); ++i) pix[i] = uint8_t((i * 37 + 11) % 256);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+  const uint8_t flip[2] = {0, 1};
+  gpu::Backend& g = gpu::backend();
+  auto in = g.alloc(pix.size()), fl = g.alloc(2);
+  g.copy(in.get(), true, pix.data(), false, pix.size());
+  g.copy(fl.get(), true, flip, false, 2);
+  Tensor out = Tensor::empty({N, C, H, W}, Device::CUDA);
+  g.normalize_u8(out.data(), static_cast<uint8_t*>(in.get()), static_cast<uint8_t*>(fl.get()), N, C, H, W, mean, stdv);
+  const Tensor h = to_host(out);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c)
+      for (int y = 0; y < H; ++y)
+        for (int x = 0; x < W; ++x) {
+          const int sx = flip[n] ? W - 1 - x : x;
+          const float v = (float(pix[size_t(((n * H + y) * W + sx) * C + c)]) / 255.0f - mean[c]) / stdv[c];
+          CHECK(h[((n * C + c) * H + y) * W + x] == v);
+        }
+}
+
+}  // TEST_SUITE
