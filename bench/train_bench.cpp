@@ -3,6 +3,8 @@
 // (bench/torch_train_bench.py, same model, batch, threads and step) and prints the ratios.
 //   build/release/bench/train_bench --model resnet18 --size 32 --batch 64 --mode train
 //                                   [--steps 10] [--warmup 3] [--threads N]
+//                                   [--device cpu|cuda] [--precision fp32|tf32|bf16|fp16]
+// On the GPU each timed step ends with a device synchronise (bench/gpu_train.sh).
 #include <sys/resource.h>
 #include <time.h>
 
@@ -14,6 +16,7 @@
 
 #include "core/blas.h"
 #include "core/check.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -25,7 +28,7 @@ using namespace mpicnn;
 
 int main(int argc, char** argv) {
   try {
-    std::string model_name = "resnet18", mode = "train";
+    std::string model_name = "resnet18", mode = "train", device = "cpu", precision = "auto";
     int size = 32, batch = 64, steps = 10, warmup = 3, threads = default_num_threads();
     for (int i = 1; i < argc; ++i) {
       const std::string k = argv[i];
@@ -38,25 +41,32 @@ int main(int argc, char** argv) {
       else if (k == "--steps") steps = std::stoi(v);
       else if (k == "--warmup") warmup = std::stoi(v);
       else if (k == "--threads") threads = std::stoi(v);
+      else if (k == "--device") device = v;
+      else if (k == "--precision") precision = v;
       else FAIL("unknown option ", k);
     }
     CHECK(mode == "train" || mode == "infer", "--mode must be train or infer, got '", mode, "'");
     CHECK(steps >= 1 && warmup >= 0 && batch >= 1 && size >= 1, "bad --steps/--warmup/--batch/--size");
     set_num_threads(threads);
+    const DeviceChoice dc = choose_device(device, precision, false, 0);
+    const bool cuda = dc.device == Device::CUDA;
     const int classes = 1000;
     auto model = build_model(model_name, {.num_classes = classes, .in_channels = 3}, 1);
+    model->to(dc.device);
     const Shape in{batch, 3, size, size};
     const Shape out = model->plan(in);
     model->set_training(mode == "train");
-    Tensor x = Tensor::empty(in);
+    Tensor host_x = Tensor::empty(in);
     Rng rng(7, 1);
-    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = rng.normal(uint64_t(i));
+    for (int64_t i = 0; i < host_x.numel(); ++i) host_x.data()[i] = rng.normal(uint64_t(i));
+    Tensor x = Tensor::empty(in, dc.device);
+    x.copy_from(host_x);
     std::vector<int32_t> targets;
     for (int n = 0; n < batch; ++n) targets.push_back(int32_t(rng.below(uint64_t(n), classes)));
     SGD opt(model->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
     SoftmaxCrossEntropy loss;
-    loss.plan(batch, classes);
-    Tensor dlogits = Tensor::empty(out);
+    loss.plan(batch, classes, dc.device);
+    Tensor dlogits = Tensor::empty(out, dc.device);
 
     // CPU time too: with --threads 1 it is a load-independent measure for A/B comparisons of
     // our own changes on a busy machine (wall time is what the comparison with PyTorch uses).
@@ -78,6 +88,7 @@ int main(int argc, char** argv) {
       } else {
         model->forward(x);
       }
+      if (cuda) gpu::backend().synchronize();
       if (s >= warmup) {
         times.push_back(t.seconds());
         cpu_times.push_back(cpu_seconds() - c0);
@@ -89,10 +100,10 @@ int main(int argc, char** argv) {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     std::printf("engine=mpicnn model=%s mode=%s size=%d batch=%d threads=%d images_per_s=%.2f "
-                "peak_rss_mb=%.1f cpu_ms_per_step=%.1f gemm=%s\n",
+                "peak_rss_mb=%.1f cpu_ms_per_step=%.1f gemm=%s device=%s\n",
                 model_name.c_str(), mode.c_str(), size, batch, threads, batch / median,
                 ru.ru_maxrss / 1024.0, cpu_median * 1e3,
-                gemm_backend_name(gemm_backend()));
+                gemm_backend_name(gemm_backend()), dc.description.c_str());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "train_bench: %s\n", e.message().c_str());

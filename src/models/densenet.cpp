@@ -123,6 +123,7 @@ Shape DenseBlock::plan(const Shape& in) {
   const Shape mid{N, bottleneck_, h_, w_};
   for (auto& l : layers_) {
     l->a1 = Tensor::empty({int64_t(l->in_channels) * N * hw_});
+    l->norm1.plan({1, l->in_channels, N, hw_});  // its saved statistics, on the model's device
     l->c1 = Tensor::empty(mid);
     l->norm2.plan(mid);
     l->relu2.plan(mid);
