@@ -488,8 +488,9 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
         << info.description << "\n  " << K << " rank" << (K > 1 ? "s" : "") << " on " << comm.nodes()
         << " node" << (comm.nodes() > 1 ? "s" : "") << ", " << threads << " thread"
         << (threads > 1 ? "s" : "") << " per rank; batch " << b << " per rank, " << global_batch
-        << " global; " << plan.steps << " steps per epoch\n  device " << dev.description
+        << " global; " << plan.steps << " steps per epoch"
         << (plan.padded > 0 ? " (" + std::to_string(plan.padded) + " samples repeated to even out the ranks)" : "")
+        << "\n  device " << dev.description
         << "\n  " << opt->name() << ", " << schedule.describe() << "\n  run directory " << run_dir
         << (resumed_from.empty() ? "" : ", resumed from " + resumed_from + " (epoch " +
                                              std::to_string(state.epoch) + ", step " +
