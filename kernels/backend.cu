@@ -52,7 +52,7 @@ CudaBackend::CudaBackend() = default;
 CudaBackend::~CudaBackend() {
   // Process exit: release what we made; errors here are not worth reporting.
   if (!ctx_.stream) return;
-  for (cudaEvent_t e : copy_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : slot_events_) cudaEventDestroy(e);
   if (compute_mark_) cudaEventDestroy(compute_mark_);
   ctx_.workspace_owner.reset();
   if (ctx_.scratch) cudaFree(ctx_.scratch);
@@ -152,24 +152,33 @@ void CudaBackend::copy2d(float* dst, int64_t dst_pitch, const float* src, int64_
                                size_t(rows), cudaMemcpyDeviceToDevice, ctx().stream));
 }
 
-void CudaBackend::copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) {
-  Context& c = ctx();
-  CHECK(slot >= 0, "copy_to_host_async: slot ", slot);
-  while (int(copy_events_.size()) <= slot) {  // once per slot, at the first step
+cudaEvent_t CudaBackend::slot_event(int slot) {
+  CHECK(slot >= 0, "gradient sync slot ", slot);
+  while (int(slot_events_.size()) <= slot) {  // once per slot, at the first step
     cudaEvent_t e;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    copy_events_.push_back(e);
+    slot_events_.push_back(e);
   }
+  return slot_events_[size_t(slot)];
+}
+
+void CudaBackend::copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) {
+  Context& c = ctx();
+  cudaEvent_t done = slot_event(slot);
   // The copy stream waits for the gradients queued so far, then copies while backward goes on.
   CUDA_CHECK(cudaEventRecord(compute_mark_, c.stream));
   CUDA_CHECK(cudaStreamWaitEvent(c.copy_stream, compute_mark_, 0));
   CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c.copy_stream));
-  CUDA_CHECK(cudaEventRecord(copy_events_[size_t(slot)], c.copy_stream));
+  CUDA_CHECK(cudaEventRecord(done, c.copy_stream));
 }
 
-bool CudaBackend::copy_done(int slot, bool wait) {
-  CHECK(slot >= 0 && slot < int(copy_events_.size()), "copy_done: unknown slot ", slot);
-  cudaEvent_t e = copy_events_[size_t(slot)];
+void CudaBackend::mark_ready(int slot) {
+  CUDA_CHECK(cudaEventRecord(slot_event(slot), ctx().stream));
+}
+
+bool CudaBackend::slot_done(int slot, bool wait) {
+  CHECK(slot >= 0 && slot < int(slot_events_.size()), "slot_done: unknown slot ", slot);
+  cudaEvent_t e = slot_events_[size_t(slot)];
   if (wait) {
     CUDA_CHECK(cudaEventSynchronize(e));
     return true;

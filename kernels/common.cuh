@@ -90,7 +90,8 @@ class CudaBackend final : public Backend {
   void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
               int64_t rows) override;
   void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) override;
-  bool copy_done(int slot, bool wait) override;
+  void mark_ready(int slot) override;
+  bool slot_done(int slot, bool wait) override;
 
   // kernels/elementwise.cu
   void fill(float* x, float value, int64_t n) override;
@@ -156,7 +157,8 @@ class CudaBackend final : public Backend {
  private:
   Context ctx_;
   int64_t allocations_ = 0;
-  std::vector<cudaEvent_t> copy_events_;  // one per copy_to_host_async slot
+  cudaEvent_t slot_event(int slot);       // created at a slot's first use
+  std::vector<cudaEvent_t> slot_events_;  // one per gradient-sync slot
   cudaEvent_t compute_mark_ = nullptr;    // orders the copy stream after compute
   friend Context& ctx();
 };

@@ -49,8 +49,13 @@ fi
 # two variables; the timeout turns a hang (a collective some rank never reaches) into a failure.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for k in 1 2 3; do
-  run_doctest "mpi tests, $k ranks" timeout 600 mpiexec -n "$k" --oversubscribe "$build/tests/mpi_tests"
+  run_doctest "mpi tests, $k ranks" timeout 600 mpiexec -n "$k" --oversubscribe "$build/tests/mpi_tests" -tse=cuda
 done
+# The GPU gradient sync on 2 ranks (sharing one GPU when there is one); skipped, saying why,
+# without a GPU.
+if [ -x "$build/cuda/tests/mpi_tests" ]; then
+  run_doctest "cuda mpi tests, 2 ranks" timeout 600 mpiexec -n 2 --oversubscribe "$build/cuda/tests/mpi_tests" -ts=cuda
+fi
 
 # Shell suites (tests/shell/*.sh: job scripts under PBS and Slurm, multi-host runs): each prints
 # "PASS: name", "FAIL: name: why" or "SKIP: name: why" lines and exits non-zero on a failure.

@@ -94,12 +94,15 @@ class Backend {
   virtual void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
                       int64_t width, int64_t rows) = 0;
 
-  // Gradient sync: asynchronous device -> pinned host copy of `bytes` on the copy stream,
-  // ordered after everything already queued on the compute stream. `slot` (0..) names it for
-  // copy_done. Slots may be reused once done.
+  // Gradient sync, per bucket, with numbered slots (0..; a slot may be reused once done):
+  // copy_to_host_async queues an asynchronous device -> pinned host copy of `bytes` on the
+  // copy stream, ordered after everything already queued on the compute stream; mark_ready
+  // only marks the point the compute stream has reached (a CUDA-aware MPI then reads the
+  // device memory itself). slot_done says whether the slot's copy or mark has been reached;
+  // with wait, it blocks until it has (then true), without waiting for later work.
   virtual void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) = 0;
-  // Whether the copy in `slot` finished; with wait, blocks until it has (then true).
-  virtual bool copy_done(int slot, bool wait) = 0;
+  virtual void mark_ready(int slot) = 0;
+  virtual bool slot_done(int slot, bool wait) = 0;
 
   // ---- elementwise (kernels/elementwise.cu) -------------------------------------------------
   virtual void fill(float* x, float value, int64_t n) = 0;

@@ -42,7 +42,8 @@ GradSync::GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options)
     : comm_(comm), store_(store), options_(options),
       buckets_(make_buckets(store, options.bucket_bytes)),
       requests_(buckets_.size(), MPI_REQUEST_NULL) {
-  if (store.device() == Device::CUDA && !mpi_cuda_aware()) {
+  gpu_ = store.device() == Device::CUDA;
+  if (gpu_ && !mpi_cuda_aware()) {
     staged_ = true;
     host_ = gpu::backend().alloc_pinned(size_t(store.grads().numel()) * sizeof(float));
   }
@@ -68,19 +69,16 @@ void GradSync::begin_step() {
 
 void GradSync::start(size_t b) {
   const Bucket& k = buckets_[b];
-  if (staged_) {
-    gpu::backend().copy_done(int(b), /*wait=*/true);
-  } else if (store_.device() == Device::CUDA) {
-    gpu::backend().synchronize();  // CUDA-aware MPI reads the bucket from device memory
-  }
+  if (gpu_) gpu::backend().slot_done(int(b), /*wait=*/true);  // its host copy, or its gradients
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bucket_data(b), int(k.end - k.begin), MPI_FLOAT, MPI_SUM,
                            comm_.world(), &requests_[b]));
 }
 
 void GradSync::progress() {
-  // Staged: start the allreduce of every bucket whose host copy has landed, in bucket order
-  // (every rank must start collectives in the same order).
-  while (staged_ && next_ < queued_ && gpu::backend().copy_done(int(next_), /*wait=*/false))
+  // GPU: start the allreduce of every bucket whose host copy has landed (or, CUDA-aware,
+  // whose gradients the compute stream has written), in bucket order (every rank must start
+  // collectives in the same order).
+  while (gpu_ && next_ < queued_ && gpu::backend().slot_done(int(next_), /*wait=*/false))
     start(next_++);
   // MPI's non-blocking collectives advance only inside MPI calls; one Testall per module lets
   // them run during backward. Time here counts as waiting (it is not compute).
@@ -99,14 +97,17 @@ void GradSync::on_ready(int64_t first_ready_offset) {
 }
 
 void GradSync::launch_ready(int64_t first_ready_offset) {
-  if (!staged_) {
+  if (!gpu_) {
     while (next_ < buckets_.size() && buckets_[next_].begin >= first_ready_offset) start(next_++);
     return;
   }
   while (queued_ < buckets_.size() && buckets_[queued_].begin >= first_ready_offset) {
     const Bucket& k = buckets_[queued_];
-    gpu::backend().copy_to_host_async(bucket_data(queued_), store_.grads().data() + k.begin,
-                                      size_t(k.end - k.begin) * sizeof(float), int(queued_));
+    if (staged_)
+      gpu::backend().copy_to_host_async(bucket_data(queued_), store_.grads().data() + k.begin,
+                                        size_t(k.end - k.begin) * sizeof(float), int(queued_));
+    else
+      gpu::backend().mark_ready(int(queued_));
     ++queued_;
   }
 }

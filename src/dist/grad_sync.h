@@ -7,8 +7,8 @@
 // A GPU slab goes through a pinned host mirror: each ready bucket is copied to the host on a
 // copy stream while backward goes on, and its allreduce starts (in bucket order) once the copy
 // is done; finish() copies the summed slab back in one transfer. With a CUDA-aware MPI
-// (mpi_cuda_aware()) buckets are allreduced in device memory instead, after the compute stream
-// has finished them.
+// (mpi_cuda_aware()) buckets are allreduced in device memory instead, each once the compute
+// stream has reached the event recorded when it became ready (no whole-stream wait).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -80,7 +80,8 @@ class GradSync {
  private:
   void start(size_t b);
   void progress();
-  // Buckets at offsets >= first_ready_offset: allreduce started, or (staged) host copy queued.
+  // Buckets at offsets >= first_ready_offset: allreduce started (CPU), or (GPU) host copy or
+  // ready mark queued.
   void launch_ready(int64_t first_ready_offset);
   float* bucket_data(size_t b);  // where bucket b is allreduced (slab or its host mirror)
 
@@ -90,9 +91,10 @@ class GradSync {
   std::vector<Bucket> buckets_;
   std::vector<MPI_Request> requests_;  // one per bucket; MPI_REQUEST_NULL when idle/done
   size_t next_ = 0;                    // first bucket not yet started
-  // GPU slab without CUDA-aware MPI: pinned host mirror of the gradient slab; buckets below
-  // queued_ have their device -> host copy queued (copy slot = bucket index).
-  bool staged_ = false;
+  // GPU slab: buckets below queued_ have their device -> host copy (staged_: without a
+  // CUDA-aware MPI, into the pinned host mirror host_) or their ready mark queued; the
+  // backend's slot for bucket b is b.
+  bool gpu_ = false, staged_ = false;
   std::shared_ptr<void> host_;
   size_t queued_ = 0;
   bool active_ = false;
