@@ -5,9 +5,12 @@
 // "SKIP: <case>: <reason>" and tests/run_all.sh counts it as skipped, not passed.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
+#include "core/device.h"
 #include "core/gpu.h"
+#include "data/transform.h"
 #include "core/rng.h"
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/add.h"
@@ -375,6 +378,27 @@ TEST_CASE("cuda: uint8 -> float normalisation with flips matches the formula") {
           const float v = (float(pix[size_t(((n * H + y) * W + sx) * C + c)]) / 255.0f - mean[c]) / stdv[c];
           CHECK(h[((n * C + c) * H + y) * W + x] == v);
         }
+}
+
+TEST_CASE("cuda: an 8-bit training batch normalised on the GPU equals the CPU transform") {
+  REQUIRE_GPU("input stage");
+  // What the trainer does on a GPU: the loader's windows and flips, InputStage::put_u8.
+  const data::Transform tf(data::imagenet_train(9, 40));
+  const int N = 6;
+  InputStage stage(Device::CUDA, 8, Shape{3, 40, 40});
+  std::vector<uint8_t> pixels(size_t(N) * tf.output_numel()), flips(static_cast<size_t>(N));
+  Tensor want = Tensor::empty(Shape{N, 3, 40, 40});
+  for (int n = 0; n < N; ++n) {
+    data::Image img(50 + 7 * n, 64, n % 2 ? 3 : 1);  // gray ones are replicated to 3 channels
+    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = uint8_t((i * 31 + size_t(n) * 17) % 256);
+    flips[size_t(n)] = tf.window(pixels.data() + size_t(n) * tf.output_numel(), img, 1, uint64_t(n));
+    tf.apply(want.data() + int64_t(n) * int64_t(tf.output_numel()), img, 1, uint64_t(n));
+  }
+  const Tensor got = to_host(stage.put_u8(pixels.data(), flips, tf.mean(), tf.stddev()));
+  REQUIRE(got.shape() == want.shape());
+  CHECK(std::memcmp(got.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
+  const Tensor again = to_host(stage.put(want));  // the float path: one copy up
+  CHECK(std::memcmp(again.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
 }
 
 }  // TEST_SUITE

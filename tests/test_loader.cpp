@@ -179,6 +179,56 @@ TEST_CASE("loader batches are bit-identical for 0, 1 and 3 workers") {
   CHECK(runs[0].images != runs[1].images);
 }
 
+TEST_CASE("loader 8-bit samples: pixels and flips in order, the same for 0 and 3 workers") {
+  Watchdog dog(30, "loader 8-bit samples");
+  const SyntheticDataset ds(small_spec(23), "train");
+  // Pixels with an (epoch, id)-keyed offset, and a flip that depends on both too.
+  auto bytes_fn = [](uint8_t* out, const Image& img, uint64_t epoch, uint64_t id) {
+    const Rng rng(epoch, id);
+    for (size_t i = 0; i < img.pixels.size(); ++i) out[i] = uint8_t(img.pixels[i] + rng.below(uint64_t(i), 7));
+    return ((epoch + id) % 3) == 0;
+  };
+  const std::vector<uint64_t> order = shuffled_order(ds.size(), 4, 1);
+  std::vector<std::vector<uint8_t>> first;
+  for (int workers : {0, 3}) {
+    CAPTURE(workers);
+    LoaderOptions opt;
+    opt.batch_size = 5;
+    opt.workers = workers;
+    Loader loader(ds, Shape{3, 6, 5}, ByteSamples{bytes_fn}, opt);
+    loader.start_epoch(1, order);
+    Batch b;
+    std::vector<std::vector<uint8_t>> got;
+    size_t p = 0, flips = 0;
+    while (loader.next(b)) {
+      CHECK_FALSE(b.images.defined());
+      REQUIRE(b.pixels != nullptr);
+      REQUIRE(b.flips.size() == size_t(b.size));
+      got.emplace_back(b.pixels, b.pixels + size_t(b.size) * 90);
+      for (int r = 0; r < b.size; ++r, ++p) {
+        std::vector<uint8_t> want(90);
+        const bool flip = bytes_fn(want.data(), ds.load(order[p], 3), 1, order[p]);
+        CHECK(std::memcmp(want.data(), b.pixels + size_t(r) * 90, 90) == 0);
+        CHECK(b.flips[size_t(r)] == uint8_t(flip));
+        CHECK(b.indices[size_t(r)] == order[p]);
+        flips += flip;
+      }
+    }
+    CHECK(p == order.size());
+    CHECK(flips > 0);
+    if (first.empty()) first = got;
+    CHECK(got == first);
+  }
+  LoaderOptions opt;
+  expect_error([&] { Loader none(ds, Shape{3, 6, 5}, ByteSamples{}, opt); }, "ByteSamples holds no function");
+  Loader floats(ds, Shape{3, 6, 5}, nullptr, opt);  // float loaders leave pixels unset
+  floats.start_epoch(0, order);
+  Batch b;
+  REQUIRE(floats.next(b));
+  CHECK(b.pixels == nullptr);
+  CHECK(b.flips.empty());
+}
+
 TEST_CASE("loader: a failing sample reaches next() naming its file, after the batches before it") {
   Watchdog dog(30, "loader error propagation");
   const SyntheticDataset base(small_spec(40), "train");

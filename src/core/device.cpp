@@ -38,4 +38,36 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
   return c;
 }
 
+InputStage::InputStage(Device device, int64_t max_batch, const Shape& sample) {
+  CHECK(sample.ndim == 3 && max_batch > 0, "input stage: batch ", max_batch, " of ", sample.str());
+  if (device == Device::CPU) return;
+  images_ = Tensor::empty(Shape{max_batch, sample[0], sample[1], sample[2]}, device);
+  u8_ = gpu::backend().alloc(size_t(images_.numel() + max_batch));
+}
+
+Tensor InputStage::put(const Tensor& images) {
+  if (!images_.defined()) return images;
+  Tensor x = images_.head(images.shape());
+  x.copy_from(images);
+  return x;
+}
+
+Tensor InputStage::put_u8(const uint8_t* pixels, const std::vector<uint8_t>& flips,
+                          const std::vector<float>& mean, const std::vector<float>& stddev) {
+  CHECK(images_.defined(), "input stage: 8-bit batches are normalised on the GPU only");
+  const Shape& s = images_.shape();
+  const int64_t n = int64_t(flips.size()), C = s[1], H = s[2], W = s[3], max_batch = s[0];
+  CHECK(n > 0 && n <= max_batch, "input stage: a batch of ", n, " (planned for ", max_batch, ")");
+  CHECK(int64_t(mean.size()) == C && int64_t(stddev.size()) == C, "input stage: ", mean.size(), " means and ",
+        stddev.size(), " stds for ", C, " channels");
+  gpu::Backend& be = gpu::backend();
+  uint8_t* dev_pixels = static_cast<uint8_t*>(u8_.get());
+  uint8_t* dev_flips = dev_pixels + images_.numel();
+  be.copy(dev_pixels, true, pixels, false, size_t(n * C * H * W));
+  be.copy(dev_flips, true, flips.data(), false, size_t(n));
+  Tensor x = images_.head(Shape{n, C, H, W});
+  be.normalize_u8(x.data(), dev_pixels, dev_flips, n, int(C), int(H), int(W), mean.data(), stddev.data());
+  return x;
+}
+
 }  // namespace mpicnn

@@ -3,7 +3,10 @@
 // cuda without either is an error naming the flag (never a silent CPU run). Not the backend
 // itself (core/gpu.h) and not a per-layer choice: the whole model runs where this says.
 #pragma once
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/gpu.h"
 #include "core/tensor.h"
@@ -24,5 +27,30 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
                            bool deterministic, int local_rank,
                            const std::string& device_flag = "--device",
                            const std::string& precision_flag = "--precision");
+
+// The model's input batches on its device: on a GPU, buffers for the largest batch allocated
+// once (so no step allocates) that each batch is copied into; on the CPU, batches pass
+// through untouched.
+class InputStage {
+ public:
+  InputStage() = default;  // the CPU
+  // sample: (C, H, W).
+  InputStage(Device device, int64_t max_batch, const Shape& sample);
+
+  Device device() const { return images_.defined() ? images_.device() : Device::CPU; }
+
+  // (n, C, H, W) floats on the device: `images` itself on the CPU, else its one host -> device
+  // copy.
+  Tensor put(const Tensor& images);
+  // GPU only: (n, H, W, C) 8-bit pixels, copied up (a quarter of the floats' bytes) and
+  // turned there into (n, C, H, W) floats (pixels / 255 - mean[c]) / stddev[c], mirrored
+  // left-right where flips[i] != 0 (gpu::Backend::normalize_u8); n = flips.size().
+  Tensor put_u8(const uint8_t* pixels, const std::vector<uint8_t>& flips,
+                const std::vector<float>& mean, const std::vector<float>& stddev);
+
+ private:
+  Tensor images_;               // (max_batch, C, H, W) on the GPU; undefined on the CPU
+  std::shared_ptr<void> u8_;    // GPU: max_batch * H * W * C pixel bytes, then max_batch flips
+};
 
 }  // namespace mpicnn

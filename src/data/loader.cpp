@@ -28,7 +28,21 @@ void image_to_chw(float* out, const Image& img, int channels, int height, int wi
 }
 
 Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, const LoaderOptions& opt)
-    : ds_(ds), fn_(std::move(fn)), opt_(opt) {
+    : Loader(ds, sample_shape, std::move(fn), nullptr, opt) {}
+
+namespace {
+ByteSampleFn required(ByteSampleFn fn) {
+  CHECK(fn != nullptr, "loader: ByteSamples holds no function");
+  return fn;
+}
+}  // namespace
+
+Loader::Loader(const Dataset& ds, const Shape& sample_shape, ByteSamples fn, const LoaderOptions& opt)
+    : Loader(ds, sample_shape, nullptr, required(std::move(fn.fn)), opt) {}
+
+Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, ByteSampleFn byte_fn,
+               const LoaderOptions& opt)
+    : ds_(ds), fn_(std::move(fn)), byte_fn_(std::move(byte_fn)), opt_(opt) {
   CHECK(sample_shape.ndim == 3 && sample_shape[0] > 0 && sample_shape[1] > 0 && sample_shape[2] > 0,
         "loader: sample shape must be (C, H, W), got ", sample_shape.str());
   CHECK(opt.batch_size > 0, "loader: batch size must be positive, got ", opt.batch_size);
@@ -38,7 +52,7 @@ Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, const 
   H_ = int(sample_shape[1]);
   W_ = int(sample_shape[2]);
   if (opt_.channels == 0 && (C_ == 1 || C_ == 3)) opt_.channels = C_;
-  if (!fn_) fn_ = [c = C_, h = H_, w = W_](float* out, const Image& img, uint64_t, uint64_t) {
+  if (!fn_ && !byte_fn_) fn_ = [c = C_, h = H_, w = W_](float* out, const Image& img, uint64_t, uint64_t) {
     image_to_chw(out, img, c, h, w);
   };
   prefetch_ = opt.prefetch > 0 ? opt.prefetch : std::max(2, 2 * opt.workers);
@@ -48,8 +62,14 @@ Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, const 
   chunk_ = opt.workers > 0 ? std::clamp(B / (2 * opt.workers), 1, 16) : B;
   // All buffers now: no tensor is allocated per batch or per epoch.
   slots_.resize(opt.workers > 0 ? size_t(prefetch_) + 1 : 1);
+  const size_t per = size_t(C_) * H_ * W_;
   for (Slot& s : slots_) {
-    s.images = Tensor::empty(Shape{B, C_, H_, W_});
+    if (byte_fn_) {
+      s.pixels.assign(size_t(B) * per, 0);
+      s.flips.assign(size_t(B), 0);
+    } else {
+      s.images = Tensor::empty(Shape{B, C_, H_, W_});
+    }
     s.labels.resize(size_t(B));
     s.indices.resize(size_t(B));
   }
@@ -146,11 +166,15 @@ bool Loader::claim(Unit& u, bool bounded) {
   return true;
 }
 
-bool Loader::try_load(uint64_t index, float* out, std::exception_ptr* err) {
+bool Loader::try_load(uint64_t index, Slot& s, size_t row, std::exception_ptr* err) {
   std::string msg;
   try {
     const Image img = ds_.load(index, opt_.channels);
-    fn_(out, img, epoch_, ds_.id(index));
+    const size_t per = size_t(C_) * H_ * W_;
+    if (byte_fn_)
+      s.flips[row] = byte_fn_(s.pixels.data() + row * per, img, epoch_, ds_.id(index));
+    else
+      fn_(s.images.data() + row * per, img, epoch_, ds_.id(index));
     return true;
   } catch (const Error& e) {
     msg = e.message();
@@ -174,13 +198,12 @@ bool Loader::load_position(uint64_t p, const Unit& u, bool& replaced, std::excep
   const uint64_t B = uint64_t(opt_.batch_size);
   Slot& s = slot_of(p / B);
   const size_t row = size_t(p % B);
-  float* out = s.images.data() + row * size_t(C_) * H_ * W_;
   auto put = [&](uint64_t index) {
     s.labels[row] = ds_.label(index);
     s.indices[row] = index;
   };
   const uint64_t index = order_[p];
-  if (try_load(index, out, opt_.skip_bad ? nullptr : &err)) {
+  if (try_load(index, s, row, opt_.skip_bad ? nullptr : &err)) {
     put(index);
     return true;
   }
@@ -191,7 +214,7 @@ bool Loader::load_position(uint64_t p, const Unit& u, bool& replaced, std::excep
   for (uint64_t k = 1; k < n; ++k) {
     if (abandoned(u)) return false;
     const uint64_t q = order_[(p + k) % n];
-    if (try_load(q, out, nullptr)) {
+    if (try_load(q, s, row, nullptr)) {
       put(q);
       return true;
     }
@@ -282,7 +305,15 @@ bool Loader::next(Batch& out) {
     std::rethrow_exception(err_);
   }
   const Slot& s = slot_of(c);
-  out.images = s.images.slice0(0, s.size);
+  if (byte_fn_) {
+    out.images = Tensor();
+    out.pixels = s.pixels.data();
+    out.flips.assign(s.flips.begin(), s.flips.begin() + s.size);
+  } else {
+    out.images = s.images.slice0(0, s.size);
+    out.pixels = nullptr;
+    out.flips.clear();
+  }
   out.labels.assign(s.labels.begin(), s.labels.begin() + s.size);
   out.indices.assign(s.indices.begin(), s.indices.begin() + s.size);
   out.size = s.size;

@@ -25,6 +25,15 @@ namespace mpicnn::data {
 // whichever worker, rank or batch handles it. Called concurrently from worker threads.
 using SampleFn = std::function<void(float* out, const Image& img, uint64_t epoch, uint64_t sample_id)>;
 
+// The 8-bit alternative, for consumers that normalise (and mirror) batches themselves, e.g. on
+// the GPU: writes one sample's pixels into `out` as (H, W, C) bytes, not normalised and not
+// mirrored, and returns whether the sample is to be mirrored left-right. Passed to the loader
+// wrapped in ByteSamples; same threading and determinism rules as SampleFn.
+using ByteSampleFn = std::function<bool(uint8_t* out, const Image& img, uint64_t epoch, uint64_t sample_id)>;
+struct ByteSamples {
+  ByteSampleFn fn;
+};
+
 // The SampleFn used when none is given: the image must already have the sample shape; pixels
 // become x / 255 in (C, H, W) order (torchvision's ToTensor, bit for bit).
 void image_to_chw(float* out, const Image& img, int channels, int height, int width);
@@ -39,7 +48,10 @@ struct LoaderOptions {
 
 struct Batch {
   Tensor images;                  // (size, C, H, W): a view into the loader's ring, valid until
-                                  // the next call of next() or start_epoch()
+                                  // the next call of next() or start_epoch(); undefined with
+                                  // ByteSamples, whose loaders fill pixels and flips instead
+  const uint8_t* pixels = nullptr;  // (size, H, W, C) bytes in the ring, valid as long
+  std::vector<uint8_t> flips;       // (size) 1: mirror left-right
   std::vector<int32_t> labels;    // (size)
   std::vector<uint64_t> indices;  // (size) dataset indices loaded (a replacement's, with skip_bad)
   int size = 0;
@@ -65,6 +77,8 @@ class Loader {
  public:
   // `ds` must outlive the loader. sample_shape is (C, H, W). fn may be empty (image_to_chw).
   Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, const LoaderOptions& opt);
+  // 8-bit batches: Batch::pixels and Batch::flips instead of Batch::images. fn may not be empty.
+  Loader(const Dataset& ds, const Shape& sample_shape, ByteSamples fn, const LoaderOptions& opt);
   ~Loader();  // stops and joins the workers, also in the middle of an epoch
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -95,7 +109,8 @@ class Loader {
 
  private:
   struct Slot {
-    Tensor images;                                           // (B, C, H, W)
+    Tensor images;                                           // (B, C, H, W), float samples
+    std::vector<uint8_t> pixels, flips;                      // (B, H, W, C) and (B), 8-bit ones
     std::vector<int32_t> labels;                             // (B)
     std::vector<uint64_t> indices;                           // (B)
     uint64_t batch = std::numeric_limits<uint64_t>::max();  // which batch it is filling
@@ -105,6 +120,8 @@ class Loader {
     uint64_t begin = 0, end = 0, gen = 0;
   };
 
+  Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, ByteSampleFn byte_fn,
+         const LoaderOptions& opt);
   void worker_loop();
   bool claim(Unit& u, bool bounded);               // under mu_
   void run_unit(const Unit& u);                    // without the lock
@@ -113,7 +130,7 @@ class Loader {
   // Loads position p into its slot row; false (with err set) when it and, with skip_bad,
   // every replacement failed.
   bool load_position(uint64_t p, const Unit& u, bool& replaced, std::exception_ptr& err);
-  bool try_load(uint64_t index, float* out, std::exception_ptr* err);
+  bool try_load(uint64_t index, Slot& s, size_t row, std::exception_ptr* err);
   bool slot_complete(uint64_t b) const;            // under mu_
   bool abandoned(const Unit& u) const {            // without the lock: stop or a newer epoch
     return stop_flag_.load(std::memory_order_relaxed) || gen_flag_.load(std::memory_order_relaxed) != u.gen;
@@ -123,6 +140,7 @@ class Loader {
   const Dataset& ds_;
   int C_, H_, W_;
   SampleFn fn_;
+  ByteSampleFn byte_fn_;  // set: 8-bit samples (fn_ unused)
   LoaderOptions opt_;
   int prefetch_ = 2, chunk_ = 1;
   std::vector<Slot> slots_;  // prefetch + 1: the ready ones plus the one the consumer holds

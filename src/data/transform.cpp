@@ -547,8 +547,10 @@ Transform::Transform(Preprocess spec) : spec_(std::move(spec)) {
     for (int c = 0; c < s.channels && !v.empty(); ++c) out[size_t(c)] = v.size() == 1 ? v[0] : v[size_t(c)];
     return out;
   };
-  const std::vector<float> mean = per_channel(s.mean, "mean", 0.f);
-  const std::vector<float> sd = per_channel(s.stddev, "std", 1.f);
+  mean_ = per_channel(s.mean, "mean", 0.f);
+  stddev_ = per_channel(s.stddev, "std", 1.f);
+  const std::vector<float>& mean = mean_;
+  const std::vector<float>& sd = stddev_;
   lut_.resize(size_t(s.channels) * 256);
   for (int c = 0; c < s.channels; ++c) {
     CHECK(std::isfinite(mean[size_t(c)]) && std::isfinite(sd[size_t(c)]) && sd[size_t(c)] != 0.f,
@@ -711,6 +713,26 @@ Image Transform::geometry(const Image& img, uint64_t epoch, uint64_t index, std:
     }
   }
   return out;
+}
+
+bool Transform::window(uint8_t* out, const Image& img, uint64_t epoch, uint64_t index,
+                       std::string_view name) const {
+  const Image& src = model_channels(img, spec_.channels, index, name);
+  const Placement p = place(src.height, src.width, epoch, index, name);
+  const int H = spec_.height, W = spec_.width, C = spec_.channels, CI = src.channels;
+  check_placement(src, p, H, W);
+  if (p.top < 0 || p.left < 0 || p.top + H > p.resized_height || p.left + W > p.resized_width)
+    std::memset(out, 0, std::size_t(H) * W * C);  // the window leaves the resized region
+  resample(src, p, H, W, [&](int y, int x, int n, const uint8_t* line, bool planar) {
+    uint8_t* o = out + (std::size_t(y) * W + x) * C;
+    if (CI == C && (!planar || C == 1)) {
+      std::memcpy(o, line, std::size_t(n) * C);
+      return;
+    }
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < C; ++c) o[i * C + c] = line[CI == 1 ? i : planar ? c * n + i : i * CI + c];
+  });
+  return p.flip;
 }
 
 void Transform::normalize(float* out, const Image& window) const {

@@ -129,8 +129,20 @@ class Transform {
   Image geometry(const Image& img, uint64_t epoch, uint64_t index, std::string_view name = {}) const;
   void normalize(float* out, const Image& window) const;
 
+  // apply() split for a consumer that normalises and mirrors whole batches itself (the GPU's
+  // normalize_u8): writes into `out` the (H, W, channels()) 8-bit window apply() would
+  // normalise, before the flip (gray replicated for a 3-channel model, zeros outside the
+  // image), and returns whether apply() mirrors it. (float(v) / 255 - mean()[c]) / stddev()[c],
+  // each step rounded to float and mirrored when it returned true, is apply()'s output bit
+  // for bit.
+  bool window(uint8_t* out, const Image& img, uint64_t epoch, uint64_t index,
+              std::string_view name = {}) const;
+  const std::vector<float>& mean() const { return mean_; }      // per channel (0 if none)
+  const std::vector<float>& stddev() const { return stddev_; }  // per channel (1 if none)
+
  private:
   Preprocess spec_;
+  std::vector<float> mean_, stddev_;
   std::vector<float> lut_;  // (channels, 256): ((v / 255) - mean) / stddev, rounded as torchvision does
 };
 

@@ -226,8 +226,7 @@ Predictor::Predictor(const EvalPlan& plan, Device device) : batch_size_(plan.bat
   model_->to(device);
   model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]});
   softmax_.plan(batch_size_, plan.num_classes, device);
-  if (device == Device::CUDA)
-    device_input_ = Tensor::empty(Shape{batch_size_, shape_[0], shape_[1], shape_[2]}, device);
+  input_ = InputStage(device, batch_size_, Shape{shape_[0], shape_[1], shape_[2]});
 }
 
 void Predictor::warm_up() {
@@ -243,13 +242,8 @@ std::vector<Prediction> Predictor::predict(const InputBatch& batch) {
   CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " (planned for ", batch_size_, ")");
   CHECK(batch.pixels.size() == size_t(n * shape_[0] * shape_[1] * shape_[2]), "predict: batch holds ",
         batch.pixels.size(), " floats for ", n, " samples");
-  Tensor x = Tensor::view(const_cast<float*>(batch.pixels.data()), Shape{n, shape_[0], shape_[1], shape_[2]});
-  if (device_input_.defined()) {  // the batch's one host -> device copy
-    Tensor d = device_input_.head(x.shape());
-    d.copy_from(x);
-    x = d;
-  }
-  const Tensor& logits = model_->forward(x);
+  const Tensor& logits = model_->forward(input_.put(
+      Tensor::view(const_cast<float*>(batch.pixels.data()), Shape{n, shape_[0], shape_[1], shape_[2]})));
   (void)softmax_.forward(logits, batch.labels.data());
   const Tensor probs = to_host(softmax_.probabilities());
   const int C = int(logits.shape()[1]), k = std::min(5, C);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "data/transform.h"
@@ -86,7 +87,7 @@ class Predictor {
   SoftmaxCrossEntropy softmax_;
   int64_t batch_size_;
   std::vector<int64_t> shape_;  // (C, H, W)
-  Tensor device_input_;         // (batch, C, H, W) on the GPU; undefined on the CPU
+  InputStage input_;
 };
 
 }  // namespace mpicnn::eval

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -265,13 +266,26 @@ void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt) {
   opt.set_steps(steps);
 }
 
-// The batch where the model is: itself on the CPU, else copied into the planned device buffer
-// (the one host -> device transfer of a step).
-Tensor on_model_device(Tensor& device_images, const Tensor& images) {
-  if (!device_images.defined()) return images;
-  Tensor x = device_images.head(images.shape());
-  x.copy_from(images);
-  return x;
+// The loader for one pass over `ds`: float batches made on the CPU for a CPU model; for a GPU
+// model, 8-bit windows (a quarter of the bytes to copy up) that the GPU normalises and
+// mirrors (model_input).
+std::unique_ptr<data::Loader> make_loader(const data::Dataset& ds, const data::Transform& tf,
+                                          const data::LoaderOptions& lopt, Device device) {
+  const Shape sample{tf.channels(), tf.height(), tf.width()};
+  if (device == Device::CUDA)
+    return std::make_unique<data::Loader>(
+        ds, sample, data::ByteSamples{[&tf](uint8_t* out, const data::Image& im, uint64_t e, uint64_t id) {
+          return tf.window(out, im, e, id);
+        }},
+        lopt);
+  return std::make_unique<data::Loader>(
+      ds, sample, [&tf](float* out, const data::Image& im, uint64_t e, uint64_t id) { tf.apply(out, im, e, id); },
+      lopt);
+}
+
+// A batch of make_loader's on the model's device.
+Tensor model_input(InputStage& stage, const data::Transform& tf, const data::Batch& b) {
+  return b.pixels ? stage.put_u8(b.pixels, b.flips, tf.mean(), tf.stddev()) : stage.put(b.images);
 }
 
 struct EvalResult {
@@ -282,20 +296,18 @@ struct EvalResult {
 // wrapped-around padding is not counted), the sums are reduced.
 EvalResult evaluate(const dist::Comm& comm, Model& model, SplitData& test,
                     const data::Transform& tf, const data::LoaderOptions& lopt,
-                    SoftmaxCrossEntropy& xent, Tensor& device_images) {
+                    SoftmaxCrossEntropy& xent, InputStage& stage) {
   model.set_training(false);
   auto [ds, order] = test.epoch(0, 0, /*shuffle=*/false);
   const int K = comm.size(), r = comm.rank();
   const uint64_t N = test.info().size;
-  data::Loader loader(*ds, Shape{tf.channels(), tf.height(), tf.width()},
-                      [&tf](float* out, const data::Image& im, uint64_t e, uint64_t id) { tf.apply(out, im, e, id); },
-                      lopt);
-  loader.start_epoch(0, order);
+  const std::unique_ptr<data::Loader> loader = make_loader(*ds, tf, lopt, stage.device());
+  loader->start_epoch(0, order);
   double sums[4] = {0, 0, 0, 0};  // loss sum, top-1 hits, top-5 hits, samples
   data::Batch b;
   uint64_t pos = 0;  // position of the batch's first sample in this rank's shard
-  while (loader.next(b)) {
-    const Tensor& logits = model.forward(on_model_device(device_images, b.images));
+  while (loader->next(b)) {
+    const Tensor& logits = model.forward(model_input(stage, tf, b));
     (void)xent.forward(logits, b.labels.data());
     const Tensor p = to_host(xent.probabilities());
     const int64_t C = logits.shape()[1];
@@ -397,9 +409,7 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   model.set_training(true);
   SoftmaxCrossEntropy xent;
   xent.plan(b, mopt.num_classes, dev.device);
-  Tensor device_images;  // (b, C, H, W) on the GPU; undefined on the CPU
-  if (dev.device == Device::CUDA)
-    device_images = Tensor::empty(Shape{b, input.channels, input.height, input.width}, dev.device);
+  InputStage stage(dev.device, b, Shape{input.channels, input.height, input.width});
   std::vector<Dropout*> dropouts;
   model.root().for_each_layer([&](Layer& l, const std::string&) {
     if (auto* d = dynamic_cast<Dropout*>(&l)) dropouts.push_back(d);
@@ -535,12 +545,8 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
     auto [ds, order] = train.epoch(o.seed, uint64_t(epoch), /*shuffle=*/true);
     const int64_t first_step = state.step_in_epoch;
     order.erase(order.begin(), order.begin() + std::min<int64_t>(int64_t(order.size()), first_step * b));
-    data::Loader loader(*ds, Shape{input.channels, input.height, input.width},
-                        [&train_tf](float* out_, const data::Image& im, uint64_t e, uint64_t id) {
-                          train_tf.apply(out_, im, e, id);
-                        },
-                        lopt);
-    loader.start_epoch(uint64_t(epoch), std::move(order));
+    const std::unique_ptr<data::Loader> loader = make_loader(*ds, train_tf, lopt, dev.device);
+    loader->start_epoch(uint64_t(epoch), std::move(order));
     sync.reset_stats();
     progress.begin_epoch(epoch + 1, o.epochs, plan.steps);
     Timer epoch_clock;
@@ -550,9 +556,9 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
     for (int64_t step = first_step; step < plan.steps; ++step) {
       Timer step_clock;
       opt->set_lr(schedule.lr(epoch, step, plan.steps));
-      CHECK(loader.next(batch), "rank ", rank, ": data ran out at step ", step, " of epoch ", epoch + 1);
+      CHECK(loader->next(batch), "rank ", rank, ": data ran out at step ", step, " of epoch ", epoch + 1);
       for (Dropout* d : dropouts) d->set_draw(o.seed, uint64_t(state.global_step), uint64_t(rank) * uint64_t(b));
-      const Tensor& logits = model.forward(on_model_device(device_images, batch.images));
+      const Tensor& logits = model.forward(model_input(stage, train_tf, batch));
       const double loss = xent.forward(logits, batch.labels.data());
       Tensor dl = dlogits.slice0(0, batch.size);
       model.params().zero_grad();
@@ -620,7 +626,7 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
       EvalResult ev;
       if (test && (state.epoch % o.eval_every == 0 || last)) {
         if (model.params().buffers().numel() > 0) comm.broadcast(model.params().buffers());
-        ev = evaluate(comm, model, *test, eval_tf, lopt, xent, device_images);
+        ev = evaluate(comm, model, *test, eval_tf, lopt, xent, stage);
         result.test_loss = ev.loss;
         result.top1 = ev.top1;
         result.top5 = ev.top5;
@@ -629,7 +635,7 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
         progress.end_epoch({result.train_loss, ev.loss, ev.top1, epoch_seconds,
                             loss_n / std::max(epoch_seconds, 1e-9)});
         tracker->log_epoch({state.epoch, result.train_loss, ev.loss, ev.top1, ev.top5, epoch_seconds,
-                            sync.stats().wait_share(), loader.wait_seconds(), int64_t(loss_n)});
+                            sync.stats().wait_share(), loader->wait_seconds(), int64_t(loss_n)});
       }
       saved_last = o.checkpoint_every > 0 && (state.epoch % o.checkpoint_every == 0 || last);
       if (saved_last) save("");
