@@ -446,19 +446,54 @@ TEST_CASE("transform output does not depend on threads or call order") {
   CHECK(mismatches == 0);
 }
 
+namespace {
+Preprocess gray_model_spec() {
+  Preprocess p = imagenet_eval(64, 72, 1);
+  p.mean = {0.5f};
+  p.stddev = {0.25f};
+  return p;
+}
+Preprocess unnormalised_spec() {  // x / 255 only
+  Preprocess p = imagenet_eval(48, 0);
+  p.mean.clear();
+  p.stddev.clear();
+  return p;
+}
+
+// Images and transforms covering every path of apply()'s halves: random resized crop with
+// flips, resize + center crop, CIFAR pad-crop, RGB into a 1-channel model, gray into a
+// 3-channel one, a crop reaching outside the image (zero padding), no normalisation.
+struct SplitCases {
+  Image rgb = test_image(150, 200, 3, 8), gray = test_image(120, 90, 1, 9), small = test_image(32, 32, 3, 10);
+  Transform rrc{imagenet_train(5, 72)}, eval{imagenet_eval(64, 72)}, cifar{cifar_train(5)},
+      to_gray{gray_model_spec()}, padded{imagenet_eval(96, 0)}, unnormalised{unnormalised_spec()};
+  std::vector<std::pair<const Transform*, const Image*>> jobs() const {
+    return {{&rrc, &rgb},     {&rrc, &gray},      {&eval, &rgb},      {&eval, &gray},
+            {&cifar, &small}, {&to_gray, &rgb}, {&padded, &small}, {&unnormalised, &gray}};
+  }
+};
+
+// What gpu::Backend::normalize_u8 computes for one sample (kernels/elementwise.cu): out (C, H, W)
+// from (H, W, C) bytes, (v / 255 - mean[c]) / std[c] rounded at each step, mirrored on flip.
+std::vector<float> normalize_u8_reference(const std::vector<uint8_t>& px, bool flip, int C, int H, int W,
+                                          const std::vector<float>& mean, const std::vector<float>& sd) {
+  std::vector<float> out(size_t(C) * H * W);
+  for (int c = 0; c < C; ++c)
+    for (int h = 0; h < H; ++h)
+      for (int w = 0; w < W; ++w) {
+        const float v = float(px[(size_t(h) * W + size_t(flip ? W - 1 - w : w)) * C + c]);
+        out[(size_t(c) * H + h) * W + w] = (v / 255.0f - mean[size_t(c)]) / sd[size_t(c)];
+      }
+  return out;
+}
+}  // namespace
+
 TEST_CASE("transform geometry then normalize equals apply, bit for bit") {
   // The evaluation pipeline resamples on one rank and normalises on another.
-  const Image rgb = test_image(150, 200, 3, 8), gray = test_image(120, 90, 1, 9),
-              small = test_image(32, 32, 3, 10);
-  Preprocess gray_model = imagenet_eval(64, 72, 1);
-  gray_model.mean = {0.5f};
-  gray_model.stddev = {0.25f};
-  Preprocess big_crop = imagenet_eval(96, 0);  // the crop reaches outside the image: zero padding
-  const Transform rrc(imagenet_train(5, 72)), eval(imagenet_eval(64, 72)), cifar(cifar_train(5)),
-      to_gray(gray_model), padded(big_crop);
-  const std::vector<std::pair<const Transform*, const Image*>> jobs = {
-      {&rrc, &rgb}, {&rrc, &gray}, {&eval, &rgb}, {&eval, &gray}, {&cifar, &small},
-      {&to_gray, &rgb}, {&padded, &small}};
+  const SplitCases cases;
+  const auto jobs = cases.jobs();
+  const Transform& eval = cases.eval;
+  const Image& small = cases.small;
   int mismatches = 0, flipped = 0;
   for (const auto& [tf, img] : jobs)
     for (uint64_t i = 0; i < 12; ++i) {
@@ -477,37 +512,11 @@ TEST_CASE("transform geometry then normalize equals apply, bit for bit") {
   CHECK_THROWS_WITH(eval.normalize(out.data(), small), doctest::Contains("32x32 window for a 64x64"));
 }
 
-namespace {
-// What gpu::Backend::normalize_u8 computes for one sample (kernels/elementwise.cu): out (C, H, W)
-// from (H, W, C) bytes, (v / 255 - mean[c]) / std[c] rounded at each step, mirrored on flip.
-std::vector<float> normalize_u8_reference(const std::vector<uint8_t>& px, bool flip, int C, int H, int W,
-                                          const std::vector<float>& mean, const std::vector<float>& sd) {
-  std::vector<float> out(size_t(C) * H * W);
-  for (int c = 0; c < C; ++c)
-    for (int h = 0; h < H; ++h)
-      for (int w = 0; w < W; ++w) {
-        const float v = float(px[(size_t(h) * W + size_t(flip ? W - 1 - w : w)) * C + c]);
-        out[(size_t(c) * H + h) * W + w] = (v / 255.0f - mean[size_t(c)]) / sd[size_t(c)];
-      }
-  return out;
-}
-}  // namespace
-
 TEST_CASE("transform window, normalised and mirrored as the GPU does, equals apply bit for bit") {
   // GPU training loads 8-bit windows and normalises them on the device.
-  const Image rgb = test_image(150, 200, 3, 8), gray = test_image(120, 90, 1, 9),
-              small = test_image(32, 32, 3, 10);
-  Preprocess gray_model = imagenet_eval(64, 72, 1);
-  gray_model.mean = {0.5f};
-  gray_model.stddev = {0.25f};
-  Preprocess plain = imagenet_eval(48, 0);
-  plain.mean.clear();  // x / 255 only
-  plain.stddev.clear();
-  const Transform rrc(imagenet_train(5, 72)), eval(imagenet_eval(64, 72)), cifar(cifar_train(5)),
-      to_gray(gray_model), padded(imagenet_eval(96, 0)), unnormalised(plain);
-  const std::vector<std::pair<const Transform*, const Image*>> jobs = {
-      {&rrc, &rgb}, {&rrc, &gray}, {&eval, &rgb}, {&eval, &gray}, {&cifar, &small},
-      {&to_gray, &rgb}, {&padded, &small}, {&unnormalised, &gray}};
+  const SplitCases cases;
+  const auto jobs = cases.jobs();
+  const Transform& unnormalised = cases.unnormalised;
   int mismatches = 0, flipped = 0;
   for (const auto& [tf, img] : jobs) {
     CHECK(tf->mean().size() == size_t(tf->channels()));

@@ -57,6 +57,27 @@ void step(Net& n) {
   n.model->backward(n.dlogits);
 }
 
+// The direct average of every rank's `local` gradients, summed in double, with the mean of
+// their magnitudes (the scale of a float sum's rounding); ranks_differ: some rank's gradients
+// are not rank 0's.
+struct DirectAverage {
+  std::vector<double> want, mag;
+  bool ranks_differ = false;
+};
+DirectAverage direct_average(const std::vector<float>& local, int K) {
+  const size_t len = local.size();
+  std::vector<float> all(len * size_t(K));
+  MPI_Allgather(local.data(), int(len), MPI_FLOAT, all.data(), int(len), MPI_FLOAT, MPI_COMM_WORLD);
+  DirectAverage d{std::vector<double>(len, 0.0), std::vector<double>(len, 0.0)};
+  for (int q = 0; q < K; ++q)
+    for (size_t i = 0; i < len; ++i) {
+      d.want[i] += all[size_t(q) * len + i] / double(K);
+      d.mag[i] += std::fabs(all[size_t(q) * len + i]) / double(K);
+    }
+  for (size_t i = 0; i < len && K > 1; ++i) d.ranks_differ |= all[i] != all[len + i];
+  return d;
+}
+
 std::vector<float> copy_of(const Tensor& t) {
   const Tensor h = to_host(t);
   return std::vector<float>(h.data(), h.data() + h.numel());
@@ -139,18 +160,9 @@ TEST_CASE("dist grad sync: average over ranks, overlapped and blocking") {
     const std::vector<float> local = copy_of(store.grads());
     const int64_t len = int64_t(local.size());
 
-    // The direct average: every rank's gradients, summed in double.
-    std::vector<float> all(local.size() * size_t(K));
-    MPI_Allgather(local.data(), int(len), MPI_FLOAT, all.data(), int(len), MPI_FLOAT, MPI_COMM_WORLD);
-    std::vector<double> want(local.size(), 0.0), mag(local.size(), 0.0);
-    for (int q = 0; q < K; ++q)
-      for (int64_t i = 0; i < len; ++i) {
-        want[size_t(i)] += all[size_t(q) * size_t(len) + size_t(i)] / double(K);
-        mag[size_t(i)] += std::fabs(all[size_t(q) * size_t(len) + size_t(i)]) / double(K);
-      }
-    bool ranks_differ = false;  // the data is rank-dependent, so the gradients must be
-    for (int64_t i = 0; i < len && K > 1; ++i) ranks_differ |= all[size_t(i)] != all[size_t(len + i)];
-    CHECK(ranks_differ == (K > 1));
+    const DirectAverage direct = direct_average(local, K);
+    const std::vector<double>&want = direct.want, &mag = direct.mag;
+    CHECK(direct.ranks_differ == (K > 1));  // the data is rank-dependent, so the gradients must be
 
     auto check_average = [&](const Tensor& got, const char* what, double elem_tol = 1e-6,
                               double norm_tol = 1e-6) {
@@ -260,14 +272,9 @@ TEST_CASE("cuda dist grad sync: a GPU model's gradients averaged over ranks, ove
   step(n);
   const std::vector<float> local = copy_of(store.grads());
   const int64_t len = int64_t(local.size());
-  std::vector<float> all(local.size() * size_t(K));
-  MPI_Allgather(local.data(), int(len), MPI_FLOAT, all.data(), int(len), MPI_FLOAT, MPI_COMM_WORLD);
-  std::vector<double> want(local.size(), 0.0), mag(local.size(), 0.0);
-  for (int q = 0; q < K; ++q)
-    for (int64_t i = 0; i < len; ++i) {
-      want[size_t(i)] += all[size_t(q) * size_t(len) + size_t(i)] / double(K);
-      mag[size_t(i)] += std::fabs(all[size_t(q) * size_t(len) + size_t(i)]) / double(K);
-    }
+  const DirectAverage direct = direct_average(local, K);
+  const std::vector<double>&want = direct.want, &mag = direct.mag;
+  CHECK(direct.ranks_differ == (K > 1));
   auto bad_elements = [&](const std::vector<float>& got) {
     int64_t bad = 0;
     for (int64_t i = 0; i < len; ++i)
