@@ -78,6 +78,7 @@ void CudaBackend::select_device(int local_rank) {
   const int count = device_count();
   ctx_.device = local_rank % count;
   CUDA_CHECK(cudaSetDevice(ctx_.device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.sm_count, cudaDevAttrMultiProcessorCount, ctx_.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.copy_stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));

@@ -1,6 +1,8 @@
 // BatchNorm2d of the CUDA backend: batch statistics, running-stat update, normalisation and
 // backward, with the math of src/layers/batchnorm.cpp (double accumulators, the same rounding
 // points and the FMAs GCC forms there). Own kernels, deterministic; not cuDNN's batch norm.
+// Each channel's sums are split over several blocks (partial sums in the context's scratch,
+// added in a fixed order by a finishing kernel), so small-channel layers fill the GPU.
 #include "common.cuh"
 
 namespace mpicnn::gpu {
@@ -9,8 +11,28 @@ namespace {
 
 // Threads of the per-channel reduction blocks (a power of two for the tree reduce).
 constexpr int kStatThreads = 512;
-// Channels per backward pass: their mean(dy) and mean(dy * xhat) live in ctx().scratch.
-constexpr int64_t kScratchChannels = int64_t(Context::kScratchBytes / (2 * sizeof(float)));
+// Channels per pass (grid y), and most blocks one channel's reduction is split over (grid x).
+// A pass keeps two partial sums per (channel, split) in ctx().scratch, and in backward the
+// channels' mean(dy) and mean(dy * xhat) after them.
+constexpr int64_t kChunkChannels = 4096, kMaxSplits = 64;
+static_assert(kChunkChannels <= 65535, "grid y");
+constexpr int64_t kSplitsByScratch =
+    (int64_t(Context::kScratchBytes) / kChunkChannels - 2 * int64_t(sizeof(float))) /
+    (2 * int64_t(sizeof(double)));
+static_assert(kSplitsByScratch >= 1, "the scratch holds a chunk's partial sums");
+
+// Blocks per channel: one block per channel leaves most of a large GPU idle in the 64-channel
+// layers, so a channel's M values are split over enough blocks for about 4 per SM in all,
+// each with at least 4 values per thread. The partial sums are added in a fixed order, so
+// the result has the same bits in every run (not, in general, the CPU's: its order differs).
+int64_t splits_for(int64_t C, int64_t M) {
+  const int64_t want = (4 * int64_t(ctx().sm_count) + C - 1) / C;
+  const int64_t by_size = M / (int64_t(kStatThreads) * 4);
+  int64_t s = want < by_size ? want : by_size;
+  s = s < kMaxSplits ? s : kMaxSplits;
+  s = s < kSplitsByScratch ? s : kSplitsByScratch;
+  return s < 1 ? 1 : s;
+}
 
 __device__ __forceinline__ int64_t global_index() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -18,14 +40,16 @@ __device__ __forceinline__ int64_t global_index() {
 __device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
 // Calls f(offset) for this thread's share of channel c's M = N * HW elements, element j at
-// (n * C + c) * HW + i with j = n * HW + i; threads take j = tid, tid + blockDim, ... The
-// (n, i) cursor steps without a division per element.
+// (n * C + c) * HW + i with j = n * HW + i: the blocks of grid row blockIdx.y split the
+// channel, and thread t of block b takes j = b * blockDim + t, then steps by gridDim.x *
+// blockDim. The (n, i) cursor steps without a division per element.
 template <typename F>
 __device__ __forceinline__ void for_channel(int64_t c, int64_t N, int64_t C, int64_t HW, F f) {
   if (HW <= 0) return;
-  const int64_t step = blockDim.x;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t dn = step / HW, di = step % HW;
-  int64_t n = threadIdx.x / HW, i = threadIdx.x % HW;
+  int64_t n = first / HW, i = first % HW;
   while (n < N) {
     f((n * C + c) * HW + i);
     i += di;
@@ -50,25 +74,52 @@ __device__ double block_sum(double v, double* buf) {
   return r;
 }
 
-// One block per channel c: mean, then the biased variance around it (two passes, as the CPU),
-// both in double; writes save_mean/save_invstd (C) and updates running_mean/var (C).
+// Sum of the S partial sums of channel j (fixed order: the same value in every thread).
+__device__ __forceinline__ double partial_total(const double* part, int64_t j, int64_t S) {
+  double t = 0;
+  for (int64_t s = 0; s < S; ++s) t += part[j * S + s];
+  return t;
+}
+
+// Grid (S, cnt): block (s, j) sums its share of channel c0 + j into sum[j * S + s] (double).
 __global__ void __launch_bounds__(kStatThreads)
-    bn_stats_kernel(float* save_mean, float* save_invstd, float* running_mean,
-                    float* running_var, const float* x, int64_t N, int64_t C, int64_t HW,
-                    float eps, float momentum) {
+    bn_partial_sum_kernel(double* sum, const float* x, int64_t N, int64_t C, int64_t HW,
+                          int64_t c0) {
   __shared__ double buf[kStatThreads];
-  const int64_t c = blockIdx.x;
-  const int64_t M = N * HW;
+  const int64_t j = blockIdx.y, c = c0 + j;
   double s = 0;
   for_channel(c, N, C, HW, [&](int64_t k) { s += double(x[k]); });
-  const double mu = block_sum(s, buf) / double(M);
-  double ss = 0;
+  s = block_sum(s, buf);
+  if (threadIdx.x == 0) sum[j * gridDim.x + blockIdx.x] = s;
+}
+
+// Grid (S, cnt): the squared deviations from the channel's mean (from the partial sums, as the
+// CPU's two passes), summed into ss[j * S + s].
+__global__ void __launch_bounds__(kStatThreads)
+    bn_partial_ss_kernel(double* ss, const double* sum, const float* x, int64_t N, int64_t C,
+                         int64_t HW, int64_t c0) {
+  __shared__ double buf[kStatThreads];
+  const int64_t j = blockIdx.y, c = c0 + j, S = gridDim.x;
+  const double mu = partial_total(sum, j, S) / double(N * HW);
+  double v = 0;
   for_channel(c, N, C, HW, [&](int64_t k) {
     const double t = double(x[k]) - mu;
-    ss = fma(t, t, ss);  // GCC contracts the CPU's pss += t * t
+    v = fma(t, t, v);  // GCC contracts the CPU's pss += t * t
   });
-  const double var = block_sum(ss, buf) / double(M);  // biased: used to normalise
-  if (threadIdx.x == 0) {
+  v = block_sum(v, buf);
+  if (threadIdx.x == 0) ss[j * S + blockIdx.x] = v;
+}
+
+// One thread per channel c0 + j: mean and biased variance (used to normalise) from the partial
+// sums; writes save_mean/save_invstd and updates running_mean/var (C).
+__global__ void bn_stats_finish_kernel(float* save_mean, float* save_invstd, float* running_mean,
+                                       float* running_var, const double* sum, const double* ss,
+                                       int64_t S, int64_t c0, int64_t cnt, int64_t M, float eps,
+                                       float momentum) {
+  for (int64_t j = global_index(); j < cnt; j += grid_stride()) {
+    const int64_t c = c0 + j;
+    const double mu = partial_total(sum, j, S) / double(M);
+    const double var = partial_total(ss, j, S) / double(M);
     save_mean[c] = float(mu);
     save_invstd[c] = float(1.0 / sqrt(var + double(eps)));
     // Running stats with the unbiased variance; a*b + c*d as GCC contracts it, fma(a, b, c*d).
@@ -102,18 +153,15 @@ __global__ void bn_apply_kernel(float* y, const float* x, const float* save_mean
   }
 }
 
-// One block per channel c0 + blockIdx.x: sum(dy) and sum(dy * xhat) in double (dy * xhat
-// rounded to float first, as on the CPU); dbias/dweight (C) '+=' them. With mstats, stores
-// mean(dy) at mstats[j] and mean(dy * xhat) at mstats[cnt + j] (j = c - c0; training only,
-// 0 in eval) for the dx pass.
+// Grid (S, cnt): block (s, j) sums dy and dy * xhat over its share of channel c0 + j in
+// double (dy * xhat rounded to float first, as on the CPU), into a[j * S + s], b[j * S + s].
 __global__ void __launch_bounds__(kStatThreads)
-    bn_backward_reduce_kernel(float* dweight, float* dbias, float* mstats, const float* dy,
-                              const float* x, const float* save_mean, const float* save_invstd,
-                              int64_t N, int64_t C, int64_t HW, int64_t c0, int64_t cnt,
-                              bool training) {
+    bn_backward_partial_kernel(double* a_part, double* b_part, const float* dy, const float* x,
+                               const float* save_mean, const float* save_invstd, int64_t N,
+                               int64_t C, int64_t HW, int64_t c0) {
   __shared__ double buf_a[kStatThreads];
   __shared__ double buf_b[kStatThreads];
-  const int64_t c = c0 + blockIdx.x;
+  const int64_t j = blockIdx.y, c = c0 + j;
   const float mean = save_mean[c], invstd = save_invstd[c];
   double a = 0, b = 0;
   for_channel(c, N, C, HW, [&](int64_t k) {
@@ -132,13 +180,25 @@ __global__ void __launch_bounds__(kStatThreads)
     __syncthreads();
   }
   if (t == 0) {
-    const double sdy = buf_a[0], sdyx = buf_b[0];
+    a_part[j * gridDim.x + blockIdx.x] = buf_a[0];
+    b_part[j * gridDim.x + blockIdx.x] = buf_b[0];
+  }
+}
+
+// One thread per channel c0 + j: dbias/dweight (C) '+=' sum(dy), sum(dy * xhat). With mstats,
+// stores mean(dy) at mstats[j] and mean(dy * xhat) at mstats[cnt + j] (training only, 0 in
+// eval) for the dx pass.
+__global__ void bn_backward_finish_kernel(float* dweight, float* dbias, float* mstats,
+                                          const double* a_part, const double* b_part, int64_t S,
+                                          int64_t c0, int64_t cnt, int64_t M, bool training) {
+  for (int64_t j = global_index(); j < cnt; j += grid_stride()) {
+    const int64_t c = c0 + j;
+    const double sdy = partial_total(a_part, j, S), sdyx = partial_total(b_part, j, S);
     dbias[c] = __fadd_rn(dbias[c], float(sdy));
     dweight[c] = __fadd_rn(dweight[c], float(sdyx));
     if (mstats) {
-      const double M = double(N * HW);
-      mstats[blockIdx.x] = training ? float(sdy / M) : 0.f;
-      mstats[cnt + blockIdx.x] = training ? float(sdyx / M) : 0.f;
+      mstats[j] = training ? float(sdy / double(M)) : 0.f;
+      mstats[cnt + j] = training ? float(sdyx / double(M)) : 0.f;
     }
   }
 }
@@ -177,11 +237,21 @@ void CudaBackend::batchnorm_forward(float* y, float* save_mean, float* save_invs
   if (training) {
     CHECK(N * HW > 1, "batchnorm_forward: training needs more than one value per channel, got ",
           "N=", N, ", HW=", HW);
-    CHECK(C <= int64_t(0x7fffffff), "batchnorm_forward: ", C, " channels exceed the grid");
-    bn_stats_kernel<<<unsigned(C), kStatThreads, 0, st>>>(save_mean, save_invstd, running_mean,
-                                                          running_var, x, N, C, HW, eps,
-                                                          momentum);
-    KERNEL_CHECK();
+    const int64_t M = N * HW, S = splits_for(C, M);
+    double* sum = reinterpret_cast<double*>(ctx().scratch);  // (cnt, S), then ss (cnt, S)
+    for (int64_t c0 = 0; c0 < C; c0 += kChunkChannels) {
+      const int64_t cnt = C - c0 < kChunkChannels ? C - c0 : kChunkChannels;
+      double* ss = sum + cnt * S;
+      const dim3 grid(static_cast<unsigned>(S), static_cast<unsigned>(cnt));
+      bn_partial_sum_kernel<<<grid, kStatThreads, 0, st>>>(sum, x, N, C, HW, c0);
+      KERNEL_CHECK();
+      bn_partial_ss_kernel<<<grid, kStatThreads, 0, st>>>(ss, sum, x, N, C, HW, c0);
+      KERNEL_CHECK();
+      bn_stats_finish_kernel<<<blocks_for(cnt), kThreads, 0, st>>>(
+          save_mean, save_invstd, running_mean, running_var, sum, ss, S, c0, cnt, M, eps,
+          momentum);
+      KERNEL_CHECK();
+    }
   } else {
     bn_eval_stats_kernel<<<blocks_for(C), kThreads, 0, st>>>(save_mean, save_invstd,
                                                              running_mean, running_var, C, eps);
@@ -202,14 +272,20 @@ void CudaBackend::batchnorm_backward(float* dx, float* dweight, float* dbias, co
   if (C <= 0 || N * HW <= 0) return;  // no elements: every sum is 0
   Context& cx = ctx();
   const cudaStream_t st = cx.stream;
-  // Channels in chunks that fit their two means in the scratch; the stream orders a chunk's
-  // dx pass before the next chunk's reduction overwrites them.
-  float* mstats = dx ? cx.scratch : nullptr;
-  CHECK(!dx || mstats, "batchnorm_backward: the device scratch is not allocated");
-  for (int64_t c0 = 0; c0 < C; c0 += kScratchChannels) {
-    const int64_t cnt = C - c0 < kScratchChannels ? C - c0 : kScratchChannels;
-    bn_backward_reduce_kernel<<<unsigned(cnt), kStatThreads, 0, st>>>(
-        dweight, dbias, mstats, dy, x, save_mean, save_invstd, N, C, HW, c0, cnt, training);
+  // Channels in chunks whose partial sums and two means fit in the scratch; the stream orders
+  // a chunk's dx pass before the next chunk's reduction overwrites them.
+  const int64_t M = N * HW, S = splits_for(C, M);
+  for (int64_t c0 = 0; c0 < C; c0 += kChunkChannels) {
+    const int64_t cnt = C - c0 < kChunkChannels ? C - c0 : kChunkChannels;
+    double* a_part = reinterpret_cast<double*>(cx.scratch);  // (cnt, S)
+    double* b_part = a_part + cnt * S;                        // (cnt, S)
+    float* mstats = dx ? reinterpret_cast<float*>(b_part + cnt * S) : nullptr;  // (2, cnt)
+    const dim3 grid(static_cast<unsigned>(S), static_cast<unsigned>(cnt));
+    bn_backward_partial_kernel<<<grid, kStatThreads, 0, st>>>(a_part, b_part, dy, x, save_mean,
+                                                              save_invstd, N, C, HW, c0);
+    KERNEL_CHECK();
+    bn_backward_finish_kernel<<<blocks_for(cnt), kThreads, 0, st>>>(
+        dweight, dbias, mstats, a_part, b_part, S, c0, cnt, M, training);
     KERNEL_CHECK();
     if (!dx) continue;
     bn_backward_dx_kernel<<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(

@@ -57,8 +57,9 @@ struct Context {
   cublasHandle_t cublas = nullptr;
   Precision precision = Precision::TF32;
   bool deterministic = false;
-  float* scratch = nullptr;  // small device scratch (reductions' results), kScratchBytes
-  static constexpr size_t kScratchBytes = 1 << 16;
+  int sm_count = 1;          // multiprocessors, for sizing reduction grids
+  float* scratch = nullptr;  // small device scratch (reductions' partial sums and results)
+  static constexpr size_t kScratchBytes = 1 << 20;
   // cuDNN workspace shared by every convolution (calls run one at a time on `stream`); grown
   // only by ensure_workspace, which plans call outside the training step.
   void* workspace = nullptr;
