@@ -195,7 +195,16 @@ TEST_CASE("loader 8-bit samples: pixels and flips in order, the same for 0 and 3
     LoaderOptions opt;
     opt.batch_size = 5;
     opt.workers = workers;
-    Loader loader(ds, Shape{3, 6, 5}, ByteSamples{bytes_fn}, opt);
+    // With 3 workers the ring's pixels come from the given allocator (the trainer's: pinned).
+    std::vector<size_t> allocated;
+    ByteSamples samples{bytes_fn, {}};
+    if (workers > 0)
+      samples.alloc = [&allocated](size_t bytes) {
+        allocated.push_back(bytes);
+        return std::shared_ptr<void>(new uint8_t[bytes], std::default_delete<uint8_t[]>());
+      };
+    Loader loader(ds, Shape{3, 6, 5}, samples, opt);
+    CHECK(allocated == std::vector<size_t>(workers > 0 ? size_t(loader.prefetch() + 1) : 0, 5 * 90));
     loader.start_epoch(1, order);
     Batch b;
     std::vector<std::vector<uint8_t>> got;

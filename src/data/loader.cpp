@@ -28,21 +28,21 @@ void image_to_chw(float* out, const Image& img, int channels, int height, int wi
 }
 
 Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, const LoaderOptions& opt)
-    : Loader(ds, sample_shape, std::move(fn), nullptr, opt) {}
+    : Loader(ds, sample_shape, std::move(fn), ByteSamples{}, opt) {}
 
 namespace {
-ByteSampleFn required(ByteSampleFn fn) {
-  CHECK(fn != nullptr, "loader: ByteSamples holds no function");
-  return fn;
+ByteSamples required(ByteSamples b) {
+  CHECK(b.fn != nullptr, "loader: ByteSamples holds no function");
+  return b;
 }
 }  // namespace
 
 Loader::Loader(const Dataset& ds, const Shape& sample_shape, ByteSamples fn, const LoaderOptions& opt)
-    : Loader(ds, sample_shape, nullptr, required(std::move(fn.fn)), opt) {}
+    : Loader(ds, sample_shape, nullptr, required(std::move(fn)), opt) {}
 
-Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, ByteSampleFn byte_fn,
+Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, ByteSamples byte_samples,
                const LoaderOptions& opt)
-    : ds_(ds), fn_(std::move(fn)), byte_fn_(std::move(byte_fn)), opt_(opt) {
+    : ds_(ds), fn_(std::move(fn)), byte_fn_(std::move(byte_samples.fn)), opt_(opt) {
   CHECK(sample_shape.ndim == 3 && sample_shape[0] > 0 && sample_shape[1] > 0 && sample_shape[2] > 0,
         "loader: sample shape must be (C, H, W), got ", sample_shape.str());
   CHECK(opt.batch_size > 0, "loader: batch size must be positive, got ", opt.batch_size);
@@ -65,7 +65,11 @@ Loader::Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, ByteSa
   const size_t per = size_t(C_) * H_ * W_;
   for (Slot& s : slots_) {
     if (byte_fn_) {
-      s.pixels.assign(size_t(B) * per, 0);
+      const size_t bytes = size_t(B) * per;
+      s.pixel_memory = byte_samples.alloc ? byte_samples.alloc(bytes)
+                                          : std::shared_ptr<void>(new uint8_t[bytes](), std::default_delete<uint8_t[]>());
+      CHECK(s.pixel_memory != nullptr, "loader: no memory for ", bytes, " bytes of 8-bit samples");
+      s.pixels = static_cast<uint8_t*>(s.pixel_memory.get());
       s.flips.assign(size_t(B), 0);
     } else {
       s.images = Tensor::empty(Shape{B, C_, H_, W_});
@@ -172,7 +176,7 @@ bool Loader::try_load(uint64_t index, Slot& s, size_t row, std::exception_ptr* e
     const Image img = ds_.load(index, opt_.channels);
     const size_t per = size_t(C_) * H_ * W_;
     if (byte_fn_)
-      s.flips[row] = byte_fn_(s.pixels.data() + row * per, img, epoch_, ds_.id(index));
+      s.flips[row] = byte_fn_(s.pixels + row * per, img, epoch_, ds_.id(index));
     else
       fn_(s.images.data() + row * per, img, epoch_, ds_.id(index));
     return true;
@@ -307,7 +311,7 @@ bool Loader::next(Batch& out) {
   const Slot& s = slot_of(c);
   if (byte_fn_) {
     out.images = Tensor();
-    out.pixels = s.pixels.data();
+    out.pixels = s.pixels;
     out.flips.assign(s.flips.begin(), s.flips.begin() + s.size);
   } else {
     out.images = s.images.slice0(0, s.size);

@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -32,6 +33,9 @@ using SampleFn = std::function<void(float* out, const Image& img, uint64_t epoch
 using ByteSampleFn = std::function<bool(uint8_t* out, const Image& img, uint64_t epoch, uint64_t sample_id)>;
 struct ByteSamples {
   ByteSampleFn fn;
+  // Host memory for the ring's pixels, e.g. page-locked so that the copy to a GPU is one DMA;
+  // empty: ordinary memory.
+  std::function<std::shared_ptr<void>(size_t bytes)> alloc;
 };
 
 // The SampleFn used when none is given: the image must already have the sample shape; pixels
@@ -110,7 +114,9 @@ class Loader {
  private:
   struct Slot {
     Tensor images;                                           // (B, C, H, W), float samples
-    std::vector<uint8_t> pixels, flips;                      // (B, H, W, C) and (B), 8-bit ones
+    std::shared_ptr<void> pixel_memory;                      // 8-bit samples: (B, H, W, C)
+    uint8_t* pixels = nullptr;                               //   bytes at pixel_memory
+    std::vector<uint8_t> flips;                              //   and (B) flip flags
     std::vector<int32_t> labels;                             // (B)
     std::vector<uint64_t> indices;                           // (B)
     uint64_t batch = std::numeric_limits<uint64_t>::max();  // which batch it is filling
@@ -120,7 +126,7 @@ class Loader {
     uint64_t begin = 0, end = 0, gen = 0;
   };
 
-  Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, ByteSampleFn byte_fn,
+  Loader(const Dataset& ds, const Shape& sample_shape, SampleFn fn, ByteSamples byte_samples,
          const LoaderOptions& opt);
   void worker_loop();
   bool claim(Unit& u, bool bounded);               // under mu_
