@@ -54,7 +54,7 @@ struct Batch {
   Tensor images;                  // (size, C, H, W): a view into the loader's ring, valid until
                                   // the next call of next() or start_epoch(); undefined with
                                   // ByteSamples, whose loaders fill pixels and flips instead
-  const uint8_t* pixels = nullptr;  // (size, H, W, C) bytes in the ring, valid as long
+  const uint8_t* pixels = nullptr;  // (size, H, W, C) bytes in the ring, valid as `images` is
   std::vector<uint8_t> flips;       // (size) 1: mirror left-right
   std::vector<int32_t> labels;    // (size)
   std::vector<uint64_t> indices;  // (size) dataset indices loaded (a replacement's, with skip_bad)
