@@ -107,32 +107,34 @@ $(LIB): $(LIB_OBJ)
 
 $(TEST_BIN): $(TEST_OBJ) $(LIB) $(BACKEND)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) $(TEST_OBJ) $(LIB) $(BACKEND) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $(TEST_OBJ) $(BACKEND) $(LIB) $(LDLIBS) -o $@
 
 $(MPI_TEST_BIN): $(MPI_TEST_OBJ) $(LIB) $(BACKEND)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) $(MPI_TEST_OBJ) $(LIB) $(BACKEND) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $(MPI_TEST_OBJ) $(BACKEND) $(LIB) $(LDLIBS) -o $@
 
 $(OUT)/bench/%: $(BUILD)/obj/bench/%.o $(LIB) $(BACKEND)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(BACKEND) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(BACKEND) $(LIB) $(LDLIBS) -o $@
 
 $(OUT)/bin/%: $(BUILD)/obj/data_tools/%.o $(LIB) $(BACKEND)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(BACKEND) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(BACKEND) $(LIB) $(LDLIBS) -o $@
 
 $(OUT)/bin/%: $(BUILD)/obj/src/apps/%.o $(LIB) $(BACKEND)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(BACKEND) $(LDLIBS) -o $@
+	$(CXX) $(LDFLAGS) $< $(BACKEND) $(LIB) $(LDLIBS) -o $@
 
 $(APPS): %: $(OUT)/bin/%
 	ln -sf $< $@
 
 # The CUDA build's programs without re-pointing ./train: what `make test` compiles and links
-# when nvcc is present, so CI proves the GPU build even on a machine without a GPU.
+# when nvcc is present, so CI proves the GPU build (apps, tests, benchmarks, data tools) even
+# on a machine without a GPU.
 cuda-build:
 	$(MAKE) --no-print-directory CUDA=1 $(BUILD)/cuda/tests/unit_tests $(BUILD)/cuda/tests/mpi_tests \
-	  $(APPS_SRC:src/apps/%.cpp=$(BUILD)/cuda/bin/%)
+	  $(APPS_SRC:src/apps/%.cpp=$(BUILD)/cuda/bin/%) $(BENCH_SRC:bench/%.cpp=$(BUILD)/cuda/bench/%) \
+	  $(TOOLS_SRC:data_tools/%.cpp=$(BUILD)/cuda/bin/%)
 
 # Installs only what is missing; as root directly, otherwise through sudo.
 deps:
