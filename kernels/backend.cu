@@ -137,12 +137,41 @@ std::shared_ptr<void> CudaBackend::alloc_pinned(size_t bytes) {
 }
 
 void CudaBackend::copy(void* dst, bool dst_device, const void* src, bool src_device, size_t bytes) {
+  copy_async(dst, dst_device, src, src_device, bytes);
+  if (bytes) CUDA_CHECK(cudaStreamSynchronize(ctx().stream));
+}
+
+void CudaBackend::copy_async(void* dst, bool dst_device, const void* src, bool src_device,
+                             size_t bytes) {
   Context& c = ctx();
   if (bytes == 0) return;
   const cudaMemcpyKind kind = dst_device ? (src_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
                                          : (src_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, c.stream));
-  CUDA_CHECK(cudaStreamSynchronize(c.stream));
+}
+
+struct Event {
+  cudaEvent_t e = nullptr;
+  bool recorded = false;
+  ~Event() { cudaEventDestroy(e); }
+};
+
+std::shared_ptr<Event> CudaBackend::event() {
+  ctx();
+  auto ev = std::make_shared<Event>();
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming));
+  return ev;
+}
+
+void CudaBackend::record(Event& e) {
+  CUDA_CHECK(cudaEventRecord(e.e, ctx().stream));
+  e.recorded = true;
+}
+
+void CudaBackend::wait(Event& e) {
+  if (!e.recorded) return;
+  CUDA_CHECK(cudaEventSynchronize(e.e));
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void CudaBackend::copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,

@@ -88,6 +88,11 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> alloc(size_t bytes) override;
   std::shared_ptr<void> alloc_pinned(size_t bytes) override;
   void copy(void* dst, bool dst_device, const void* src, bool src_device, size_t bytes) override;
+  void copy_async(void* dst, bool dst_device, const void* src, bool src_device,
+                  size_t bytes) override;
+  std::shared_ptr<Event> event() override;
+  void record(Event& e) override;
+  void wait(Event& e) override;
   void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
               int64_t rows) override;
   void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) override;
@@ -143,8 +148,9 @@ class CudaBackend final : public Backend {
                                  const PoolDesc& d) override;
 
   // kernels/loss.cu
-  double softmax_xent_forward(float* probs, const float* logits, const int32_t* targets,
-                              int64_t N, int64_t C, float label_smoothing) override;
+  void softmax_xent_forward(float* probs, double* row_loss, const float* logits,
+                            const int32_t* targets, int64_t N, int64_t C,
+                            float label_smoothing) override;
   void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
                              int64_t N, int64_t C, float label_smoothing, float scale) override;
 

@@ -2,8 +2,6 @@
 // src/layers/softmax_xent.cpp (max-shifted log-sum-exp, double accumulation), one block per
 // row, fixed-order reductions so the loss is deterministic. Not the label range check (the
 // caller does that on host) and no other losses.
-#include <vector>
-
 #include "common.cuh"
 
 namespace mpicnn::gpu {
@@ -25,14 +23,12 @@ __device__ T block_reduce(T* buf, T v, Op op) {
   return r;
 }
 
-// Rows [row0, row0 + gridDim.x): probs (rows, C) and row_loss (rows) relative to row0, as
-// double. Launched with kThreads threads.
+// One block of kThreads threads per row: probs (N, C) and row_loss (N) doubles.
 __global__ void softmax_xent_forward_kernel(double* row_loss, float* probs, const float* logits,
-                                            const int32_t* targets, int64_t row0, int64_t C,
-                                            float eps) {
+                                            const int32_t* targets, int64_t C, float eps) {
   __shared__ float fbuf[kThreads];
   __shared__ double dbuf[kThreads];
-  const int64_t row = row0 + blockIdx.x;
+  const int64_t row = blockIdx.x;
   const float* zr = logits + row * C;  // (C)
   float* pr = probs + row * C;         // (C)
 
@@ -67,7 +63,7 @@ __global__ void softmax_xent_forward_kernel(double* row_loss, float* probs, cons
     const double nll = __dsub_rn(lse, __dsub_rn(double(zr[targets[row]]), dmx));
     const double smooth = __dsub_rn(lse, __ddiv_rn(sum_z, double(C)));  // mean of -log p
     const double e = double(eps);
-    row_loss[blockIdx.x] = __dadd_rn(__dmul_rn(__dsub_rn(1.0, e), nll), __dmul_rn(e, smooth));
+    row_loss[row] = __dadd_rn(__dmul_rn(__dsub_rn(1.0, e), nll), __dmul_rn(e, smooth));
   }
 }
 
@@ -88,26 +84,13 @@ __global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs,
 
 }  // namespace
 
-double CudaBackend::softmax_xent_forward(float* probs, const float* logits,
-                                         const int32_t* targets, int64_t N, int64_t C,
-                                         float label_smoothing) {
-  CHECK(N >= 1 && C >= 1, "softmax_xent_forward: bad shape ", N, " x ", C);
-  Context& cx = ctx();
-  double* row_loss = reinterpret_cast<double*>(cx.scratch);  // (chunk)
-  const int64_t chunk = int64_t(Context::kScratchBytes / sizeof(double));
-  std::vector<double> host(size_t(N < chunk ? N : chunk));
-  double total = 0;
-  for (int64_t row0 = 0; row0 < N; row0 += chunk) {
-    const int64_t rows = N - row0 < chunk ? N - row0 : chunk;
-    softmax_xent_forward_kernel<<<unsigned(rows), kThreads, 0, cx.stream>>>(
-        row_loss, probs, logits, targets, row0, C, label_smoothing);
-    KERNEL_CHECK();
-    CUDA_CHECK(cudaMemcpyAsync(host.data(), row_loss, size_t(rows) * sizeof(double),
-                               cudaMemcpyDeviceToHost, cx.stream));
-    CUDA_CHECK(cudaStreamSynchronize(cx.stream));
-    for (int64_t r = 0; r < rows; ++r) total += host[size_t(r)];  // row order: deterministic
-  }
-  return total / double(N);
+void CudaBackend::softmax_xent_forward(float* probs, double* row_loss, const float* logits,
+                                       const int32_t* targets, int64_t N, int64_t C,
+                                       float label_smoothing) {
+  CHECK(N >= 1 && N <= INT32_MAX && C >= 1, "softmax_xent_forward: bad shape ", N, " x ", C);
+  softmax_xent_forward_kernel<<<unsigned(N), kThreads, 0, ctx().stream>>>(
+      row_loss, probs, logits, targets, C, label_smoothing);
+  KERNEL_CHECK();
 }
 
 void CudaBackend::softmax_xent_backward(float* dlogits, const float* probs,

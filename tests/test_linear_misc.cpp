@@ -209,7 +209,8 @@ TEST_CASE("Softmax cross-entropy loss and gradient, with label smoothing") {
       Tensor z = random_tensor({N, C}, 1, -4.f, 4.f);
       std::vector<int32_t> t;
       for (int n = 0; n < N; ++n) t.push_back(int32_t((n * 7 + 3) % C));
-      double got = loss.forward(z, t.data());
+      loss.forward(z, t.data());
+      const double got = loss.loss();
       Vec zd = to_double(z);
       double want = xent_ref(zd, t, N, C, eps);
       CHECK(got == doctest::Approx(want).epsilon(1e-6));
@@ -230,11 +231,15 @@ TEST_CASE("Softmax cross-entropy is stable for huge logits and checks labels") {
   float vals[] = {1000.f, -1000.f, 0.f, 88.f, 89.f, 90.f};
   for (int i = 0; i < 6; ++i) z[i] = vals[i];
   int32_t t[] = {0, 2};
-  double l = loss.forward(z, t);
+  loss.forward(z, t);
+  const double l = loss.loss();
   CHECK(std::isfinite(l));
   CHECK(l == doctest::Approx(0.5 * std::log(1 + std::exp(-1.0) + std::exp(-2.0))).epsilon(1e-6));
   int32_t bad[] = {0, 3};
   CHECK_THROWS_AS(loss.forward(z, bad), Error);
+  SoftmaxCrossEntropy fresh;
+  fresh.plan(2, 3);
+  CHECK_THROWS_AS(fresh.loss(), Error);  // nothing to report before a forward
   Tensor big = Tensor::empty({3, 3});
   CHECK_THROWS_AS(loss.forward(big, t), Error);  // more rows than planned
 }

@@ -216,7 +216,8 @@ void run_case(const Case& c) {
   for (int step = 0; step < kSteps; ++step) {
     model->params().zero_grad();
     const Tensor& logits = model->forward(x);
-    const double l = loss.forward(logits, targets.data());
+    loss.forward(logits, targets.data());
+    const double l = loss.loss();
     loss.backward(dlogits, targets.data());
     model->backward(dlogits);
     if (step == 0) {

@@ -119,7 +119,8 @@ struct TinyNet {
     flat.forward(f2, g2);
     drop.forward(d2, f2);
     fc.forward(logits, d2);
-    double l = loss.forward(logits, targets.data());
+    loss.forward(logits, targets.data());
+    double l = loss.loss();
 
     loss.backward(dlogits, targets.data());
     fc.backward(dd2, dlogits, d2, logits);

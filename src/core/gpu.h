@@ -38,6 +38,8 @@ struct PoolDesc {
 // Per-shape cuDNN state of one convolution (descriptors, chosen algorithms, workspace). Opaque
 // here; made by Backend::conv_plan outside the training step.
 struct ConvPlan;
+// A point on the compute stream (a CUDA event). Opaque; made by Backend::event.
+struct Event;
 
 // Scalars of one fused optimizer step over the whole parameter slab, already rounded as the
 // CPU optimizers round them (see src/optim/sgd.cpp and adamw.cpp, which fill these).
@@ -90,6 +92,17 @@ class Backend {
   // for the copy (and all earlier work on the compute stream).
   virtual void copy(void* dst, bool dst_device, const void* src, bool src_device,
                     size_t bytes) = 0;
+  // The same copy queued on the compute stream, after the work already queued there, without
+  // waiting for it. Host memory must be page-locked (alloc_pinned) and left alone until an
+  // event recorded after the copy has been reached.
+  virtual void copy_async(void* dst, bool dst_device, const void* src, bool src_device,
+                          size_t bytes) = 0;
+  // Events: record marks the point the compute stream has reached; wait blocks until the
+  // stream has passed the last recorded point (at once when none was recorded) and throws on a
+  // pending asynchronous error.
+  virtual std::shared_ptr<Event> event() = 0;
+  virtual void record(Event& e) = 0;
+  virtual void wait(Event& e) = 0;
   // Device to device on the compute stream: rows of `width` floats with pitches in floats.
   virtual void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
                       int64_t width, int64_t rows) = 0;
@@ -181,10 +194,12 @@ class Backend {
                                          const PoolDesc& d) = 0;
 
   // ---- loss (kernels/loss.cu) ---------------------------------------------------------------
-  // probs (N, C) = softmax(logits); returns the mean over rows of
-  // (1-eps) * -log p[n, y_n] + eps/C * sum_c -log p[n, c]. targets is device int32. Synchronises.
-  virtual double softmax_xent_forward(float* probs, const float* logits, const int32_t* targets,
-                                      int64_t N, int64_t C, float label_smoothing) = 0;
+  // probs (N, C) = softmax(logits); row_loss (N) doubles = (1-eps) * -log p[n, y_n] +
+  // eps/C * sum_c -log p[n, c]. targets is device int32. The caller averages the rows in row
+  // order (as the CPU does), after copying them back.
+  virtual void softmax_xent_forward(float* probs, double* row_loss, const float* logits,
+                                    const int32_t* targets, int64_t N, int64_t C,
+                                    float label_smoothing) = 0;
   // dlogits '=' scale * (probs - ((1-eps) onehot + eps/C)) / N.
   virtual void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
                                      int64_t N, int64_t C, float label_smoothing,

@@ -244,7 +244,7 @@ std::vector<Prediction> Predictor::predict(const InputBatch& batch) {
         batch.pixels.size(), " floats for ", n, " samples");
   const Tensor& logits = model_->forward(input_.put(
       Tensor::view(const_cast<float*>(batch.pixels.data()), Shape{n, shape_[0], shape_[1], shape_[2]})));
-  (void)softmax_.forward(logits, batch.labels.data());
+  softmax_.forward(logits, batch.labels.data());
   const Tensor probs = to_host(softmax_.probabilities());
   const int C = int(logits.shape()[1]), k = std::min(5, C);
   std::vector<Prediction> out(static_cast<size_t>(n));

@@ -3,6 +3,7 @@
 #include "layers/softmax_xent.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/gpu.h"
 
@@ -17,12 +18,20 @@ void SoftmaxCrossEntropy::plan(int64_t max_batch, int64_t classes, Device device
   CHECK(max_batch >= 1 && classes >= 1, "SoftmaxCrossEntropy: bad plan ", max_batch, " x ",
         classes);
   probs_ = Tensor::empty({max_batch, classes}, device);
-  targets_dev_ = device == Device::CUDA
-                     ? gpu::backend().alloc(size_t(max_batch) * sizeof(int32_t))
-                     : nullptr;
+  targets_dev_ = targets_host_ = rows_dev_ = rows_host_ = nullptr;
+  copied_ = nullptr;
+  if (device == Device::CUDA) {
+    gpu::Backend& g = gpu::backend();
+    const size_t n = size_t(max_batch);
+    targets_dev_ = g.alloc(n * sizeof(int32_t));
+    targets_host_ = g.alloc_pinned(n * sizeof(int32_t));
+    rows_dev_ = g.alloc(n * sizeof(double));
+    rows_host_ = g.alloc_pinned(n * sizeof(double));
+    copied_ = g.event();
+  }
 }
 
-double SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets) {
+void SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets) {
   CHECK(logits.dim() == 2, "cross-entropy: logits must be (N, C), got ", logits.shape().str());
   const int64_t N = logits.size(0), C = logits.size(1);
   CHECK(probs_.defined() && probs_.size(1) == C && N <= probs_.size(0),
@@ -32,11 +41,20 @@ double SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets
     CHECK(targets[n] >= 0 && targets[n] < C, "label ", targets[n], " of sample ", n,
           " is out of range for ", C, " classes");
   probs_view_ = probs_.slice0(0, N);
+  rows_ = N;
+  loss_known_ = false;
   if (on_gpu("cross-entropy", {&logits, &probs_})) {
-    auto* t = static_cast<int32_t*>(targets_dev_.get());
     gpu::Backend& g = gpu::backend();
-    g.copy(t, true, targets, false, size_t(N) * sizeof(int32_t));
-    return g.softmax_xent_forward(probs_view_.data(), logits.data(), t, N, C, eps_);
+    g.wait(*copied_);  // the last forward's copies are done with the staging buffers
+    const size_t tb = size_t(N) * sizeof(int32_t);
+    std::memcpy(targets_host_.get(), targets, tb);
+    g.copy_async(targets_dev_.get(), true, targets_host_.get(), false, tb);
+    auto* rows = static_cast<double*>(rows_dev_.get());
+    g.softmax_xent_forward(probs_view_.data(), rows, logits.data(),
+                           static_cast<const int32_t*>(targets_dev_.get()), N, C, eps_);
+    g.copy_async(rows_host_.get(), false, rows, true, size_t(N) * sizeof(double));
+    g.record(*copied_);
+    return;
   }
   const float* z = logits.data();
   float* p = probs_view_.data();
@@ -60,7 +78,21 @@ double SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets
     const double smooth = lse - sum_z / double(C);  // mean over classes of -log p
     total += (1.0 - eps_) * nll + eps_ * smooth;
   }
-  return total / double(N);
+  loss_ = total / double(N);
+  loss_known_ = true;
+}
+
+double SoftmaxCrossEntropy::loss() {
+  CHECK(rows_ > 0, "cross-entropy: loss() before forward()");
+  if (!loss_known_) {  // the GPU's row losses: add them in row order, as the CPU does
+    gpu::backend().wait(*copied_);
+    const double* r = static_cast<const double*>(rows_host_.get());
+    double total = 0;
+    for (int64_t n = 0; n < rows_; ++n) total += r[n];
+    loss_ = total / double(rows_);
+    loss_known_ = true;
+  }
+  return loss_;
 }
 
 void SoftmaxCrossEntropy::backward(Tensor& dlogits, const int32_t* targets, float scale) const {

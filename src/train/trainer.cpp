@@ -308,7 +308,7 @@ EvalResult evaluate(const dist::Comm& comm, Model& model, SplitData& test,
   uint64_t pos = 0;  // position of the batch's first sample in this rank's shard
   while (loader->next(b)) {
     const Tensor& logits = model.forward(model_input(stage, tf, b));
-    (void)xent.forward(logits, b.labels.data());
+    xent.forward(logits, b.labels.data());
     const Tensor p = to_host(xent.probabilities());
     const int64_t C = logits.shape()[1];
     for (int i = 0; i < b.size; ++i, ++pos) {
@@ -559,12 +559,13 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
       CHECK(loader->next(batch), "rank ", rank, ": data ran out at step ", step, " of epoch ", epoch + 1);
       for (Dropout* d : dropouts) d->set_draw(o.seed, uint64_t(state.global_step), uint64_t(rank) * uint64_t(b));
       const Tensor& logits = model.forward(model_input(stage, train_tf, batch));
-      const double loss = xent.forward(logits, batch.labels.data());
+      xent.forward(logits, batch.labels.data());
       Tensor dl = dlogits.slice0(0, batch.size);
       model.params().zero_grad();
       sync.begin_step();
       xent.backward(dl, batch.labels.data(), loss_scale * loss_scaler);
       model.backward(dl);
+      const double loss = xent.loss();  // on a GPU, read while backward runs
       sync.finish();
       if (fp16 && !gpu::backend().all_finite(model.params().grads().data(), model.params().grads().numel())) {
         loss_scaler = std::max(loss_scaler / 2, 1.f);  // overflow: skip the update
