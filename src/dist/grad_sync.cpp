@@ -70,15 +70,23 @@ void GradSync::begin_step() {
 void GradSync::start(size_t b) {
   const Bucket& k = buckets_[b];
   if (gpu_) gpu::backend().slot_done(int(b), /*wait=*/true);  // its host copy, or its gradients
+  if (gpu_ && !staged_) {
+    // Device memory: blocking. Open MPI's CUDA support covers blocking collectives only; its
+    // non-blocking reductions apply the sum on the CPU to the device pointer (ompi#9845).
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bucket_data(b), int(k.end - k.begin), MPI_FLOAT,
+                            MPI_SUM, comm_.world()));
+    return;
+  }
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bucket_data(b), int(k.end - k.begin), MPI_FLOAT, MPI_SUM,
                            comm_.world(), &requests_[b]));
 }
 
 void GradSync::progress() {
-  // GPU: start the allreduce of every bucket whose host copy has landed (or, CUDA-aware,
-  // whose gradients the compute stream has written), in bucket order (every rank must start
-  // collectives in the same order).
-  while (gpu_ && next_ < queued_ && gpu::backend().slot_done(int(next_), /*wait=*/false))
+  // Staged GPU slab: start the allreduce of every bucket whose host copy has landed, in bucket
+  // order (every rank must start collectives in the same order). Device buckets (CUDA-aware)
+  // all wait for finish(), whose blocking allreduces overlap the backward still running on
+  // the GPU (the host has queued all of it by then).
+  while (staged_ && next_ < queued_ && gpu::backend().slot_done(int(next_), /*wait=*/false))
     start(next_++);
   // MPI's non-blocking collectives advance only inside MPI calls; one Testall per module lets
   // them run during backward. Time here counts as waiting (it is not compute).

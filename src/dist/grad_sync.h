@@ -7,8 +7,10 @@
 // A GPU slab goes through a pinned host mirror: each ready bucket is copied to the host on a
 // copy stream while backward goes on, and its allreduce starts (in bucket order) once the copy
 // is done; finish() copies the summed slab back in one transfer. With a CUDA-aware MPI
-// (mpi_cuda_aware()) buckets are allreduced in device memory instead, each once the compute
-// stream has reached the event recorded when it became ready (no whole-stream wait).
+// (mpi_cuda_aware()) buckets are allreduced in device memory instead, by blocking MPI_Allreduce
+// calls in finish() (CUDA-aware Open MPI supports no non-blocking reductions on device memory),
+// each once the compute stream has reached the event recorded when the bucket became ready:
+// the host queued the whole backward before finish(), so they overlap its later layers.
 #pragma once
 #include <cstdint>
 #include <vector>
