@@ -12,10 +12,13 @@ namespace {
 CudaBackend* g_backend = nullptr;
 }
 
+// Never destroyed: at exit, static destructors may run after CUDA's own teardown, and
+// destroying cuDNN/cuBLAS handles then can crash a finished run (PyTorch leaks its handles
+// for the same reason). The process's exit releases the device.
 Backend* backend_instance() {
-  static CudaBackend instance;
-  g_backend = &instance;
-  return &instance;
+  static CudaBackend* const instance = new CudaBackend;
+  g_backend = instance;
+  return instance;
 }
 
 bool compiled_in() { return true; }
@@ -48,19 +51,6 @@ void* ensure_workspace(size_t bytes) {
 }
 
 CudaBackend::CudaBackend() = default;
-
-CudaBackend::~CudaBackend() {
-  // Process exit: release what we made; errors here are not worth reporting.
-  if (!ctx_.stream) return;
-  for (cudaEvent_t e : slot_events_) cudaEventDestroy(e);
-  if (compute_mark_) cudaEventDestroy(compute_mark_);
-  ctx_.workspace_owner.reset();
-  if (ctx_.scratch) cudaFree(ctx_.scratch);
-  if (ctx_.cublas) cublasDestroy(ctx_.cublas);
-  if (ctx_.cudnn) cudnnDestroy(ctx_.cudnn);
-  cudaStreamDestroy(ctx_.copy_stream);
-  cudaStreamDestroy(ctx_.stream);
-}
 
 int CudaBackend::device_count() const {
   int count = 0;
@@ -133,6 +123,7 @@ std::shared_ptr<void> CudaBackend::alloc_pinned(size_t bytes) {
   ctx();
   void* p = nullptr;
   CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+  ++allocations_;
   return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
 
@@ -177,6 +168,13 @@ void CudaBackend::wait(Event& e) {
 void CudaBackend::copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
                          int64_t width, int64_t rows) {
   if (width == 0 || rows == 0) return;
+  if (rows == 1 || (dst_pitch == width && src_pitch == width)) {
+    // Contiguous: one plain copy (cudaMemcpy2D refuses pitches over cudaDevAttrMaxPitch,
+    // about 2 GiB, which a whole large activation reaches).
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(width * rows) * sizeof(float),
+                               cudaMemcpyDeviceToDevice, ctx().stream));
+    return;
+  }
   CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_pitch) * sizeof(float), src,
                                size_t(src_pitch) * sizeof(float), size_t(width) * sizeof(float),
                                size_t(rows), cudaMemcpyDeviceToDevice, ctx().stream));

@@ -73,7 +73,6 @@ void* ensure_workspace(size_t bytes);
 class CudaBackend final : public Backend {
  public:
   CudaBackend();
-  ~CudaBackend() override;
 
   int device_count() const override;
   void select_device(int local_rank) override;

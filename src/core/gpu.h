@@ -77,11 +77,12 @@ class Backend {
   virtual std::string device_name() const = 0;  // "NVIDIA H100 80GB HBM3 (device 0, sm_90)"
   virtual void set_precision(Precision p) = 0;
   virtual Precision precision() const = 0;
-  // Deterministic algorithms only (convolution backward, no atomics in reductions).
+  // Deterministic algorithms only (convolution backward, no atomics in reductions), chosen by
+  // cuDNN's fixed heuristic order rather than by timing, so reruns give the same bits.
   virtual void set_deterministic(bool on) = 0;
   // Waits for all work on the compute stream; throws on a pending asynchronous error.
   virtual void synchronize() = 0;
-  // Bytes cudaMalloc'ed so far and the number of allocations (tests prove a step allocates
+  // Device and page-locked host allocations made so far (tests prove a step allocates
   // nothing).
   virtual int64_t allocation_count() const = 0;
 
@@ -153,7 +154,7 @@ class Backend {
 
   // ---- convolution (kernels/conv.cu, cuDNN) -------------------------------------------------
   // Descriptors and algorithms for every batch size up to d.n, chosen once here (cuDNN's
-  // measured search at d.n, honouring the deterministic setting) with the workspace they need.
+  // measured search at d.n; its heuristics when deterministic) with the workspace they need.
   virtual std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) = 0;
   // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n <= d.n.
   virtual void conv_forward(ConvPlan& plan, float* y, const float* x, const float* w,
