@@ -4,8 +4,9 @@
 //
 // Algorithms: conv_plan measures every forward / backward-data / backward-filter algorithm once
 // at the planned batch d.n (cudnnFind*AlgorithmEx on temporary buffers, with a workspace cap of
-// max(256 MiB, the current workspace)) and keeps the fastest that succeeded (deterministic ones
-// only under set_deterministic; under FP32 only plain-FMA ones, never TF32). A smaller batch
+// max(256 MiB, the current workspace)) and keeps the fastest that succeeded (under FP32 never
+// TF32). Under set_deterministic it measures nothing: it takes cuDNN's heuristic order (fixed,
+// unlike timings) and the first deterministic algorithm that fits the cap. A smaller batch
 // (the last partial batch of an evaluation) gets its descriptors on first use, with algorithms
 // from cuDNN's heuristics that fit the workspace already there: no measuring, no allocation.
 // Workspace: the one shared ctx().workspace, grown by conv_plan (ensure_workspace) to what the
@@ -76,14 +77,23 @@ cudnnMathType_t requested_math(Precision p) {
   return CUDNN_FMA_MATH;
 }
 
-// Whether a Find / heuristic result may be used under the plan's settings. Under FP32 only
-// FMA-math results (the same rule PyTorch asserts when TF32 is off).
+// Whether a Find / heuristic result may be used under the plan's settings. Under FP32 no
+// tensor-op results (asked for FMA math, cuDNN should report FMA; a result it labels DEFAULT
+// still runs under FMA math, see exec_math).
 template <typename Perf>
 bool acceptable(const Perf& r, const ConvPlan& p) {
   if (r.status != CUDNN_STATUS_SUCCESS) return false;
   if (p.deterministic && r.determinism != CUDNN_DETERMINISTIC) return false;
-  if (p.precision == Precision::FP32 && r.mathType != CUDNN_FMA_MATH) return false;
+  if (p.precision == Precision::FP32 && r.mathType != CUDNN_FMA_MATH &&
+      r.mathType != CUDNN_DEFAULT_MATH)
+    return false;
   return true;
+}
+
+// The math type a chosen result runs under: the one it reports, except that FP32 always runs
+// FMA (DEFAULT would permit TF32).
+cudnnMathType_t exec_math(const ConvPlan& p, cudnnMathType_t reported) {
+  return p.precision == Precision::FP32 ? CUDNN_FMA_MATH : reported;
 }
 
 // The fastest acceptable measured result, or null.
@@ -142,11 +152,10 @@ void make_tensors(const ConvPlan& p, ConvPlan::Shape& s, int n) {
                                          d.ow));
 }
 
-// Algorithms for a batch n < d.n from cuDNN's heuristics (best first): the first acceptable one
-// whose workspace fits the shared workspace as it is, since the step may not grow it.
-void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n) {
+// Algorithms from cuDNN's heuristics (best first): for each direction the first acceptable one
+// whose workspace fits in `room` bytes.
+void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n, size_t room) {
   cudnnHandle_t h = ctx().cudnn;
-  const size_t room = ctx().workspace_bytes;
   const cudnnMathType_t math = requested_math(p.precision);
   int max_count = 0, count = 0;
   bool found = false;
@@ -159,9 +168,9 @@ void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n) {
   for (int i = 0; i < count && !found; ++i) {
     const auto& r = fwd[size_t(i)];
     size_t bytes = 0;
-    if (!acceptable(r, p) || !fwd_workspace(p, s, r.algo, r.mathType, &bytes) || bytes > room)
+    if (!acceptable(r, p) || !fwd_workspace(p, s, r.algo, exec_math(p, r.mathType), &bytes) || bytes > room)
       continue;
-    s.fwd = r.algo, s.fwd_math = r.mathType, s.workspace = std::max(s.workspace, bytes);
+    s.fwd = r.algo, s.fwd_math = exec_math(p, r.mathType), s.workspace = std::max(s.workspace, bytes);
     found = true;
   }
   CHECK(found, "cuDNN: no usable forward algorithm for ", shape_str(p.d, n), " within ", room,
@@ -176,10 +185,10 @@ void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n) {
   for (int i = 0; i < count && !found; ++i) {
     const auto& r = bd[size_t(i)];
     size_t bytes = 0;
-    if (!acceptable(r, p) || !bwd_data_workspace(p, s, r.algo, r.mathType, &bytes) ||
+    if (!acceptable(r, p) || !bwd_data_workspace(p, s, r.algo, exec_math(p, r.mathType), &bytes) ||
         bytes > room)
       continue;
-    s.bwd_data = r.algo, s.bwd_data_math = r.mathType, s.workspace = std::max(s.workspace, bytes);
+    s.bwd_data = r.algo, s.bwd_data_math = exec_math(p, r.mathType), s.workspace = std::max(s.workspace, bytes);
     found = true;
   }
   CHECK(found, "cuDNN: no usable backward-data algorithm for ", shape_str(p.d, n), " within ",
@@ -194,10 +203,10 @@ void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n) {
   for (int i = 0; i < count && !found; ++i) {
     const auto& r = bf[size_t(i)];
     size_t bytes = 0;
-    if (!acceptable(r, p) || !bwd_filter_workspace(p, s, r.algo, r.mathType, &bytes) ||
+    if (!acceptable(r, p) || !bwd_filter_workspace(p, s, r.algo, exec_math(p, r.mathType), &bytes) ||
         bytes > room)
       continue;
-    s.bwd_filter = r.algo, s.bwd_filter_math = r.mathType;
+    s.bwd_filter = r.algo, s.bwd_filter_math = exec_math(p, r.mathType);
     s.workspace = std::max(s.workspace, bytes);
     found = true;
   }
@@ -219,7 +228,8 @@ ConvPlan::Shape& shape_for(ConvPlan& p, int n) {
   ConvPlan::Shape& s = p.shapes[n];
   try {
     make_tensors(p, s, n);
-    choose_heuristic(p, s, n);
+    // A batch below the planned one: the shared workspace as it is (a step may not grow it).
+    choose_heuristic(p, s, n, ctx().workspace_bytes);
   } catch (...) {  // leave no half-made entry for the next call to find
     if (s.x) cudnnDestroyTensorDescriptor(s.x);
     if (s.y) cudnnDestroyTensorDescriptor(s.y);
@@ -262,6 +272,15 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvDesc& d) {
   CHECK(on == d.n && oc == d.oc && oh == d.oh && ow == d.ow, "conv_plan: cuDNN gives output (",
         on, ", ", oc, ", ", oh, ", ", ow, ") for ", shape_str(d, d.n));
 
+  const size_t cap = std::max(kFindWorkspaceCap, c.workspace_bytes);
+  if (p.deterministic) {
+    // Bit-identical reruns: Find's timings may rank two deterministic algorithms (which round
+    // differently) either way from one run to the next; the heuristics' order is fixed.
+    choose_heuristic(p, s, d.n, cap);
+    ensure_workspace(s.workspace);
+    return plan;
+  }
+
   // Temporary operands of the planned sizes, zeroed so no NaN or denormal skews the timings.
   // Backward-data writes its dx into the x buffer and backward-filter its dw into the w
   // buffer: the contents are scratch either way. Freed when this returns.
@@ -273,7 +292,6 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvDesc& d) {
   CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, x_bytes, c.stream));
   CUDA_CHECK(cudaMemsetAsync(yb.get(), 0, y_bytes, c.stream));
   CUDA_CHECK(cudaMemsetAsync(wb.get(), 0, w_bytes, c.stream));
-  const size_t cap = std::max(kFindWorkspaceCap, c.workspace_bytes);
   void* find_ws = ensure_workspace(cap);
   const cudnnMathType_t math = requested_math(p.precision);
 
@@ -309,9 +327,9 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvDesc& d) {
   CHECK(g, "cuDNN: no usable backward-filter algorithm for ", shape_str(d, d.n),
         p.deterministic ? " (deterministic)" : "");
 
-  s.fwd = f->algo, s.fwd_math = f->mathType;
-  s.bwd_data = b->algo, s.bwd_data_math = b->mathType;
-  s.bwd_filter = g->algo, s.bwd_filter_math = g->mathType;
+  s.fwd = f->algo, s.fwd_math = exec_math(p, f->mathType);
+  s.bwd_data = b->algo, s.bwd_data_math = exec_math(p, b->mathType);
+  s.bwd_filter = g->algo, s.bwd_filter_math = exec_math(p, g->mathType);
   // The workspace each needs, as reported by Find and as asked again under its own math type
   // (the larger, to be safe).
   size_t fb = 0, bb = 0, gb = 0;
