@@ -26,13 +26,16 @@ static_assert(kSplitsByScratch >= 1, "the scratch holds a chunk's partial sums")
 // each with at least 4 values per thread. The partial sums are added in a fixed order, so
 // the result has the same bits in every run (not, in general, the CPU's: its order differs).
 int64_t splits_for(int64_t C, int64_t M) {
-  const int64_t want = (4 * int64_t(ctx().sm_count) + C - 1) / C;
+  // Rounded down: one more block per channel would start a second, nearly empty wave.
+  const int64_t want = 4 * int64_t(ctx().sm_count) / C;
   const int64_t by_size = M / (int64_t(kStatThreads) * 4);
   int64_t s = want < by_size ? want : by_size;
   s = s < kMaxSplits ? s : kMaxSplits;
   s = s < kSplitsByScratch ? s : kSplitsByScratch;
   return s < 1 ? 1 : s;
 }
+
+constexpr int64_t kIndex32 = int64_t(1) << 31;  // below this, 32-bit index math
 
 __device__ __forceinline__ int64_t global_index() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -142,11 +145,14 @@ __global__ void bn_eval_stats_kernel(float* save_mean, float* save_invstd,
 
 // y (N, C, HW) = x * scale + shift with scale = weight * invstd, shift = bias - mean * scale
 // (both FMAs as GCC forms them on the CPU). y may alias x: one thread reads then writes.
+// I: the index type, uint32_t when the whole tensor has fewer than 2^31 elements (64-bit
+// division is emulated and would dominate these memory-bound loops), else int64_t.
+template <typename I>
 __global__ void bn_apply_kernel(float* y, const float* x, const float* save_mean,
                                 const float* save_invstd, const float* weight,
-                                const float* bias, int64_t C, int64_t HW, int64_t total) {
-  for (int64_t k = global_index(); k < total; k += grid_stride()) {
-    const int64_t c = (k / HW) % C;
+                                const float* bias, I C, I HW, I total) {
+  for (I k = I(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += I(gridDim.x) * blockDim.x) {
+    const I c = (k / HW) % C;
     const float scale = __fmul_rn(weight[c], save_invstd[c]);
     const float shift = fmaf(-save_mean[c], scale, bias[c]);
     y[k] = fmaf(x[k], scale, shift);
@@ -206,16 +212,18 @@ __global__ void bn_backward_finish_kernel(float* dweight, float* dbias, float* m
 // dx (N, C, HW) for channels [c0, c0 + cnt) = weight * invstd * (dy - mdy - xhat * mdyx)
 // ('='), the inner a - b*c as the FMA GCC makes of it. dx may alias dy: one thread reads then
 // writes each element, and the reductions over dy finished in the previous kernel.
+// I as in bn_apply_kernel (uint32_t when N * C * HW < 2^31).
+template <typename I>
 __global__ void bn_backward_dx_kernel(float* dx, const float* dy, const float* x,
                                       const float* weight, const float* save_mean,
-                                      const float* save_invstd, const float* mstats, int64_t N,
-                                      int64_t C, int64_t HW, int64_t c0, int64_t cnt) {
-  const int64_t total = N * cnt * HW;
-  for (int64_t e = global_index(); e < total; e += grid_stride()) {
-    const int64_t i = e % HW, r = e / HW;
-    const int64_t j = r % cnt, n = r / cnt;
-    const int64_t c = c0 + j;
-    const int64_t k = (n * C + c) * HW + i;
+                                      const float* save_invstd, const float* mstats, I N, I C,
+                                      I HW, I c0, I cnt) {
+  const I total = N * cnt * HW;
+  for (I e = I(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += I(gridDim.x) * blockDim.x) {
+    const I i = e % HW, r = e / HW;
+    const I j = r % cnt, n = r / cnt;
+    const I c = c0 + j;
+    const I k = (n * C + c) * HW + i;
     const float mean = save_mean[c], invstd = save_invstd[c];
     const float kk = __fmul_rn(weight[c], invstd);
     const float mdy = mstats[j], mdyx = mstats[cnt + j];
@@ -259,8 +267,12 @@ void CudaBackend::batchnorm_forward(float* y, float* save_mean, float* save_invs
   }
   const int64_t total = N * C * HW;
   if (total == 0) return;
-  bn_apply_kernel<<<blocks_for(total), kThreads, 0, st>>>(y, x, save_mean, save_invstd, weight,
-                                                          bias, C, HW, total);
+  if (total < kIndex32)
+    bn_apply_kernel<uint32_t><<<blocks_for(total), kThreads, 0, st>>>(
+        y, x, save_mean, save_invstd, weight, bias, uint32_t(C), uint32_t(HW), uint32_t(total));
+  else
+    bn_apply_kernel<int64_t><<<blocks_for(total), kThreads, 0, st>>>(
+        y, x, save_mean, save_invstd, weight, bias, C, HW, total);
   KERNEL_CHECK();
 }
 
@@ -288,8 +300,13 @@ void CudaBackend::batchnorm_backward(float* dx, float* dweight, float* dbias, co
         dweight, dbias, mstats, a_part, b_part, S, c0, cnt, M, training);
     KERNEL_CHECK();
     if (!dx) continue;
-    bn_backward_dx_kernel<<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(
-        dx, dy, x, weight, save_mean, save_invstd, mstats, N, C, HW, c0, cnt);
+    if (N * C * HW < kIndex32)
+      bn_backward_dx_kernel<uint32_t><<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(
+          dx, dy, x, weight, save_mean, save_invstd, mstats, uint32_t(N), uint32_t(C),
+          uint32_t(HW), uint32_t(c0), uint32_t(cnt));
+    else
+      bn_backward_dx_kernel<int64_t><<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(
+          dx, dy, x, weight, save_mean, save_invstd, mstats, N, C, HW, c0, cnt);
     KERNEL_CHECK();
   }
 }

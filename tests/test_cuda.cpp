@@ -160,6 +160,13 @@ TEST_CASE("cuda: every layer matches the CPU, forward and backward (fp32 and tf3
   const double tol = tolerance(Precision::FP32);
   check_unary<BatchNorm2d>("batchnorm train", [] { return std::make_unique<BatchNorm2d>(6); }, Shape{4, 6, 9, 7}, tol);
   check_unary<BatchNorm2d>("batchnorm eval", [] { return std::make_unique<BatchNorm2d>(6); }, Shape{4, 6, 9, 7}, tol, false);
+  // Shapes that split a channel's sums over several blocks (N * HW >= 4096; the second with a
+  // plane that does not divide the blocks' step) and one past a 4096-channel chunk.
+  for (const Shape& s : {Shape{8, 3, 32, 32}, Shape{5, 2, 37, 41}, Shape{2, 4100, 2, 2}}) {
+    const int64_t c = s[1];
+    check_unary<BatchNorm2d>("batchnorm train " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol);
+    check_unary<BatchNorm2d>("batchnorm eval " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol, false);
+  }
   check_unary<ReLU>("relu", [] { return std::make_unique<ReLU>(); }, Shape{3, 5, 7, 7}, 0);
   check_unary<MaxPool2d>("maxpool 3/2/1", [] { return std::make_unique<MaxPool2d>(3, 2, 1); }, Shape{2, 3, 11, 10}, 0);
   check_unary<MaxPool2d>("maxpool ceil dilated", [] {
