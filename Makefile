@@ -7,7 +7,11 @@ SANITIZE ?= 0
 CXX      ?= g++
 PYTHON   ?= /usr/bin/python3
 
-VARIANT  := $(if $(filter 1,$(DEBUG)),debug,release)$(if $(filter 1,$(SANITIZE)),-asan,)
+# CPU instruction set: native where the programs run on the machine that built them;
+# bench/gpu_bundle.sh builds x86-64-v3 (AVX2) ones to carry to another machine. A non-native
+# set builds in its own folder (objects do not record the flags they were made with).
+CPU_ARCH ?= native
+VARIANT  := $(if $(filter 1,$(DEBUG)),debug,release)$(if $(filter 1,$(SANITIZE)),-asan,)$(if $(filter-out native,$(CPU_ARCH)),-$(CPU_ARCH),)
 BUILD    := build/$(VARIANT)
 # src/ compiles once for both builds (it sees the GPU only through src/core/gpu.h); what differs
 # is the backend linked in: kernels/*.cu (CUDA=1) or src/core/gpu_absent.cpp. Linked programs go
@@ -21,7 +25,7 @@ CUDA_ARCH ?= 80 90
 CPPFLAGS := -Isrc -Itests -I/usr/include/stb -isystem /usr/include/eigen3 -DMPICNN_SOURCE_DIR='"$(CURDIR)"'
 # -fno-math-errno: nothing reads errno, and it lets GCC vectorise sqrt (AdamW 67 -> 14 ms per
 # step on 11.7M parameters). No -ffast-math: results must match PyTorch bit for bit.
-CXXFLAGS := -std=c++20 -Wall -Wextra -fopenmp -march=native -fno-math-errno -MMD -MP
+CXXFLAGS := -std=c++20 -Wall -Wextra -fopenmp -march=$(CPU_ARCH) -fno-math-errno -MMD -MP
 LDFLAGS  := -fopenmp
 # OpenBLAS's OpenMP build (not the pthreads default): with one OpenMP runtime for our loops and
 # BLAS, idle threads of one pool no longer spin on the cores the other needs (measured in

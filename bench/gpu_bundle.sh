@@ -4,8 +4,10 @@
 # runtime and PyTorch's cuDNN/cuBLAS wheels but not this project's other libraries (OpenMPI,
 # OpenBLAS, Boost). So the binaries travel stripped, with the Debian packages they need.
 #
-#   bench/gpu_bundle.sh pack          here, once the CUDA build is made (make CUDA=1 apps tests
-#                                     bench): writes .gpu/bundle.tar.xz (about 20 MB)
+#   bench/gpu_bundle.sh pack          here: makes the CUDA build for any x86-64-v3 (AVX2) CPU
+#                                     (make CPU_ARCH=x86-64-v3 cuda-build: that machine's CPU
+#                                     may lack this one's AVX-512) and writes
+#                                     .gpu/bundle.tar.xz (about 15 MB)
 #   bench/gpu_bundle.sh run CMD       there, with .gpu carried: unpacks the binaries into
 #                                     build/release/cuda and the packages into .gpu/root, finds
 #                                     cuDNN and cuBLAS, and runs the shell command CMD with them
@@ -25,12 +27,12 @@ packages=(libopenblas0-openmp libgfortran5 libboost-program-options1.74.0 libope
           libpmix2)
 
 pack() {
-  local stage=.gpu/stage
+  local stage=.gpu/stage portable=build/release-x86-64-v3/cuda
+  make --no-print-directory -j"$(nproc)" CPU_ARCH=x86-64-v3 cuda-build >/dev/null
   rm -rf "$stage" && mkdir -p "$stage/debs"
-  for b in "${bins[@]}"; do
-    [ -x "$build/$b" ] || { echo "gpu_bundle.sh: $build/$b missing (make CUDA=1 apps tests bench)" >&2; exit 1; }
+  for b in "${bins[@]}"; do  # unpacked there as $build, where the commands expect them
     mkdir -p "$stage/$build/$(dirname "$b")"
-    strip -o "$stage/$build/$b" "$build/$b"
+    strip -o "$stage/$build/$b" "$portable/$b"
   done
   (cd "$stage/debs" && apt-get download "${packages[@]}" >/dev/null 2>&1) ||
     { echo "gpu_bundle.sh: apt-get download ${packages[*]} failed" >&2; exit 1; }
