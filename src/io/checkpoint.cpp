@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -108,6 +109,10 @@ json state_to_json(const TrainerState& s) {
                   {"width", in.width},       {"resize", in.resize},     {"mean", in.mean},
                   {"std", in.stddev},        {"classes", in.class_names}};
   }
+  if (s.loss_scale > 0)
+    j["loss_scale"] = {{"scale", s.loss_scale},
+                       {"clean_steps", s.scale_clean_steps},
+                       {"skipped_steps", s.scale_skipped_steps}};
   j["saved_at"] = s.saved_at;
   j["saved_unix_ms"] = s.saved_unix_ms;
   return j;
@@ -168,6 +173,17 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
               !r.class_names.empty(),
           path, ": field 'input' holds an impossible input (", r.channels, "x", r.height, "x", r.width,
           ", ", r.class_names.size(), " classes)");
+  }
+  if (j.contains("loss_scale")) {
+    const json ls = field<json>(j, "loss_scale", path);
+    const std::string where = path + " loss_scale";
+    CHECK(ls.is_object(), path, ": field 'loss_scale' is not an object");
+    s.loss_scale = field<double>(ls, "scale", where);
+    s.scale_clean_steps = field<int64_t>(ls, "clean_steps", where);
+    s.scale_skipped_steps = field<int64_t>(ls, "skipped_steps", where);
+    CHECK(s.loss_scale >= 1 && std::isfinite(s.loss_scale) && s.scale_clean_steps >= 0 &&
+              s.scale_skipped_steps >= 0,
+          path, ": field 'loss_scale' holds an impossible state (scale ", s.loss_scale, ")");
   }
   s.saved_at = field<std::string>(j, "saved_at", path);
   s.saved_unix_ms = field<int64_t>(j, "saved_unix_ms", path);

@@ -43,6 +43,10 @@ struct TrainerState {
   std::map<std::string, std::string> config;  // the full run configuration, as strings
   std::string run_started;  // ISO 8601 UTC, when the run (not this process) started
   InputRecord input;        // optional (older checkpoints lack it)
+  // fp16 dynamic loss scaling (optional; absent, loss_scale = 0, outside fp16 runs): the
+  // scale, the clean steps since it last changed and the steps skipped so far.
+  double loss_scale = 0;
+  int64_t scale_clean_steps = 0, scale_skipped_steps = 0;
   // Filled by save_checkpoint / read back by load; ignored on input.
   std::string saved_at;     // ISO 8601 UTC
   int64_t saved_unix_ms = 0;

@@ -371,6 +371,17 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   comm.on_all([&] {
     dev = choose_device(o.device, o.precision, o.deterministic, comm.local_rank());
   });
+  // --device auto decides per rank: a rank without a visible GPU would train on the CPU in
+  // fp32 while the others use the GPU, and the replicas would drift apart unnoticed.
+  {
+    const int mine[2] = {int(dev.device), int(dev.precision)};
+    int lo[2], hi[2];
+    MPI_CHECK(MPI_Allreduce(mine, lo, 2, MPI_INT, MPI_MIN, comm.world()));
+    MPI_CHECK(MPI_Allreduce(mine, hi, 2, MPI_INT, MPI_MAX, comm.world()));
+    CHECK(lo[0] == hi[0] && lo[1] == hi[1], "--device ", o.device,
+          ": the ranks chose different devices or precisions (rank ", rank, ": ",
+          dev.description, "); give every rank a GPU, or pass --device cpu");
+  }
   const bool fp16 = dev.device == Device::CUDA && dev.precision == gpu::Precision::FP16;
 
   data::DatasetSpec spec;
@@ -441,6 +452,9 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
       state.samples_seen = saved.samples_seen;
       state.rng_counters = saved.rng_counters;
       state.run_started = saved.run_started;
+      state.loss_scale = saved.loss_scale;
+      state.scale_clean_steps = saved.scale_clean_steps;
+      state.scale_skipped_steps = saved.scale_skipped_steps;
       CHECK(saved.seed == o.seed, "--seed: ", o.seed, " differs from the checkpoint's ", saved.seed,
             " (", ck.trainer, ")");
       CHECK(state.epoch < o.epochs || (state.epoch == o.epochs && state.step_in_epoch == 0),
@@ -521,14 +535,25 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   // fp16: dynamic loss scaling. The loss gradient is multiplied by loss_scaler; a step whose
   // summed gradients hold an inf or NaN (the same on every rank after the allreduce) is
   // skipped and halves it; kGrowth clean steps in a row double it.
+  // A resume continues the checkpoint's scaler (rank 0 read it; broadcast like the counters).
   constexpr int64_t kGrowth = 2000;
-  float loss_scaler = fp16 ? 65536.f : 1.f;
-  int64_t clean_steps = 0, skipped_steps = 0;
+  double scaler_state[3] = {state.loss_scale, double(state.scale_clean_steps),
+                            double(state.scale_skipped_steps)};
+  MPI_CHECK(MPI_Bcast(scaler_state, 3, MPI_DOUBLE, 0, comm.world()));
+  const bool resume_scaler = fp16 && scaler_state[0] >= 1;
+  float loss_scaler = resume_scaler ? float(scaler_state[0]) : fp16 ? 65536.f : 1.f;
+  int64_t clean_steps = resume_scaler ? int64_t(scaler_state[1]) : 0;
+  int64_t skipped_steps = resume_scaler ? int64_t(scaler_state[2]) : 0;
 
   // Rank 0 writes the checkpoint with rank 0's BatchNorm running statistics, which are then
   // also every rank's (see the header); a failed save stops every rank.
   auto save = [&](const std::string& why) {
     if (model.params().buffers().numel() > 0) comm.broadcast(model.params().buffers());
+    if (fp16) {
+      state.loss_scale = loss_scaler;
+      state.scale_clean_steps = clean_steps;
+      state.scale_skipped_steps = skipped_steps;
+    }
     comm.on_root([&] {
       const CheckpointPaths p = save_checkpoint(run_dir, model, *opt, state, o.keep_checkpoints);
       if (!why.empty()) out << why << ": " << p.dir << "\n";
