@@ -144,6 +144,7 @@ void MaxPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
         out.shape().str(), " for input ", in.shape().str(), " (expected output ", os.str(), ")");
   CHECK(!overlaps(din, dout), "MaxPool2d backward: din must not alias dout");
   if (on_gpu("MaxPool2d backward", {&din, &dout})) {
+    CHECK(argmax_dev_, "MaxPool2d backward: CUDA tensors, but the layer was planned on the CPU");
     gpu::backend().maxpool_backward(din.data(), dout.data(),
                                     static_cast<const int32_t*>(argmax_dev_.get()), in.size(0),
                                     desc(in.shape()));
