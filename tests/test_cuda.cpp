@@ -89,6 +89,29 @@ Tensor on_gpu_copy(const Tensor& t) {
   return d;
 }
 
+// Fills t (either device) with `value`: NaN makes a cell a kernel forgot to write fail the
+// comparison (fresh GPU memory is often zero, as many CPU results are).
+void fill(Tensor& t, float value) {
+  Tensor h = Tensor::empty(t.shape(), Device::CPU);
+  for (int64_t i = 0; i < h.numel(); ++i) h[i] = value;
+  t.copy_from(h);
+}
+
+// Per-parameter comparison of two slabs laid out by the same store (`slab` picks grads or
+// values): each entry against its own largest value, so a small parameter's error is not
+// hidden behind the slab's largest one.
+template <class Slab>
+void expect_near_entries(const std::string& what, ParamStore& got, ParamStore& want, Slab slab,
+                         double tol) {
+  const Tensor g = to_host(slab(got)), w = to_host(slab(want));
+  for (const StateEntry& e : want.entries()) {
+    if (e.kind != StateKind::Param) continue;
+    const int64_t n = e.shape.numel();
+    expect_near(what + " " + e.name, Tensor::view(const_cast<float*>(g.data()) + e.offset, {n}),
+                Tensor::view(const_cast<float*>(w.data()) + e.offset, {n}), tol);
+  }
+}
+
 // One layer kind, built twice with the same parameters (random, keyed by seed), run on both
 // devices: forward output, input gradient and parameter gradients must agree.
 template <class L>
@@ -112,23 +135,36 @@ void check_unary(const std::string& what, const std::function<std::unique_ptr<L>
     const DeviceScope scope(Device::CUDA);
     dev->plan(in_shape);
   }
-  const Shape out_shape = cpu->output_shape(in_shape);
-  const Tensor x = testing::random_tensor(in_shape, 21);
-  Tensor y = Tensor::empty(out_shape), yg = Tensor::empty(out_shape, Device::CUDA);
-  const Tensor xg = on_gpu_copy(x);
-  cpu->forward(y, x);
-  dev->forward(yg, xg);
-  expect_near(what + " forward", yg, y, tol);
-  const Tensor dy = testing::random_tensor(out_shape, 22);
-  const Tensor dyg = on_gpu_copy(dy);
-  Tensor dx = Tensor::empty(in_shape), dxg = Tensor::empty(in_shape, Device::CUDA);
-  sc.zero_grad();
-  sg.zero_grad();
-  cpu->backward(dx, dy, x, y);
-  dev->backward(dxg, dyg, xg, yg);
-  expect_near(what + " backward (input)", dxg, dx, tol);
-  expect_near(what + " backward (parameters)", sg.grads(), sc.grads(), tol);
-  expect_near(what + " buffers", sg.buffers(), sc.buffers(), tol);
+  // The planned batch, then one image less (convolutions make that shape's descriptors and
+  // algorithms on first use, as the last batch of an evaluation does).
+  for (const int64_t n : {in_shape[0], in_shape[0] - 1}) {
+    if (n < 1) continue;
+    Shape xs = in_shape;
+    xs.d[0] = n;
+    const std::string tag = what + (n == in_shape[0] ? "" : " (batch " + std::to_string(n) + ")");
+    const Shape out_shape = cpu->output_shape(xs);
+    const Tensor x = testing::random_tensor(xs, 21);
+    Tensor y = Tensor::empty(out_shape), yg = Tensor::empty(out_shape, Device::CUDA);
+    fill(y, NAN);
+    fill(yg, NAN);
+    const Tensor xg = on_gpu_copy(x);
+    cpu->forward(y, x);
+    dev->forward(yg, xg);
+    expect_near(tag + " forward", yg, y, tol);
+    const Tensor dy = testing::random_tensor(out_shape, 22);
+    const Tensor dyg = on_gpu_copy(dy);
+    Tensor dx = Tensor::empty(xs), dxg = Tensor::empty(xs, Device::CUDA);
+    fill(dx, NAN);
+    fill(dxg, NAN);
+    // Parameter gradients accumulate ('+='): start both from the same non-zero value.
+    fill(sc.grads(), 0.25f);
+    fill(sg.grads(), 0.25f);
+    cpu->backward(dx, dy, x, y);
+    dev->backward(dxg, dyg, xg, yg);
+    expect_near(tag + " backward (input)", dxg, dx, tol);
+    expect_near_entries(tag + " backward", sg, sc, [](ParamStore& s) -> Tensor& { return s.grads(); }, tol);
+    expect_near(tag + " buffers", sg.buffers(), sc.buffers(), tol);
+  }
 }
 
 void set_precision(Precision p) { gpu::backend().set_precision(p); }
@@ -271,15 +307,34 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
         dev->params().zero_grad();
         cpu->backward(dl);
         dev->backward(dlg);
-        expect_near(tag + " gradients, step " + std::to_string(step), dev->params().grads(),
-                    cpu->params().grads(), tol);
+        const std::string at = ", step " + std::to_string(step + 1);
+        expect_near_entries(tag + " gradient" + at, dev->params(), cpu->params(),
+                            [](ParamStore& s) -> Tensor& { return s.grads(); }, tol);
+        // The update itself (weights after minus before), per parameter: next to the weights
+        // it is small enough to hide a wrong or missing step.
+        Tensor before_c = to_host(cpu->params().values()), before_g = to_host(dev->params().values());
         oc.step();
         og.step();
-        expect_near(tag + " weights after step " + std::to_string(step + 1),
-                    dev->params().values(), cpu->params().values(), tol);
+        Tensor step_c = to_host(cpu->params().values()), step_g = to_host(dev->params().values());
+        for (int64_t i = 0; i < step_c.numel(); ++i) {
+          step_c[i] -= before_c[i];
+          step_g[i] -= before_g[i];
+        }
+        for (const StateEntry& e : cpu->params().entries()) {
+          if (e.kind != StateKind::Param) continue;
+          const int64_t n = e.shape.numel();
+          expect_near(tag + " update" + at + " " + e.name, Tensor::view(step_g.data() + e.offset, {n}),
+                      Tensor::view(step_c.data() + e.offset, {n}), tol);
+        }
       }
       expect_near(tag + " BatchNorm running stats", dev->params().buffers(),
                   cpu->params().buffers(), tol);
+      // Evaluation mode on a batch below the planned one, as evaluate() and Predictor run it.
+      cpu->set_training(false);
+      dev->set_training(false);
+      const Tensor x1 = testing::random_tensor({1, in[1], in[2], in[3]}, 200);
+      const Tensor& ec = cpu->forward(x1);
+      expect_near(tag + " eval logits, batch 1", dev->forward(on_gpu_copy(x1)), ec, tol);
     }
   }
   set_precision(Precision::FP32);

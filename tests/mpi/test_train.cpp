@@ -99,6 +99,7 @@ train::TrainOptions small_run(const std::string& data_dir, const std::string& mo
   o.progress = "none";
   o.seed = 11;
   o.eval_every = 1;
+  o.device = "cpu";  // the CPU references below read the weights on the host, also in a CUDA build
   return o;
 }
 
