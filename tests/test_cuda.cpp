@@ -89,6 +89,13 @@ Tensor on_gpu_copy(const Tensor& t) {
   return d;
 }
 
+// A host copy that never shares memory with t (to_host returns a CPU tensor itself).
+Tensor host_copy(const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), Device::CPU);
+  h.copy_from(t);
+  return h;
+}
+
 // Fills t (either device) with `value`: NaN makes a cell a kernel forgot to write fail the
 // comparison (fresh GPU memory is often zero, as many CPU results are).
 void fill(Tensor& t, float value) {
@@ -97,18 +104,17 @@ void fill(Tensor& t, float value) {
   t.copy_from(h);
 }
 
-// Per-parameter comparison of two slabs laid out by the same store (`slab` picks grads or
-// values): each entry against its own largest value, so a small parameter's error is not
-// hidden behind the slab's largest one.
-template <class Slab>
-void expect_near_entries(const std::string& what, ParamStore& got, ParamStore& want, Slab slab,
-                         double tol) {
-  const Tensor g = to_host(slab(got)), w = to_host(slab(want));
-  for (const StateEntry& e : want.entries()) {
+// Per-parameter comparison of two slabs laid out by `layout` (either device): each entry
+// against its own largest value, so a small parameter's error is not hidden behind the slab's
+// largest one.
+void expect_near_entries(const std::string& what, const ParamStore& layout, const Tensor& got,
+                         const Tensor& want, double tol) {
+  Tensor g = to_host(got), w = to_host(want);
+  for (const StateEntry& e : layout.entries()) {
     if (e.kind != StateKind::Param) continue;
     const int64_t n = e.shape.numel();
-    expect_near(what + " " + e.name, Tensor::view(const_cast<float*>(g.data()) + e.offset, {n}),
-                Tensor::view(const_cast<float*>(w.data()) + e.offset, {n}), tol);
+    expect_near(what + " " + e.name, Tensor::view(g.data() + e.offset, {n}),
+                Tensor::view(w.data() + e.offset, {n}), tol);
   }
 }
 
@@ -162,7 +168,7 @@ void check_unary(const std::string& what, const std::function<std::unique_ptr<L>
     cpu->backward(dx, dy, x, y);
     dev->backward(dxg, dyg, xg, yg);
     expect_near(tag + " backward (input)", dxg, dx, tol);
-    expect_near_entries(tag + " backward", sg, sc, [](ParamStore& s) -> Tensor& { return s.grads(); }, tol);
+    expect_near_entries(tag + " backward", sc, sg.grads(), sc.grads(), tol);
     expect_near(tag + " buffers", sg.buffers(), sc.buffers(), tol);
   }
 }
@@ -308,24 +314,20 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
         cpu->backward(dl);
         dev->backward(dlg);
         const std::string at = ", step " + std::to_string(step + 1);
-        expect_near_entries(tag + " gradient" + at, dev->params(), cpu->params(),
-                            [](ParamStore& s) -> Tensor& { return s.grads(); }, tol);
+        expect_near_entries(tag + " gradient" + at, cpu->params(), dev->params().grads(),
+                            cpu->params().grads(), tol);
         // The update itself (weights after minus before), per parameter: next to the weights
         // it is small enough to hide a wrong or missing step.
-        Tensor before_c = to_host(cpu->params().values()), before_g = to_host(dev->params().values());
+        const Tensor before_c = host_copy(cpu->params().values());
+        const Tensor before_g = host_copy(dev->params().values());
         oc.step();
         og.step();
-        Tensor step_c = to_host(cpu->params().values()), step_g = to_host(dev->params().values());
+        Tensor step_c = host_copy(cpu->params().values()), step_g = host_copy(dev->params().values());
         for (int64_t i = 0; i < step_c.numel(); ++i) {
           step_c[i] -= before_c[i];
           step_g[i] -= before_g[i];
         }
-        for (const StateEntry& e : cpu->params().entries()) {
-          if (e.kind != StateKind::Param) continue;
-          const int64_t n = e.shape.numel();
-          expect_near(tag + " update" + at + " " + e.name, Tensor::view(step_g.data() + e.offset, {n}),
-                      Tensor::view(step_c.data() + e.offset, {n}), tol);
-        }
+        expect_near_entries(tag + " update" + at, cpu->params(), step_g, step_c, tol);
       }
       expect_near(tag + " BatchNorm running stats", dev->params().buffers(),
                   cpu->params().buffers(), tol);
