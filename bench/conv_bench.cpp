@@ -110,7 +110,7 @@ double square_sgemm_gflops(Args a, int n) {
   a.warmup = std::max(a.warmup, 3);  // the first calls start OpenBLAS's threads
   a.reps = std::max(a.reps, 11);
   const double s = median_seconds(a, {[&] {
-    sgemm(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
+    gemm(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
   }})[0];
   return 2.0 * n * n * double(n) / s * 1e-9;
 }
@@ -161,10 +161,10 @@ int main(int argc, char** argv) {
         for (int64_t c0 = 0; c0 < a.batch; c0 += chunk) {
           const int BP = int(std::min(chunk, a.batch - c0) * P);
           float* c = C.data() + c0 * OC * P;
-          sgemm(false, false, int(OC), BP, int(K), 1.f, A.data(), int(K), B.data(), BP, 0.f, c,
+          gemm(false, false, int(OC), BP, int(K), 1.f, A.data(), int(K), B.data(), BP, 0.f, c,
                 BP);
-          sgemm(false, true, int(OC), int(K), BP, 1.f, c, BP, B.data(), BP, 1.f, D.data(), int(K));
-          sgemm(true, false, int(K), BP, int(OC), 1.f, A.data(), int(K), c, BP, 0.f, B.data(), BP);
+          gemm(false, true, int(OC), int(K), BP, 1.f, c, BP, B.data(), BP, 1.f, D.data(), int(K));
+          gemm(true, false, int(K), BP, int(OC), 1.f, A.data(), int(K), c, BP, 0.f, B.data(), BP);
         }
       };
       // The unfolding work alone: im2col twice (forward, backward) and col2im once per chunk.

@@ -173,7 +173,7 @@ const TorchResults& torch_results() {
     std::string nodecay;
     for (const StateEntry& e : net.store.entries())
       if (e.kind == StateKind::Param) {
-        init.add_f32(e.name, *e.value);
+        init.add(e.name, *e.value);
         if (!e.decay) nodecay += (nodecay.empty() ? "" : ",") + e.name;
       }
     init.set_metadata("nodecay", nodecay);
@@ -181,7 +181,7 @@ const TorchResults& torch_results() {
     for (int k = 0; k < kSteps; ++k) {
       net.set_grads(k);
       for (const StateEntry& e : net.store.entries())
-        if (e.kind == StateKind::Param) grads.add_f32(std::to_string(k) + "." + e.name, *e.grad);
+        if (e.kind == StateKind::Param) grads.add(std::to_string(k) + "." + e.name, *e.grad);
     }
     grads.set_metadata("steps", std::to_string(kSteps));
     grads.write((dir.path / "grads.safetensors").string());
@@ -345,7 +345,7 @@ TEST_CASE("optimizer state: save, load, continue is bit-identical to not stoppin
       run_steps(first, *b, lr0, 0, 3);
       SafetensorsWriter w;
       for (const StateEntry& e : first.store.entries())
-        if (e.kind == StateKind::Param) w.add_f32(e.name, *e.value);
+        if (e.kind == StateKind::Param) w.add(e.name, *e.value);
       b->save_state(w);
       bytes = w.to_bytes();
     }
@@ -356,7 +356,7 @@ TEST_CASE("optimizer state: save, load, continue is bit-identical to not stoppin
                             : "optim.exp_avg_sq.layer1.0.conv1.weight") == (!c.sgd || c.sgd->momentum != 0));
     Net resumed;
     for (const StateEntry& e : resumed.store.entries())
-      if (e.kind == StateKind::Param) in.read_f32(*e.value, e.name);
+      if (e.kind == StateKind::Param) in.read(*e.value, e.name);
     std::unique_ptr<Optimizer> r = make(resumed, c);
     r->set_lr(123);
     r->load_state(in);

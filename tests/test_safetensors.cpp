@@ -171,7 +171,7 @@ TEST_CASE("safetensors round trip: every dtype, metadata, empty and scalar tenso
   CHECK(r.read_f32("empty").empty());
   CHECK(r.read_f32("scalar") == std::vector<float>{1.0f});
   Tensor t = Tensor::empty({2, 2});
-  r.read_f32(t, "f32");
+  r.read(t, "f32");
   CHECK(t[3] == f32[3]);
 
   CHECK(r.read_i64("i64") == i64);
@@ -186,7 +186,7 @@ TEST_CASE("safetensors round trip: every dtype, metadata, empty and scalar tenso
 
   // Typed-read misuse: one clear line naming the file and tensor.
   Tensor wrong = Tensor::empty({4});
-  CHECK(has(error_of([&] { r.read_f32(wrong, "f32"); }), "'f32' has shape [2, 2], expected [4]"));
+  CHECK(has(error_of([&] { r.read(wrong, "f32"); }), "'f32' has shape [2, 2], expected [4]"));
   CHECK(has(error_of([&] { r.read_f32("i64"); }), "'i64' has dtype I64, expected a float dtype"));
   CHECK(has(error_of([&] { r.read_i64("f32"); }), "'f32' has dtype F32, expected an integer"));
   CHECK(has(error_of([&] { r.read_i64_scalar("i64"); }), "expected a scalar"));

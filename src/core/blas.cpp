@@ -1,4 +1,4 @@
-// sgemm on OpenBLAS (cblas) or Eigen. Eigen's product runs on the OpenMP pool (it reads
+// Row-major GEMM on OpenBLAS (cblas_sgemm, or cblas_dgemm in the f64 test build) or Eigen. Eigen's product runs on the OpenMP pool (it reads
 // omp_get_max_threads, which set_num_threads sets) and splits C among threads, each element
 // summed by one thread in a fixed order: deterministic for a fixed thread count.
 #include "core/blas.h"
@@ -26,12 +26,12 @@ std::atomic<GemmBackend>& backend_slot() {
   return slot;
 }
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMajor = Eigen::Matrix<real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
 using Map = Eigen::Map<RowMajor, Eigen::Unaligned, Eigen::OuterStride<>>;
 
 template <typename OpA, typename OpB>
-void eigen_product(Map& c, const OpA& a, const OpB& b, float alpha, float beta) {
+void eigen_product(Map& c, const OpA& a, const OpB& b, real alpha, real beta) {
   if (beta == 0.f) {
     if (alpha == 1.f) c.noalias() = a * b;
     else c.noalias() = alpha * (a * b);
@@ -42,8 +42,8 @@ void eigen_product(Map& c, const OpA& a, const OpB& b, float alpha, float beta) 
   else c.noalias() += alpha * (a * b);
 }
 
-void eigen_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                 const float* B, int ldb, float beta, float* C, int ldc) {
+void eigen_gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real* A, int lda,
+                 const real* B, int ldb, real beta, real* C, int ldc) {
   // Stored shapes: A is (M, K) or, transposed, (K, M); likewise B.
   const ConstMap a(A, ta ? K : M, ta ? M : K, Eigen::OuterStride<>(lda));
   const ConstMap b(B, tb ? N : K, tb ? K : N, Eigen::OuterStride<>(ldb));
@@ -52,6 +52,18 @@ void eigen_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float
   else if (!ta && tb) eigen_product(c, a, b.transpose(), alpha, beta);
   else if (ta && !tb) eigen_product(c, a.transpose(), b, alpha, beta);
   else eigen_product(c, a.transpose(), b.transpose(), alpha, beta);
+}
+
+// cblas by element type: only `real`'s is called.
+[[maybe_unused]] void cblas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M,
+                                 int N, int K, float alpha, const float* A, int lda,
+                                 const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+[[maybe_unused]] void cblas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M,
+                                 int N, int K, double alpha, const double* A, int lda,
+                                 const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace
@@ -69,8 +81,8 @@ const char* gemm_backend_name(GemmBackend backend) {
   return backend == GemmBackend::kEigen ? "eigen" : "openblas";
 }
 
-void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-           const float* B, int ldb, float beta, float* C, int ldc) {
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, real alpha, const real* A, int lda,
+           const real* B, int ldb, real beta, real* C, int ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) {  // op(A) * op(B) is all zeros: C = beta * C (BLAS semantics)
     for (int i = 0; i < M; ++i)
@@ -78,11 +90,11 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
     return;
   }
   if (gemm_backend() == GemmBackend::kEigen) {
-    eigen_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    eigen_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  cblas_gemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+             trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace mpicnn

@@ -1,8 +1,10 @@
-// Row-major single-precision GEMM: C = alpha * op(A) * op(B) + beta * C, on OpenBLAS or on
+// Row-major GEMM on `real` (float; double in the f64 test build): C = alpha * op(A) * op(B) + beta * C, on OpenBLAS or on
 // Eigen's GEMM. The one place the engine calls BLAS, so the backend is chosen here.
-// Not a BLAS: only the row-major sgemm the layers need.
+// Not a BLAS: only the row-major GEMM the layers need.
 #pragma once
 #include <string>
+
+#include "core/real.h"
 
 namespace mpicnn {
 
@@ -23,7 +25,7 @@ const char* gemm_backend_name(GemmBackend backend);
 
 // op(A) is M x K, op(B) is K x N, C is M x N; lda/ldb/ldc are row strides of the stored
 // (untransposed) matrices. Threads: the OpenMP pool (set_num_threads).
-void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-           const float* B, int ldb, float beta, float* C, int ldc);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, real alpha, const real* A, int lda,
+           const real* B, int ldb, real beta, real* C, int ldc);
 
 }  // namespace mpicnn

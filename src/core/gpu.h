@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "core/real.h"
+
 namespace mpicnn::gpu {
 
 // Math of convolutions and GEMMs. Storage stays float32 everywhere; fp16 runs tensor-core math
@@ -105,7 +107,7 @@ class Backend {
   virtual void record(Event& e) = 0;
   virtual void wait(Event& e) = 0;
   // Device to device on the compute stream: rows of `width` floats with pitches in floats.
-  virtual void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
+  virtual void copy2d(real* dst, int64_t dst_pitch, const real* src, int64_t src_pitch,
                       int64_t width, int64_t rows) = 0;
 
   // Gradient sync, per bucket, with numbered slots (0..; a slot may be reused once done):
@@ -114,104 +116,104 @@ class Backend {
   // only marks the point the compute stream has reached (a CUDA-aware MPI then reads the
   // device memory itself). slot_done says whether the slot's copy or mark has been reached;
   // with wait, it blocks until it has (then true), without waiting for later work.
-  virtual void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) = 0;
+  virtual void copy_to_host_async(void* host, const real* dev, size_t bytes, int slot) = 0;
   virtual void mark_ready(int slot) = 0;
   virtual bool slot_done(int slot, bool wait) = 0;
 
   // ---- elementwise (kernels/elementwise.cu) -------------------------------------------------
-  virtual void fill(float* x, float value, int64_t n) = 0;
-  virtual void scale(float* x, float a, int64_t n) = 0;
-  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;  // may alias
-  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;        // dst += src
+  virtual void fill(real* x, float value, int64_t n) = 0;
+  virtual void scale(real* x, float a, int64_t n) = 0;
+  virtual void add(real* out, const real* a, const real* b, int64_t n) = 0;  // may alias
+  virtual void accumulate(real* dst, const real* src, int64_t n) = 0;        // dst += src
   // dst (B, A, inner) = src (A, B, inner) transposed in its first two dimensions.
-  virtual void swap01(float* dst, const float* src, int64_t A, int64_t B, int64_t inner) = 0;
+  virtual void swap01(real* dst, const real* src, int64_t A, int64_t B, int64_t inner) = 0;
   // Whether every one of the n floats is finite. Synchronises.
-  virtual bool all_finite(const float* x, int64_t n) = 0;
-  virtual void relu_forward(float* y, const float* x, int64_t n) = 0;  // may alias
+  virtual bool all_finite(const real* x, int64_t n) = 0;
+  virtual void relu_forward(real* y, const real* x, int64_t n) = 0;  // may alias
   // dx = dy * (y > 0) ('='; dx may alias dy).
-  virtual void relu_backward(float* dx, const float* dy, const float* y, int64_t n) = 0;
+  virtual void relu_backward(real* dx, const real* dy, const real* y, int64_t n) = 0;
   // Dropout mask of Dropout::keep (Philox on (seed, stream, index) with index
   // (first_sample + sample) * per_sample + i, kept when uniform >= p): y = keep ? x * scale : 0.
   // Used for forward (x = in) and backward (x = dout) alike; y may alias x.
-  virtual void dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample,
+  virtual void dropout(real* y, const real* x, int64_t n_samples, int64_t per_sample,
                        uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
                        float scale) = 0;
   // Input batches: out (N, C, H, W) float = (in (N, H, W, C) uint8 / 255 - mean[c]) / std[c],
   // mirrored left-right where flip[n] != 0 (flip may be null). mean and std are host arrays of
   // C floats.
-  virtual void normalize_u8(float* out, const uint8_t* in, const uint8_t* flip, int64_t N,
-                            int C, int H, int W, const float* mean, const float* std) = 0;
+  virtual void normalize_u8(real* out, const uint8_t* in, const uint8_t* flip, int64_t N,
+                            int C, int H, int W, const real* mean, const real* std) = 0;
 
   // ---- GEMM (kernels/gemm.cu, cuBLAS) -------------------------------------------------------
-  // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, as core/blas.h sgemm.
+  // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, as core/blas.h gemm.
   virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                    const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                    const real* A, int lda, const real* B, int ldb, float beta, real* C,
                     int ldc) = 0;
   // db (cols) += sum over rows of dy (rows, cols): bias gradients of Linear.
-  virtual void sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) = 0;
+  virtual void sum_rows(real* db, const real* dy, int64_t rows, int64_t cols) = 0;
   // y (rows, cols) += bias (cols) broadcast over rows.
-  virtual void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) = 0;
+  virtual void add_bias_rows(real* y, const real* bias, int64_t rows, int64_t cols) = 0;
 
   // ---- convolution (kernels/conv.cu, cuDNN) -------------------------------------------------
   // Descriptors and algorithms for every batch size up to d.n, chosen once here (cuDNN's
   // measured search at d.n; its heuristics when deterministic) with the workspace they need.
   virtual std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) = 0;
   // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n <= d.n.
-  virtual void conv_forward(ConvPlan& plan, float* y, const float* x, const float* w,
-                            const float* bias, int n) = 0;
+  virtual void conv_forward(ConvPlan& plan, real* y, const real* x, const real* w,
+                            const real* bias, int n) = 0;
   // dx '=' (skipped when null), dw '+=', dbias '+=' (skipped when null).
-  virtual void conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias, const float* dy,
-                             const float* x, const float* w, int n) = 0;
+  virtual void conv_backward(ConvPlan& plan, real* dx, real* dw, real* dbias, const real* dy,
+                             const real* x, const real* w, int n) = 0;
 
   // ---- batch norm (kernels/batchnorm.cu) ----------------------------------------------------
   // Training: batch statistics (biased variance to normalise), running_mean/var updated with
   // momentum and the unbiased variance; save_mean/save_invstd (C) keep the batch's mean and
   // 1/sqrt(var + eps). Eval: running statistics, and save_* get them for backward.
-  virtual void batchnorm_forward(float* y, float* save_mean, float* save_invstd,
-                                 float* running_mean, float* running_var, const float* x,
-                                 const float* weight, const float* bias, int64_t N, int64_t C,
+  virtual void batchnorm_forward(real* y, real* save_mean, real* save_invstd,
+                                 real* running_mean, real* running_var, const real* x,
+                                 const real* weight, const real* bias, int64_t N, int64_t C,
                                  int64_t HW, float eps, float momentum, bool training) = 0;
   // dx '=' (may alias dy; skipped when null), dweight and dbias '+='. training: through the
   // batch statistics; eval: the affine map only.
-  virtual void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy,
-                                  const float* x, const float* weight, const float* save_mean,
-                                  const float* save_invstd, int64_t N, int64_t C, int64_t HW,
+  virtual void batchnorm_backward(real* dx, real* dweight, real* dbias, const real* dy,
+                                  const real* x, const real* weight, const real* save_mean,
+                                  const real* save_invstd, int64_t N, int64_t C, int64_t HW,
                                   bool training) = 0;
 
   // ---- pooling (kernels/pool.cu) ------------------------------------------------------------
   // y (N, C, OH, OW) = window max; argmax (N, C, OH, OW) int32 = h * W + w of the first max,
   // -1 for a window without input cells (y = -inf there). NaN propagates.
-  virtual void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t N,
+  virtual void maxpool_forward(real* y, int32_t* argmax, const real* x, int64_t N,
                                const PoolDesc& d) = 0;
   // dx (N, C, H, W) '=' sum of dy over the outputs whose argmax is this cell (deterministic).
-  virtual void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t N,
+  virtual void maxpool_backward(real* dx, const real* dy, const int32_t* argmax, int64_t N,
                                 const PoolDesc& d) = 0;
-  virtual void avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) = 0;
-  virtual void avgpool_backward(float* dx, const float* dy, int64_t N, const PoolDesc& d) = 0;
+  virtual void avgpool_forward(real* y, const real* x, int64_t N, const PoolDesc& d) = 0;
+  virtual void avgpool_backward(real* dx, const real* dy, int64_t N, const PoolDesc& d) = 0;
   // AdaptiveAvgPool2d bins [floor(i*H/OH), ceil((i+1)*H/OH)); d.kh etc. unused.
-  virtual void adaptive_avgpool_forward(float* y, const float* x, int64_t N,
+  virtual void adaptive_avgpool_forward(real* y, const real* x, int64_t N,
                                         const PoolDesc& d) = 0;
-  virtual void adaptive_avgpool_backward(float* dx, const float* dy, int64_t N,
+  virtual void adaptive_avgpool_backward(real* dx, const real* dy, int64_t N,
                                          const PoolDesc& d) = 0;
 
   // ---- loss (kernels/loss.cu) ---------------------------------------------------------------
   // probs (N, C) = softmax(logits); row_loss (N) doubles = (1-eps) * -log p[n, y_n] +
   // eps/C * sum_c -log p[n, c]. targets is device int32. The caller averages the rows in row
   // order (as the CPU does), after copying them back.
-  virtual void softmax_xent_forward(float* probs, double* row_loss, const float* logits,
+  virtual void softmax_xent_forward(real* probs, double* row_loss, const real* logits,
                                     const int32_t* targets, int64_t N, int64_t C,
                                     float label_smoothing) = 0;
   // dlogits '=' scale * (probs - ((1-eps) onehot + eps/C)) / N.
-  virtual void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
+  virtual void softmax_xent_backward(real* dlogits, const real* probs, const int32_t* targets,
                                      int64_t N, int64_t C, float label_smoothing,
                                      float scale) = 0;
 
   // ---- optimizers (kernels/optim.cu): one launch over the whole slab -----------------------
   // chunks: device array of nchunks runs (made once by the optimizer). buf is the momentum
   // slab (null when momentum is 0).
-  virtual void sgd_step(float* params, float* buf, const float* grads, const SlabChunk* chunks,
+  virtual void sgd_step(real* params, real* buf, const real* grads, const SlabChunk* chunks,
                         int64_t nchunks, int64_t max_chunk, const SgdScalars& s) = 0;
-  virtual void adamw_step(float* params, float* m, float* v, float* vmax, const float* grads,
+  virtual void adamw_step(real* params, real* m, real* v, real* vmax, const real* grads,
                           const SlabChunk* chunks, int64_t nchunks, int64_t max_chunk,
                           const AdamScalars& s) = 0;
 };

@@ -75,9 +75,9 @@ std::shared_ptr<void> alloc_host(size_t bytes) {
 
 Tensor Tensor::empty(const Shape& shape, Device device) {
   Tensor t;
-  const size_t bytes = size_t(shape.numel()) * sizeof(float);
+  const size_t bytes = size_t(shape.numel()) * sizeof(real);
   t.storage_ = device == Device::CPU ? alloc_host(bytes) : gpu::backend().alloc(bytes);
-  t.data_ = static_cast<float*>(t.storage_.get());
+  t.data_ = static_cast<real*>(t.storage_.get());
   t.shape_ = shape;
   t.device_ = device;
   return t;
@@ -89,7 +89,7 @@ Tensor Tensor::zeros(const Shape& shape, Device device) {
   return t;
 }
 
-Tensor Tensor::view(float* data, const Shape& shape, Device device) {
+Tensor Tensor::view(real* data, const Shape& shape, Device device) {
   CHECK(data != nullptr || shape.numel() == 0, "view of null memory with shape ", shape.str());
   Tensor t;
   t.data_ = data;
@@ -125,17 +125,17 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
   return t;
 }
 
-float& Tensor::operator[](int64_t i) {
+real& Tensor::operator[](int64_t i) {
   CHECK(device_ == Device::CPU && i >= 0 && i < numel(), "element ", i, " of ", shape_.str());
   return data_[i];
 }
 
-float Tensor::operator[](int64_t i) const {
+real Tensor::operator[](int64_t i) const {
   CHECK(device_ == Device::CPU && i >= 0 && i < numel(), "element ", i, " of ", shape_.str());
   return data_[i];
 }
 
-void Tensor::fill(float v) {
+void Tensor::fill(real v) {
   if (device_ == Device::CUDA) return gpu::backend().fill(data_, v, numel());
   for (int64_t i = 0, n = numel(); i < n; ++i) data_[i] = v;
 }
@@ -144,13 +144,13 @@ void Tensor::copy_from(const Tensor& src) {
   CHECK(src.numel() == numel(), "copy_from: ", src.shape_.str(), " into ", shape_.str());
   if (numel() == 0 || data_ == src.data_) return;
   if (device_ == Device::CPU && src.device_ == Device::CPU) {
-    std::memmove(data_, src.data_, size_t(numel()) * sizeof(float));
+    std::memmove(data_, src.data_, size_t(numel()) * sizeof(real));
   } else if (device_ == Device::CUDA && src.device_ == Device::CUDA) {
     CHECK(!overlaps(*this, src), "copy_from: overlapping CUDA tensors");
     gpu::backend().copy2d(data_, numel(), src.data_, numel(), numel(), 1);
   } else {
     gpu::backend().copy(data_, device_ == Device::CUDA, src.data_, src.device_ == Device::CUDA,
-                        size_t(numel()) * sizeof(float));
+                        size_t(numel()) * sizeof(real));
   }
 }
 

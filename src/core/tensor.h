@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/real.h"
 
 namespace mpicnn {
 
@@ -53,11 +54,11 @@ class Tensor {
   static Tensor empty(const Shape& shape, Device device = default_device());  // uninitialised
   static Tensor zeros(const Shape& shape, Device device = default_device());
   // Non-owning view of memory someone else keeps alive (a slab, a workspace).
-  static Tensor view(float* data, const Shape& shape, Device device = Device::CPU);
+  static Tensor view(real* data, const Shape& shape, Device device = Device::CPU);
 
   bool defined() const { return shape_.ndim > 0; }
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  real* data() { return data_; }
+  const real* data() const { return data_; }
   const Shape& shape() const { return shape_; }
   int dim() const { return shape_.ndim; }
   int64_t size(int i) const { return shape_[i]; }
@@ -75,16 +76,16 @@ class Tensor {
   Tensor slice0(int64_t begin, int64_t end) const;
 
   // CPU-only element helpers for tests and setup code (not for hot loops).
-  float& operator[](int64_t i);
-  float operator[](int64_t i) const;
-  void fill(float v);  // either device (on the GPU: queued on the backend's stream)
+  real& operator[](int64_t i);
+  real operator[](int64_t i) const;
+  void fill(real v);  // either device (on the GPU: queued on the backend's stream)
   // Same numel, any two devices. CPU<->CUDA is the one explicit transfer (it waits for the
   // copy); CUDA->CUDA is queued on the backend's stream.
   void copy_from(const Tensor& src);
 
  private:
   std::shared_ptr<void> storage_;  // null for views
-  float* data_ = nullptr;
+  real* data_ = nullptr;
   Shape shape_;
   Device device_ = Device::CPU;
 };

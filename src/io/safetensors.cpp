@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -362,7 +363,8 @@ std::span<const uint8_t> SafetensorsReader::bytes(const std::string& name) const
   return {data(t), size_t(t.nbytes())};
 }
 
-void SafetensorsReader::read_f32(float* out, const std::string& name, const Dims& want) const {
+template <class T>
+void SafetensorsReader::read_floats(T* out, const std::string& name, const Dims& want) const {
   const TensorInfo& t = info(name);
   CHECK(dtype_is_float(t.dtype), path_, ": tensor '", name, "' has dtype ", dtype_name(t.dtype),
         ", expected a float dtype (F32, F16, BF16 or F64)");
@@ -373,7 +375,15 @@ void SafetensorsReader::read_f32(float* out, const std::string& name, const Dims
   // memcpy per element: offsets in a foreign file need not be aligned for the dtype.
   switch (t.dtype) {
     case DType::F32:
-      if (n > 0) std::memcpy(out, src, size_t(n) * 4);
+      if constexpr (std::is_same_v<T, float>) {
+        if (n > 0) std::memcpy(out, src, size_t(n) * 4);
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          float v;
+          std::memcpy(&v, src + 4 * i, 4);
+          out[i] = v;
+        }
+      }
       break;
     case DType::F16:
     case DType::BF16:
@@ -389,26 +399,36 @@ void SafetensorsReader::read_f32(float* out, const std::string& name, const Dims
         std::memcpy(&v, src + 8 * i, 8);
         // Values from the largest float up to the rounding midpoint round down to it; past
         // that a finite double would become infinity, which the caller did not store.
-        CHECK(!(std::fabs(v) >= 0x1.ffffffp+127), path_, ": tensor '", name, "' element ", i,
-              " (", v, ") is beyond float32 range");
-        out[i] = float(v);
+        if constexpr (std::is_same_v<T, float>)
+          CHECK(!(std::fabs(v) >= 0x1.ffffffp+127), path_, ": tensor '", name, "' element ", i,
+                " (", v, ") is beyond float32 range");
+        out[i] = T(v);
       }
       break;
     default:
       break;
   }
 }
+template void SafetensorsReader::read_floats(float*, const std::string&, const Dims&) const;
+template void SafetensorsReader::read_floats(double*, const std::string&, const Dims&) const;
 
-void SafetensorsReader::read_f32(Tensor& out, const std::string& name) const {
+void SafetensorsReader::read(Tensor& out, const std::string& name) const {
   CHECK(out.defined() && out.device() == Device::CPU, path_, ": reading tensor '", name,
         "' needs a defined CPU tensor to read into");
-  read_f32(out.data(), name, dims_of(out.shape()));
+  read_floats(out.data(), name, dims_of(out.shape()));
 }
 
 std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
   const TensorInfo& t = info(name);
   std::vector<float> v(size_t(t.numel()));
-  read_f32(v.data(), name, t.shape);
+  read_floats(v.data(), name, t.shape);
+  return v;
+}
+
+std::vector<double> SafetensorsReader::read_f64(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  std::vector<double> v(size_t(t.numel()));
+  read_floats(v.data(), name, t.shape);
   return v;
 }
 

@@ -1,7 +1,7 @@
 // safetensors files (the format of huggingface/safetensors): an 8-byte little-endian header
 // length, a JSON header naming each tensor's dtype, shape and byte range, then the packed
 // little-endian data. The reader validates the whole file up front and converts float dtypes
-// to float32 on request; the writer packs tensors in insertion order and writes atomically.
+// to float32 or float64 on request; the writer packs tensors in insertion order and writes atomically.
 // Not a checkpoint policy (which tensors, what metadata): io/checkpoint builds on this.
 #pragma once
 #include <cstdint>
@@ -19,6 +19,9 @@ namespace mpicnn {
 
 // The format's dtype names; values are stored little-endian.
 enum class DType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL };
+
+// The dtype of `real` (core/real.h): F32, or F64 in the f64 test build.
+inline constexpr DType kRealDType = sizeof(real) == 8 ? DType::F64 : DType::F32;
 
 const char* dtype_name(DType t);  // "F32", "BF16", ...
 size_t dtype_size(DType t);       // bytes per element
@@ -60,12 +63,17 @@ class SafetensorsReader {
   const TensorInfo& info(const std::string& name) const;  // error if absent
   std::span<const uint8_t> bytes(const std::string& name) const;
 
-  // Float tensors (F32, F16, BF16, F64) converted to float32. The stored shape must equal
-  // `want` (or, for the Tensor form, the tensor's shape); F64 values beyond float range are
-  // an error rather than a silent infinity.
-  void read_f32(float* out, const std::string& name, const Dims& want) const;  // (numel)
-  void read_f32(Tensor& out, const std::string& name) const;                   // (out's shape)
-  std::vector<float> read_f32(const std::string& name) const;                  // any shape
+  // Float tensors (F32, F16, BF16, F64) converted to T, float or double. The stored shape
+  // must equal `want` (or, for the Tensor form, the tensor's shape); into float, F64 values
+  // beyond float range are an error rather than a silent infinity.
+  template <class T>
+  void read_floats(T* out, const std::string& name, const Dims& want) const;  // (numel)
+  void read_f32(float* out, const std::string& name, const Dims& want) const {
+    read_floats(out, name, want);
+  }
+  void read(Tensor& out, const std::string& name) const;       // as `real`, (out's shape)
+  std::vector<float> read_f32(const std::string& name) const;   // any shape
+  std::vector<double> read_f64(const std::string& name) const;  // any shape
 
   // Integer tensors (any signed or unsigned integer dtype) widened to int64.
   std::vector<int64_t> read_i64(const std::string& name) const;
@@ -90,10 +98,16 @@ class SafetensorsReader {
 class SafetensorsWriter {
  public:
   void add(const std::string& name, DType dtype, const Dims& shape, std::span<const uint8_t> bytes);
-  // float32 values stored as `as` (F32, F16, BF16 or F64; 16-bit forms round to nearest even).
+  // Float or double values stored as `as` (F32, F16, BF16 or F64; narrower forms round to
+  // nearest even). data: (numel of shape).
+  template <class T>
+  void add_floats(const std::string& name, const T* data, const Dims& shape, DType as);
   void add_f32(const std::string& name, const float* data, const Dims& shape,
-               DType as = DType::F32);  // data: (numel of shape)
-  void add_f32(const std::string& name, const Tensor& t, DType as = DType::F32);
+               DType as = DType::F32) {
+    add_floats(name, data, shape, as);
+  }
+  // A CPU tensor's `real` values, stored as `as` (by default as their own dtype, kRealDType).
+  void add(const std::string& name, const Tensor& t, DType as = kRealDType);
   void add_i64(const std::string& name, const int64_t* data, const Dims& shape);
   void add_i64_scalar(const std::string& name, int64_t value);  // shape []
   void set_metadata(const std::string& key, const std::string& value);  // replaces

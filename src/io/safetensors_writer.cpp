@@ -44,8 +44,9 @@ void SafetensorsWriter::add(const std::string& name, DType dtype, const Dims& sh
   if (!bytes.empty()) std::memcpy(e.data.data(), bytes.data(), bytes.size());
 }
 
-void SafetensorsWriter::add_f32(const std::string& name, const float* data, const Dims& shape,
-                                DType as) {
+template <class T>
+void SafetensorsWriter::add_floats(const std::string& name, const T* data, const Dims& shape,
+                                   DType as) {
   CHECK(dtype_is_float(as), "safetensors writer: tensor '", name, "': cannot store floats as ",
         dtype_name(as));
   Entry& e = new_entry(name, as, shape);
@@ -53,24 +54,30 @@ void SafetensorsWriter::add_f32(const std::string& name, const float* data, cons
   uint8_t* dst = e.data.data();
   for (int64_t i = 0; i < n; ++i) {
     switch (as) {
-      case DType::F32: std::memcpy(dst + 4 * i, &data[i], 4); break;
+      case DType::F32: {
+        const float v = float(data[i]);
+        std::memcpy(dst + 4 * i, &v, 4);
+        break;
+      }
       case DType::F64: {
         const double v = data[i];
         std::memcpy(dst + 8 * i, &v, 8);
         break;
       }
       default: {
-        const uint16_t h = as == DType::F16 ? float_to_half(data[i]) : float_to_bf16(data[i]);
+        const uint16_t h = as == DType::F16 ? float_to_half(float(data[i])) : float_to_bf16(float(data[i]));
         std::memcpy(dst + 2 * i, &h, 2);
       }
     }
   }
 }
+template void SafetensorsWriter::add_floats(const std::string&, const float*, const Dims&, DType);
+template void SafetensorsWriter::add_floats(const std::string&, const double*, const Dims&, DType);
 
-void SafetensorsWriter::add_f32(const std::string& name, const Tensor& t, DType as) {
+void SafetensorsWriter::add(const std::string& name, const Tensor& t, DType as) {
   CHECK(t.defined() && t.device() == Device::CPU, "safetensors writer: tensor '", name,
         "' must be a defined CPU tensor");
-  add_f32(name, t.data(), dims_of(t.shape()), as);
+  add_floats(name, t.data(), dims_of(t.shape()), as);
 }
 
 void SafetensorsWriter::add_i64(const std::string& name, const int64_t* data, const Dims& shape) {

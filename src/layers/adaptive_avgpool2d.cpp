@@ -15,28 +15,28 @@ inline int64_t bin_end(int64_t i, int64_t out, int64_t in) {
 }
 
 // y (OH, OW) from x (H, W).
-void adaptive_plane(float* y, const float* x, int64_t H, int64_t W, int64_t OH, int64_t OW) {
+void adaptive_plane(real* y, const real* x, int64_t H, int64_t W, int64_t OH, int64_t OW) {
   for (int64_t oh = 0; oh < OH; ++oh) {
     const int64_t h0 = bin_begin(oh, OH, H), h1 = bin_end(oh, OH, H);
     for (int64_t ow = 0; ow < OW; ++ow) {
       const int64_t w0 = bin_begin(ow, OW, W), w1 = bin_end(ow, OW, W);
-      float sum = 0.f;
+      real sum = 0.f;
       for (int64_t h = h0; h < h1; ++h)
         for (int64_t w = w0; w < w1; ++w) sum += x[h * W + w];
-      y[oh * OW + ow] = sum / float(h1 - h0) / float(w1 - w0);
+      y[oh * OW + ow] = sum / real(h1 - h0) / real(w1 - w0);
     }
   }
 }
 
 // dx (H, W) '=' from dy (OH, OW).
-void adaptive_plane_backward(float* dx, const float* dy, int64_t H, int64_t W, int64_t OH,
+void adaptive_plane_backward(real* dx, const real* dy, int64_t H, int64_t W, int64_t OH,
                              int64_t OW) {
   for (int64_t i = 0; i < H * W; ++i) dx[i] = 0.f;
   for (int64_t oh = 0; oh < OH; ++oh) {
     const int64_t h0 = bin_begin(oh, OH, H), h1 = bin_end(oh, OH, H);
     for (int64_t ow = 0; ow < OW; ++ow) {
       const int64_t w0 = bin_begin(ow, OW, W), w1 = bin_end(ow, OW, W);
-      const float g = dy[oh * OW + ow] / float(h1 - h0) / float(w1 - w0);
+      const real g = dy[oh * OW + ow] / real(h1 - h0) / real(w1 - w0);
       for (int64_t h = h0; h < h1; ++h)
         for (int64_t w = w0; w < w1; ++w) dx[h * W + w] += g;
     }
@@ -73,8 +73,8 @@ void AdaptiveAvgPool2d::forward(Tensor& out, const Tensor& in) {
                                                    desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = out_h_, OW = out_w_;
   const int64_t planes = os.d[0] * os.d[1];
-  const float* x = in.data();
-  float* y = out.data();
+  const real* x = in.data();
+  real* y = out.data();
   // Bins cover the input about once (more when they overlap): work ~ input + output.
 #pragma omp parallel for schedule(static) if (in.numel() + out.numel() > 32768)
   for (int64_t p = 0; p < planes; ++p) adaptive_plane(y + p * OH * OW, x + p * H * W, H, W, OH, OW);
@@ -93,8 +93,8 @@ void AdaptiveAvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& 
                                                     desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = out_h_, OW = out_w_;
   const int64_t planes = os.d[0] * os.d[1];
-  const float* dy = dout.data();
-  float* dx = din.data();
+  const real* dy = dout.data();
+  real* dx = din.data();
 #pragma omp parallel for schedule(static) if (din.numel() + dout.numel() > 32768)
   for (int64_t p = 0; p < planes; ++p)
     adaptive_plane_backward(dx + p * H * W, dy + p * OH * OW, H, W, OH, OW);

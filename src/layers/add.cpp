@@ -10,9 +10,9 @@ void Add::forward(Tensor& out, const Tensor& a, const Tensor& b) {
         " + ", b.shape().str(), " -> ", out.shape().str());
   if (on_gpu("Add", {&out, &a, &b}))
     return gpu::backend().add(out.data(), a.data(), b.data(), a.numel());
-  const float* x = a.data();
-  const float* y = b.data();
-  float* z = out.data();
+  const real* x = a.data();
+  const real* y = b.data();
+  real* z = out.data();
   const int64_t n = a.numel();
 #pragma omp parallel for simd schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
@@ -32,8 +32,8 @@ void accumulate(Tensor& dst, const Tensor& src) {
         dst.shape().str());
   if (on_gpu("accumulate", {&dst, &src}))
     return gpu::backend().accumulate(dst.data(), src.data(), dst.numel());
-  float* d = dst.data();
-  const float* s = src.data();
+  real* d = dst.data();
+  const real* s = src.data();
   const int64_t n = dst.numel();
 #pragma omp parallel for simd schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) d[i] += s[i];

@@ -26,20 +26,20 @@ inline Span span(int64_t o, int kernel, int stride, int pad, int64_t size) {
   return {std::max<int64_t>(start, 0), std::min(stop, size), stop - start};
 }
 
-inline float divisor(const Span& h, const Span& w, const AvgPool2dOptions& o) {
-  if (o.divisor_override) return float(*o.divisor_override);
-  if (o.count_include_pad) return float(h.padded * w.padded);
-  return float((h.end - h.begin) * (w.end - w.begin));
+inline real divisor(const Span& h, const Span& w, const AvgPool2dOptions& o) {
+  if (o.divisor_override) return real(*o.divisor_override);
+  if (o.count_include_pad) return real(h.padded * w.padded);
+  return real((h.end - h.begin) * (w.end - w.begin));
 }
 
 // y (OH, OW) from x (H, W).
-void avg_plane(float* y, const float* x, int64_t H, int64_t W, int64_t OH, int64_t OW,
+void avg_plane(real* y, const real* x, int64_t H, int64_t W, int64_t OH, int64_t OW,
                const AvgPool2dOptions& o) {
   for (int64_t oh = 0; oh < OH; ++oh) {
     const Span sh = span(oh, o.kernel[0], o.stride[0], o.padding[0], H);
     for (int64_t ow = 0; ow < OW; ++ow) {
       const Span sw = span(ow, o.kernel[1], o.stride[1], o.padding[1], W);
-      float sum = 0.f;
+      real sum = 0.f;
       for (int64_t h = sh.begin; h < sh.end; ++h)
         for (int64_t w = sw.begin; w < sw.end; ++w) sum += x[h * W + w];
       // A window of padding only cannot arise from the output-size rule; PyTorch writes 0.
@@ -50,7 +50,7 @@ void avg_plane(float* y, const float* x, int64_t H, int64_t W, int64_t OH, int64
 }
 
 // dx (H, W) '=' from dy (OH, OW).
-void avg_plane_backward(float* dx, const float* dy, int64_t H, int64_t W, int64_t OH,
+void avg_plane_backward(real* dx, const real* dy, int64_t H, int64_t W, int64_t OH,
                         int64_t OW, const AvgPool2dOptions& o) {
   for (int64_t i = 0; i < H * W; ++i) dx[i] = 0.f;
   for (int64_t oh = 0; oh < OH; ++oh) {
@@ -58,7 +58,7 @@ void avg_plane_backward(float* dx, const float* dy, int64_t H, int64_t W, int64_
     for (int64_t ow = 0; ow < OW; ++ow) {
       const Span sw = span(ow, o.kernel[1], o.stride[1], o.padding[1], W);
       if (sh.begin >= sh.end || sw.begin >= sw.end) continue;
-      const float g = dy[oh * OW + ow] / divisor(sh, sw, o);
+      const real g = dy[oh * OW + ow] / divisor(sh, sw, o);
       for (int64_t h = sh.begin; h < sh.end; ++h)
         for (int64_t w = sw.begin; w < sw.end; ++w) dx[h * W + w] += g;
     }
@@ -113,8 +113,8 @@ void AvgPool2d::forward(Tensor& out, const Tensor& in) {
     return gpu::backend().avgpool_forward(out.data(), in.data(), in.size(0), desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
-  const float* x = in.data();
-  float* y = out.data();
+  const real* x = in.data();
+  real* y = out.data();
   const int64_t work = out.numel() * opt_.kernel[0] * opt_.kernel[1];
 #pragma omp parallel for schedule(static) if (work > 32768)
   for (int64_t p = 0; p < planes; ++p)
@@ -132,8 +132,8 @@ void AvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
     return gpu::backend().avgpool_backward(din.data(), dout.data(), in.size(0), desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
-  const float* dy = dout.data();
-  float* dx = din.data();
+  const real* dy = dout.data();
+  real* dx = din.data();
   const int64_t work = dout.numel() * opt_.kernel[0] * opt_.kernel[1] + din.numel();
 #pragma omp parallel for schedule(static) if (work > 32768)
   for (int64_t p = 0; p < planes; ++p)

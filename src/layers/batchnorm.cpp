@@ -5,10 +5,11 @@
 #include <cmath>
 
 #include "core/gpu.h"
+#include "core/mutant.h"
 
 namespace mpicnn {
 
-BatchNorm2d::BatchNorm2d(int channels, float eps, float momentum)
+BatchNorm2d::BatchNorm2d(int channels, real eps, real momentum)
     : channels_(channels), eps_(eps), momentum_(momentum) {
   CHECK(channels >= 1, "BatchNorm2d: channels must be >= 1, got ", channels);
   CHECK(eps > 0.f, "BatchNorm2d: eps must be > 0");
@@ -56,22 +57,22 @@ void BatchNorm2d::forward(Tensor& out, const Tensor& in) {
     saved_training_ = train;
     return;
   }
-  const float* x = in.data();
-  float* y = out.data();
-  float* mean_s = saved_mean_.data();
-  float* invstd_s = saved_invstd_.data();
-  float* rm = running_mean.data();
-  float* rv = running_var.data();
-  const float* g = weight.data();
-  const float* b = bias.data();
+  const real* x = in.data();
+  real* y = out.data();
+  real* mean_s = saved_mean_.data();
+  real* invstd_s = saved_invstd_.data();
+  real* rm = running_mean.data();
+  real* rv = running_var.data();
+  const real* g = weight.data();
+  const real* b = bias.data();
 
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; ++c) {
-    float mean, invstd;
+    real mean, invstd;
     if (train) {
       double s = 0, ss = 0;
       for (int64_t n = 0; n < N; ++n) {
-        const float* p = x + (n * C + c) * HW;
+        const real* p = x + (n * C + c) * HW;
         double ps = 0;
 #pragma omp simd reduction(+ : ps)
         for (int64_t i = 0; i < HW; ++i) ps += p[i];
@@ -79,28 +80,28 @@ void BatchNorm2d::forward(Tensor& out, const Tensor& in) {
       }
       const double mu = s / double(M);
       for (int64_t n = 0; n < N; ++n) {
-        const float* p = x + (n * C + c) * HW;
+        const real* p = x + (n * C + c) * HW;
         double pss = 0;
 #pragma omp simd reduction(+ : pss)
         for (int64_t i = 0; i < HW; ++i) pss += (p[i] - mu) * (p[i] - mu);
         ss += pss;
       }
       const double var = ss / double(M);  // biased: used to normalise
-      mean = float(mu);
-      invstd = float(1.0 / std::sqrt(var + double(eps_)));
+      mean = real(mu);
+      invstd = real(1.0 / std::sqrt(var + double(eps_)));
       // Running stats use the unbiased variance, as PyTorch does.
-      rm[c] = float((1.0 - momentum_) * rm[c] + momentum_ * mu);
-      rv[c] = float((1.0 - momentum_) * rv[c] + momentum_ * var * double(M) / double(M - 1));
+      rm[c] = real((1.0 - momentum_) * rm[c] + momentum_ * mu);
+      rv[c] = real((1.0 - momentum_) * rv[c] + momentum_ * var * (MUTANT(3) ? 1.0 : double(M) / double(M - 1)));
     } else {
       mean = rm[c];
-      invstd = float(1.0 / std::sqrt(double(rv[c]) + double(eps_)));
+      invstd = real(1.0 / std::sqrt(double(rv[c]) + double(eps_)));
     }
     mean_s[c] = mean;
     invstd_s[c] = invstd;
-    const float scale = g[c] * invstd, shift = b[c] - mean * scale;
+    const real scale = g[c] * invstd, shift = b[c] - mean * scale;
     for (int64_t n = 0; n < N; ++n) {
-      const float* p = x + (n * C + c) * HW;
-      float* q = y + (n * C + c) * HW;
+      const real* p = x + (n * C + c) * HW;
+      real* q = y + (n * C + c) * HW;
 #pragma omp simd
       for (int64_t i = 0; i < HW; ++i) q[i] = p[i] * scale + shift;
     }
@@ -123,24 +124,24 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
                                       saved_training_);
     return;
   }
-  const float* x = in.data();
-  const float* dy = dout.data();
-  float* dx = din.defined() ? din.data() : nullptr;
-  const float* mean_s = saved_mean_.data();
-  const float* invstd_s = saved_invstd_.data();
-  const float* g = weight.data();
-  float* gw = grad_weight.data();
-  float* gb = grad_bias.data();
+  const real* x = in.data();
+  const real* dy = dout.data();
+  real* dx = din.defined() ? din.data() : nullptr;
+  const real* mean_s = saved_mean_.data();
+  const real* invstd_s = saved_invstd_.data();
+  const real* g = weight.data();
+  real* gw = grad_weight.data();
+  real* gb = grad_bias.data();
   const bool batch_stats = saved_training_;
 
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; ++c) {
-    const float mean = mean_s[c], invstd = invstd_s[c];
+    const real mean = mean_s[c], invstd = invstd_s[c];
     // sum(dy) and sum(dy * xhat) give dbias, dweight and the batch-statistics terms of dx.
     double sdy = 0, sdyx = 0;
     for (int64_t n = 0; n < N; ++n) {
-      const float* p = x + (n * C + c) * HW;
-      const float* d = dy + (n * C + c) * HW;
+      const real* p = x + (n * C + c) * HW;
+      const real* d = dy + (n * C + c) * HW;
       double a = 0, bsum = 0;
 #pragma omp simd reduction(+ : a, bsum)
       for (int64_t i = 0; i < HW; ++i) {
@@ -150,17 +151,17 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
       sdy += a;
       sdyx += bsum;
     }
-    gb[c] += float(sdy);
-    gw[c] += float(sdyx);
+    if constexpr (!MUTANT(2)) gb[c] += real(sdy);
+    gw[c] += real(sdyx);
     if (!dx) continue;
-    const float k = g[c] * invstd;
+    const real k = g[c] * invstd;
     // Training: dx = g*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)); eval: dx = g*invstd*dy.
-    const float mdy = batch_stats ? float(sdy / double(M)) : 0.f;
-    const float mdyx = batch_stats ? float(sdyx / double(M)) : 0.f;
+    const real mdy = batch_stats ? real(sdy / double(M)) : 0.f;
+    const real mdyx = batch_stats ? real(sdyx / double(M)) : 0.f;
     for (int64_t n = 0; n < N; ++n) {
-      const float* p = x + (n * C + c) * HW;
-      const float* d = dy + (n * C + c) * HW;
-      float* q = dx + (n * C + c) * HW;
+      const real* p = x + (n * C + c) * HW;
+      const real* d = dy + (n * C + c) * HW;
+      real* q = dx + (n * C + c) * HW;
 #pragma omp simd
       for (int64_t i = 0; i < HW; ++i) q[i] = k * (d[i] - mdy - (p[i] - mean) * invstd * mdyx);
     }

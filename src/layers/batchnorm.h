@@ -11,7 +11,7 @@ namespace mpicnn {
 
 class BatchNorm2d : public UnaryLayer {
  public:
-  explicit BatchNorm2d(int channels, float eps = 1e-5f, float momentum = 0.1f);
+  explicit BatchNorm2d(int channels, real eps = real(1e-5), real momentum = real(0.1));
   const char* kind() const override { return "BatchNorm2d"; }
   void register_state(ParamStore& store, const std::string& prefix) override;
   void reset_parameters(uint64_t seed) override;  // weight 1, bias 0, mean 0, var 1, count 0
@@ -22,8 +22,8 @@ class BatchNorm2d : public UnaryLayer {
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
 
   int channels() const { return channels_; }
-  float eps() const { return eps_; }
-  float momentum() const { return momentum_; }
+  real eps() const { return eps_; }
+  real momentum() const { return momentum_; }
 
   Tensor weight, bias, grad_weight, grad_bias;  // (C)
   Tensor running_mean, running_var;             // (C)
@@ -31,7 +31,7 @@ class BatchNorm2d : public UnaryLayer {
 
  private:
   int channels_;
-  float eps_, momentum_;
+  real eps_, momentum_;
   // Statistics of the last forward, used by backward: batch stats in training mode, running
   // stats in eval mode. Sized once (C) in the constructor.
   Tensor saved_mean_, saved_invstd_;  // (C)

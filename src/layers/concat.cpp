@@ -51,7 +51,7 @@ void Concat::forward(Tensor& out, std::span<const Tensor* const> ins) {
     for (const Tensor* t : ins) {
       const int64_t c = t->size(1);
       std::memcpy(out.data() + (n * Cout + c0) * HW, t->data() + n * c * HW,
-                  size_t(c * HW) * sizeof(float));
+                  size_t(c * HW) * sizeof(real));
       c0 += c;
     }
   }
@@ -84,7 +84,7 @@ void Concat::backward(std::span<Tensor* const> dins, const Tensor& dout) {
     for (Tensor* d : dins) {
       const int64_t c = d->size(1);
       std::memcpy(d->data() + n * c * HW, dout.data() + (n * Cout + c0) * HW,
-                  size_t(c * HW) * sizeof(float));
+                  size_t(c * HW) * sizeof(real));
       c0 += c;
     }
   }

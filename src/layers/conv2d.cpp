@@ -16,6 +16,7 @@
 #include "core/blas.h"
 #include "core/rng.h"
 #include "core/gpu.h"
+#include "core/mutant.h"
 
 namespace mpicnn {
 
@@ -61,7 +62,7 @@ void Conv2d::register_state(ParamStore& store, const std::string& prefix) {
 void Conv2d::reset_parameters(uint64_t seed) {
   CHECK(weight.defined(), "Conv2d: parameters not allocated (ParamStore::allocate)");
   const int64_t fan_in = int64_t(opt_.in_channels / opt_.groups) * opt_.kernel.h * opt_.kernel.w;
-  const float bound = 1.0f / std::sqrt(float(fan_in));
+  const real bound = 1.0f / std::sqrt(real(fan_in));
   Rng rw(seed, weight_name_);
   for (int64_t i = 0; i < weight.numel(); ++i)
     weight.data()[i] = rw.uniform(uint64_t(i), -bound, bound);
@@ -138,14 +139,14 @@ void Conv2d::plan(const Shape& in) {
   }
 }
 
-const float* Conv2d::gemm_weight() {
+const real* Conv2d::gemm_weight() {
   if (cols_.all_taps_live()) return weight.data();
   // (OC, IC/groups, taps) -> (OC, IC/groups, live taps)
   const std::vector<int32_t>& taps = cols_.live_taps();
   const int64_t T = int64_t(taps.size()), KT = geo_.taps();
   const int64_t n = opt_.out_channels * (opt_.in_channels / opt_.groups);
-  const float* w = weight.data();
-  float* lw = live_weight_.data();
+  const real* w = weight.data();
+  real* lw = live_weight_.data();
 #pragma omp parallel for schedule(static) if (n * T > kParallelMin)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < T; ++j) lw[i * T + j] = w[i * KT + taps[size_t(j)]];
@@ -173,35 +174,35 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
                                 opt_.bias ? bias.data() : nullptr, int(N));
     return;
   }
-  const float* w = gemm_weight();  // (OC, Kg)
-  const float* b = opt_.bias ? bias.data() : nullptr;
+  const real* w = gemm_weight();  // (OC, Kg)
+  const real* b = opt_.bias ? bias.data() : nullptr;
   for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
     const int64_t B = std::min(chunk_, N - n0), BP = B * P;
-    const float* x = in.data() + n0 * g.channels * g.in_plane();  // (B, IC, H, W)
-    float* y = out.data() + n0 * OC * P;                           // (B, OC, OH, OW)
-    const float* cols = x;  // (IC*T, B*P)
+    const real* x = in.data() + n0 * g.channels * g.in_plane();  // (B, IC, H, W)
+    real* y = out.data() + n0 * OC * P;                           // (B, OC, OH, OW)
+    const real* cols = x;  // (IC*T, B*P)
     if (!(g.is_pointwise() && B == 1)) {
       cols_.im2col(col_.data(), x, B);
       cols = col_.data();
     }
     // A single image's (OC, P) rows are already NCHW: the GEMM writes the output directly,
     // on top of the bias (beta = 1). OpenBLAS passes over C for beta = 0 too, so this is free.
-    float* rows = B == 1 ? y : rows_.data();  // (OC, B*P)
+    real* rows = B == 1 ? y : rows_.data();  // (OC, B*P)
     if (B == 1 && b) {
 #pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
       for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
     }
     for (int64_t gi = 0; gi < G; ++gi)
-      sgemm(false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg, int(Kg),
+      gemm(false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg, int(Kg),
             cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f, rows + gi * OCg * BP,
             int(BP));
     if (B > 1) {
 #pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
       for (int64_t i = 0; i < B; ++i) {
         for (int64_t oc = 0; oc < OC; ++oc) {
-          const float* __restrict s = rows + oc * BP + i * P;
-          float* __restrict d = y + (i * OC + oc) * P;
-          const float bv = b ? b[oc] : 0.f;
+          const real* __restrict s = rows + oc * BP + i * P;
+          real* __restrict d = y + (i * OC + oc) * P;
+          const real bv = b ? b[oc] : 0.f;
           for (int64_t p = 0; p < P; ++p) d[p] = s[p] + bv;
         }
       }
@@ -211,20 +212,20 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
 
 void Conv2d::add_bias_grad(const Tensor& dout) {
   const int64_t N = dout.size(0), OC = opt_.out_channels, P = geo_.out_plane();
-  const float* dy = dout.data();
-  float* gb = grad_bias.data();
+  const real* dy = dout.data();
+  real* gb = grad_bias.data();
   // Double accumulators: a channel of a large batch sums ~1e6 terms.
 #pragma omp parallel for schedule(static) if (N * OC * P > kParallelMin)
   for (int64_t oc = 0; oc < OC; ++oc) {
     double acc = 0;
     for (int64_t n = 0; n < N; ++n) {
-      const float* s = dy + (n * OC + oc) * P;
-      float part = 0.f;
+      const real* s = dy + (n * OC + oc) * P;
+      real part = 0.f;
 #pragma omp simd reduction(+ : part)
       for (int64_t p = 0; p < P; ++p) part += s[p];
       acc += part;
     }
-    gb[oc] += float(acc);
+    gb[oc] += real(acc);
   }
 }
 
@@ -243,48 +244,49 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     return;
   }
   if (opt_.bias) add_bias_grad(dout);
-  const float* w = din.defined() ? gemm_weight() : nullptr;  // (OC, Kg)
+  const real* w = din.defined() ? gemm_weight() : nullptr;  // (OC, Kg)
   // With dead taps the GEMMs accumulate into the live columns, added to grad_weight at the end.
   const bool live = !cols_.all_taps_live();
   if (live) live_grad_.fill(0.f);
-  float* gw = live ? live_grad_.data() : grad_weight.data();  // (OC, Kg)
+  real* gw = live ? live_grad_.data() : grad_weight.data();  // (OC, Kg)
   for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
     const int64_t B = std::min(chunk_, N - n0), BP = B * P;
     const int64_t x_off = n0 * g.channels * g.in_plane();
-    const float* x = in.data() + x_off;               // (B, IC, H, W)
-    const float* dy = dout.data() + n0 * OC * P;      // (B, OC, OH, OW)
-    const float* rows = dy;                           // (OC, B*P)
+    const real* x = in.data() + x_off;               // (B, IC, H, W)
+    const real* dy = dout.data() + n0 * OC * P;      // (B, OC, OH, OW)
+    const real* rows = dy;                           // (OC, B*P)
     if (B > 1) {
-      float* r = rows_.data();
+      real* r = rows_.data();
 #pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
       for (int64_t i = 0; i < B; ++i)
         for (int64_t oc = 0; oc < OC; ++oc)
-          std::memcpy(r + oc * BP + i * P, dy + (i * OC + oc) * P, size_t(P) * sizeof(float));
+          std::memcpy(r + oc * BP + i * P, dy + (i * OC + oc) * P, size_t(P) * sizeof(real));
       rows = r;
     }
     const bool direct = g.is_pointwise() && B == 1;
-    const float* cols = x;  // (IC*T, B*P)
+    const real* cols = x;  // (IC*T, B*P)
     if (!direct) {
       cols_.im2col(col_.data(), x, B);
       cols = col_.data();
     }
+    const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
     for (int64_t gi = 0; gi < G; ++gi)
-      sgemm(false, true, int(OCg), int(Kg), int(BP), 1.f, rows + gi * OCg * BP, int(BP),
+      gemm(false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP, int(BP),
             cols + gi * Kg * BP, int(BP), 1.f, gw + gi * OCg * Kg, int(Kg));
     if (!din.defined()) continue;
     // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
-    float* dx = din.data() + x_off;            // (B, IC, H, W)
-    float* dcol = direct ? dx : col_.data();   // (IC*T, B*P)
+    real* dx = din.data() + x_off;            // (B, IC, H, W)
+    real* dcol = direct ? dx : col_.data();   // (IC*T, B*P)
     for (int64_t gi = 0; gi < G; ++gi)
-      sgemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
+      gemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
             rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
     if (!direct) cols_.col2im(dx, dcol, B);
   }
   if (live) {
     const std::vector<int32_t>& taps = cols_.live_taps();
     const int64_t T = int64_t(taps.size()), KT = g.taps(), n = OC * (g.channels / G);
-    const float* lg = live_grad_.data();
-    float* dst = grad_weight.data();
+    const real* lg = live_grad_.data();
+    real* dst = grad_weight.data();
 #pragma omp parallel for schedule(static) if (n * T > kParallelMin)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < T; ++j) dst[i * KT + taps[size_t(j)]] += lg[i * T + j];

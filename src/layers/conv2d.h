@@ -1,5 +1,5 @@
 // Conv2d as torch.nn.Conv2d (zero padding, stride, dilation, groups, optional bias) on CPU:
-// im2col + OpenBLAS sgemm over chunks of images, workspaces sized once by plan().
+// im2col + OpenBLAS GEMM over chunks of images, workspaces sized once by plan().
 // On CUDA tensors it runs cuDNN (kernels/conv.cu) with algorithms chosen once by plan().
 // Not a transposed convolution.
 #pragma once
@@ -66,7 +66,7 @@ class Conv2d : public UnaryLayer {
   void add_bias_grad(const Tensor& dout);
   // The GEMMs' (OC, IC/groups * live taps) weight matrix: the weights themselves when every
   // tap is live, else their live columns gathered into live_weight_.
-  const float* gemm_weight();
+  const real* gemm_weight();
 
   Conv2dOptions opt_;
   std::string weight_name_, bias_name_;

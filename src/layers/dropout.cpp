@@ -7,7 +7,7 @@
 
 namespace mpicnn {
 
-Dropout::Dropout(float p) : p_(p) {
+Dropout::Dropout(real p) : p_(p) {
   CHECK(p >= 0.f && p < 1.f, "Dropout: p must be in [0, 1), got ", p);
   name_stream_ = stream_id("dropout");
 }
@@ -29,9 +29,9 @@ bool Dropout::keep(uint64_t sample, uint64_t i, uint64_t per_sample) const {
   return rng.uniform((first_sample_ + sample) * per_sample + i) >= p_;
 }
 
-void Dropout::apply(float* y, const float* x, const Shape& shape, Device device) const {
+void Dropout::apply(real* y, const real* x, const Shape& shape, Device device) const {
   const int64_t N = shape[0], per = shape.numel() / (N ? N : 1);
-  const float scale = 1.f / (1.f - p_);
+  const real scale = 1.f / (1.f - p_);
   if (device == Device::CUDA)  // the same Philox draws as keep(), computed on the GPU
     return gpu::backend().dropout(y, x, N, per, seed_,
                                   name_stream_ ^ (step_ * 0x9E3779B97F4A7C15ull), first_sample_,

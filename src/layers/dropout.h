@@ -11,7 +11,7 @@ namespace mpicnn {
 
 class Dropout : public UnaryLayer {
  public:
-  explicit Dropout(float p = 0.5f);
+  explicit Dropout(real p = 0.5f);
   const char* kind() const override { return "Dropout"; }
   // Records the name so its draws get their own stream; Dropout has no parameters.
   void register_state(ParamStore& store, const std::string& prefix) override;
@@ -23,13 +23,13 @@ class Dropout : public UnaryLayer {
   // Key of the next training forward: `step` (distinct per optimizer step) and the global
   // index of the batch's first sample. Without calls, each forward advances step by one.
   void set_draw(uint64_t seed, uint64_t step, uint64_t first_sample);
-  float p() const { return p_; }
+  real p() const { return p_; }
   // Whether element `i` of sample `sample` is kept under the current key (for tests).
   bool keep(uint64_t sample, uint64_t i, uint64_t per_sample) const;
 
  private:
-  void apply(float* y, const float* x, const Shape& shape, Device device) const;
-  float p_;
+  void apply(real* y, const real* x, const Shape& shape, Device device) const;
+  real p_;
   uint64_t seed_ = 0, step_ = 0, first_sample_ = 0, name_stream_ = 0;
   bool pending_advance_ = false;
 };

@@ -66,7 +66,7 @@ ColumnPlan::ColumnPlan(const ConvGeometry& g) : g_(g) {
   }
 }
 
-void ColumnPlan::im2col(float* col, const float* in, int64_t batch) const {
+void ColumnPlan::im2col(real* col, const real* in, int64_t batch) const {
   const ConvGeometry& g = g_;
   const int64_t T = int64_t(taps_.size()), R = rows();
   const int64_t P = g.out_plane(), ld = batch * P, OW = g.out_w, W = g.width;
@@ -76,9 +76,9 @@ void ColumnPlan::im2col(float* col, const float* in, int64_t batch) const {
     for (int64_t r = 0; r < R; ++r) {
       const int64_t c = r / T;
       const int32_t* __restrict idx = index_.data() + (r % T) * P;
-      float* __restrict dst = col + r * ld;
+      real* __restrict dst = col + r * ld;
       for (int64_t b = 0; b < batch; ++b, dst += P) {
-        const float* __restrict src = in + (b * g.channels + c) * HW;
+        const real* __restrict src = in + (b * g.channels + c) * HW;
         for (int64_t p = 0; p < P; ++p) dst[p] = idx[p] >= 0 ? src[idx[p]] : 0.f;
       }
     }
@@ -92,12 +92,12 @@ void ColumnPlan::im2col(float* col, const float* in, int64_t batch) const {
       const Tap tp = tap_of(g, taps_[size_t(r % T)]);
       const Range rh = tp.rh, rw = tp.rw;
       const int64_t off_h = tp.off_h, off_w = tp.off_w;
-      const float* __restrict src = in + (b * g.channels + c) * HW;
-      float* __restrict dst = col + r * ld + b * P;
-      std::memset(dst, 0, size_t(rh.lo * OW) * sizeof(float));
+      const real* __restrict src = in + (b * g.channels + c) * HW;
+      real* __restrict dst = col + r * ld + b * P;
+      std::memset(dst, 0, size_t(rh.lo * OW) * sizeof(real));
       for (int64_t oh = rh.lo; oh < rh.hi; ++oh) {
-        float* __restrict d = dst + oh * OW;
-        const float* __restrict s = src + (oh * g.stride_h + off_h) * W;
+        real* __restrict d = dst + oh * OW;
+        const real* __restrict s = src + (oh * g.stride_h + off_h) * W;
         for (int64_t ow = 0; ow < rw.lo; ++ow) d[ow] = 0.f;
         if (SW == 1) {
           for (int64_t ow = rw.lo; ow < rw.hi; ++ow) d[ow] = s[ow + off_w];
@@ -108,12 +108,12 @@ void ColumnPlan::im2col(float* col, const float* in, int64_t batch) const {
         }
         for (int64_t ow = rw.hi; ow < OW; ++ow) d[ow] = 0.f;
       }
-      std::memset(dst + rh.hi * OW, 0, size_t((g.out_h - rh.hi) * OW) * sizeof(float));
+      std::memset(dst + rh.hi * OW, 0, size_t((g.out_h - rh.hi) * OW) * sizeof(real));
     }
   }
 }
 
-void ColumnPlan::col2im(float* din, const float* col, int64_t batch) const {
+void ColumnPlan::col2im(real* din, const real* col, int64_t batch) const {
   const ConvGeometry& g = g_;
   const int64_t C = g.channels, T = int64_t(taps_.size());
   const int64_t P = g.out_plane(), ld = batch * P, OW = g.out_w, W = g.width;
@@ -123,10 +123,10 @@ void ColumnPlan::col2im(float* din, const float* col, int64_t batch) const {
 #pragma omp parallel for collapse(2) schedule(static) if (rows() * ld > kParallelMin)
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t c = 0; c < C; ++c) {
-      float* __restrict dst = din + (b * C + c) * HW;
-      std::memset(dst, 0, size_t(HW) * sizeof(float));
+      real* __restrict dst = din + (b * C + c) * HW;
+      std::memset(dst, 0, size_t(HW) * sizeof(real));
       for (int64_t j = 0; j < T; ++j) {
-        const float* __restrict src = col + (c * T + j) * ld + b * P;
+        const real* __restrict src = col + (c * T + j) * ld + b * P;
         if (uses_table()) {
           const int32_t* __restrict idx = index_.data() + j * P;
           for (int64_t p = 0; p < P; ++p)
@@ -135,8 +135,8 @@ void ColumnPlan::col2im(float* din, const float* col, int64_t batch) const {
         }
         const Tap tp = tap_of(g, taps_[size_t(j)]);
         for (int64_t oh = tp.rh.lo; oh < tp.rh.hi; ++oh) {
-          float* __restrict d = dst + (oh * g.stride_h + tp.off_h) * W + tp.off_w;
-          const float* __restrict s = src + oh * OW;
+          real* __restrict d = dst + (oh * g.stride_h + tp.off_h) * W + tp.off_w;
+          const real* __restrict s = src + oh * OW;
           if (SW == 1) {
             for (int64_t ow = tp.rw.lo; ow < tp.rw.hi; ++ow) d[ow] += s[ow];
           } else if (SW == 2) {

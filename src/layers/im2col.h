@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/real.h"
+
 namespace mpicnn {
 
 // Geometry of one convolution (all groups together), PyTorch semantics: zero padding,
@@ -53,11 +55,11 @@ class ColumnPlan {
   // as 0. Image b's columns are the range [b*OH*OW, (b+1)*OH*OW) of every row, so one GEMM
   // covers the whole chunk.
   // in (batch, C, H, W)
-  void im2col(float* col, const float* in, int64_t batch) const;
+  void im2col(real* col, const real* in, int64_t batch) const;
   // din (batch, C, H, W) '=': each input pixel gets the sum of the column entries it was
   // copied to by im2col (entries that came from padding are dropped).
   // col (C*T, batch*OH*OW), laid out as im2col writes it.
-  void col2im(float* din, const float* col, int64_t batch) const;
+  void col2im(real* din, const real* col, int64_t batch) const;
 
  private:
   ConvGeometry g_;

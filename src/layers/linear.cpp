@@ -1,4 +1,4 @@
-// Linear on CPU: three sgemm calls (forward, backward data, backward weight) and a bias loop.
+// Linear on CPU: three GEMM calls (forward, backward data, backward weight) and a bias loop.
 #include "layers/linear.h"
 
 #include <cmath>
@@ -25,7 +25,7 @@ void Linear::register_state(ParamStore& store, const std::string& prefix) {
 }
 
 void Linear::reset_parameters(uint64_t seed) {
-  const float bound = 1.0f / std::sqrt(float(in_));
+  const real bound = 1.0f / std::sqrt(real(in_));
   Rng rw(seed, weight_name_);
   for (int64_t i = 0; i < weight.numel(); ++i) weight.data()[i] = rw.uniform(uint64_t(i), -bound, bound);
   if (has_bias_) {
@@ -45,7 +45,7 @@ void Linear::forward(Tensor& out, const Tensor& in) {
         ", expected ", output_shape(in.shape()).str());
   CHECK(weight.defined(), "Linear: parameters not allocated (ParamStore::allocate)");
   const int N = int(in.size(0));
-  float* y = out.data();
+  real* y = out.data();
   if (on_gpu("Linear", {&out, &in, &weight})) {
     gpu::Backend& g = gpu::backend();
     g.gemm(false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, 0.f, y, out_);
@@ -53,13 +53,13 @@ void Linear::forward(Tensor& out, const Tensor& in) {
     return;
   }
   if (has_bias_) {
-    const float* b = bias.data();
+    const real* b = bias.data();
 #pragma omp parallel for schedule(static) if (int64_t(N) * out_ > 65536)
     for (int n = 0; n < N; ++n)
       for (int j = 0; j < out_; ++j) y[int64_t(n) * out_ + j] = b[j];
   }
   // y (N, out) = x (N, in) * W^T (in, out) [+ y]
-  sgemm(false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, has_bias_ ? 1.f : 0.f,
+  gemm(false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, has_bias_ ? 1.f : 0.f,
         y, out_);
 }
 
@@ -78,18 +78,18 @@ void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     return;
   }
   // grad_weight (out, in) += dy^T (out, N) * x (N, in)
-  sgemm(true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
+  gemm(true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
         grad_weight.data(), in_);
   if (has_bias_) {
-    const float* dy = dout.data();
-    float* gb = grad_bias.data();
+    const real* dy = dout.data();
+    real* gb = grad_bias.data();
     for (int n = 0; n < N; ++n)
 #pragma omp simd
       for (int j = 0; j < out_; ++j) gb[j] += dy[int64_t(n) * out_ + j];
   }
   if (din.defined()) {
     // dx (N, in) = dy (N, out) * W (out, in)
-    sgemm(false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f, din.data(),
+    gemm(false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f, din.data(),
           in_);
   }
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/gpu.h"
+#include "core/mutant.h"
 
 namespace mpicnn {
 
@@ -24,9 +25,9 @@ inline void clip_window(int64_t& begin, int64_t& end, int64_t start, int kernel,
 }
 
 // One (H, W) plane: y and arg (OH, OW), x (H, W).
-void max_plane(float* y, int32_t* arg, const float* x, int64_t H, int64_t W, int64_t OH,
+void max_plane(real* y, int32_t* arg, const real* x, int64_t H, int64_t W, int64_t OH,
                int64_t OW, const MaxPool2dOptions& o) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const real neg_inf = -std::numeric_limits<real>::infinity();
   for (int64_t oh = 0; oh < OH; ++oh) {
     int64_t h0, h1;
     clip_window(h0, h1, oh * o.stride[0] - o.padding[0], o.kernel[0], o.dilation[0], H);
@@ -35,11 +36,11 @@ void max_plane(float* y, int32_t* arg, const float* x, int64_t H, int64_t W, int
       clip_window(w0, w1, ow * o.stride[1] - o.padding[1], o.kernel[1], o.dilation[1], W);
       // PyTorch starts from the first cell, so an all -inf window points at it.
       int64_t best_i = (h0 < h1 && w0 < w1) ? h0 * W + w0 : -1;
-      float best = neg_inf;
+      real best = neg_inf;
       for (int64_t h = h0; h < h1; h += o.dilation[0])
         for (int64_t w = w0; w < w1; w += o.dilation[1]) {
-          const float v = x[h * W + w];
-          if (v > best || std::isnan(v)) best = v, best_i = h * W + w;
+          const real v = x[h * W + w];
+          if (v > best || (MUTANT(7) && v == best) || std::isnan(v)) best = v, best_i = h * W + w;
         }
       y[oh * OW + ow] = best;
       arg[oh * OW + ow] = int32_t(best_i);
@@ -120,8 +121,8 @@ void MaxPool2d::forward(Tensor& out, const Tensor& in) {
   CHECK(!argmax_.empty() || out.numel() == 0, "MaxPool2d: planned on the GPU, called with CPU tensors");
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
-  const float* x = in.data();
-  float* y = out.data();
+  const real* x = in.data();
+  real* y = out.data();
   int32_t* arg = argmax_.data();
   const int64_t work = out.numel() * opt_.kernel[0] * opt_.kernel[1];
 #pragma omp parallel for schedule(static) if (work > 32768)
@@ -152,13 +153,13 @@ void MaxPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
   }
   const int64_t HW = in.size(2) * in.size(3), OHW = os.d[2] * os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
-  const float* dy = dout.data();
-  float* dx = din.data();
+  const real* dy = dout.data();
+  real* dx = din.data();
   const int32_t* arg = argmax_.data();
 #pragma omp parallel for schedule(static) if (din.numel() + dout.numel() > 32768)
   for (int64_t p = 0; p < planes; ++p) {
-    float* g = dx + p * HW;
-    const float* d = dy + p * OHW;
+    real* g = dx + p * HW;
+    const real* d = dy + p * OHW;
     const int32_t* a = arg + p * OHW;
     for (int64_t i = 0; i < HW; ++i) g[i] = 0.f;
     // Same order as PyTorch, so overlapping windows sum identically.

@@ -8,8 +8,8 @@ namespace mpicnn {
 void ReLU::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == in.shape(), "ReLU: out ", out.shape().str(), " vs in ", in.shape().str());
   if (on_gpu("ReLU", {&out, &in})) return gpu::backend().relu_forward(out.data(), in.data(), in.numel());
-  const float* x = in.data();
-  float* y = out.data();
+  const real* x = in.data();
+  real* y = out.data();
   const int64_t n = in.numel();
 #pragma omp parallel for simd schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
@@ -21,9 +21,9 @@ void ReLU::backward(Tensor& din, const Tensor& dout, const Tensor& /*in*/, const
         din.shape().str(), ", dout ", dout.shape().str(), ", out ", out.shape().str());
   if (on_gpu("ReLU backward", {&din, &dout, &out}))
     return gpu::backend().relu_backward(din.data(), dout.data(), out.data(), out.numel());
-  const float* y = out.data();
-  const float* dy = dout.data();
-  float* dx = din.data();
+  const real* y = out.data();
+  const real* dy = dout.data();
+  real* dx = din.data();
   const int64_t n = out.numel();
 #pragma omp parallel for simd schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;

@@ -9,7 +9,7 @@
 
 namespace mpicnn {
 
-SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing) : eps_(label_smoothing) {
+SoftmaxCrossEntropy::SoftmaxCrossEntropy(real label_smoothing) : eps_(label_smoothing) {
   CHECK(label_smoothing >= 0.f && label_smoothing <= 1.f,
         "label smoothing must be in [0, 1], got ", label_smoothing);
 }
@@ -56,24 +56,24 @@ void SoftmaxCrossEntropy::forward(const Tensor& logits, const int32_t* targets) 
     g.record(*copied_);
     return;
   }
-  const float* z = logits.data();
-  float* p = probs_view_.data();
+  const real* z = logits.data();
+  real* p = probs_view_.data();
   double total = 0;
 #pragma omp parallel for schedule(static) reduction(+ : total) if (N * C > 16384)
   for (int64_t n = 0; n < N; ++n) {
-    const float* zr = z + n * C;
-    float* pr = p + n * C;
-    float mx = zr[0];
+    const real* zr = z + n * C;
+    real* pr = p + n * C;
+    real mx = zr[0];
     for (int64_t c = 1; c < C; ++c) mx = std::max(mx, zr[c]);
     double sum = 0, sum_z = 0;
     for (int64_t c = 0; c < C; ++c) {
       double e = std::exp(double(zr[c]) - mx);
-      pr[c] = float(e);
+      pr[c] = real(e);
       sum += e;
       sum_z += double(zr[c]) - mx;
     }
     const double lse = std::log(sum);  // log-sum-exp of the shifted logits
-    for (int64_t c = 0; c < C; ++c) pr[c] = float(double(pr[c]) / sum);
+    for (int64_t c = 0; c < C; ++c) pr[c] = real(double(pr[c]) / sum);
     const double nll = lse - (double(zr[targets[n]]) - mx);
     const double smooth = lse - sum_z / double(C);  // mean over classes of -log p
     total += (1.0 - eps_) * nll + eps_ * smooth;
@@ -95,7 +95,7 @@ double SoftmaxCrossEntropy::loss() {
   return loss_;
 }
 
-void SoftmaxCrossEntropy::backward(Tensor& dlogits, const int32_t* targets, float scale) const {
+void SoftmaxCrossEntropy::backward(Tensor& dlogits, const int32_t* targets, real scale) const {
   CHECK(dlogits.shape() == probs_view_.shape(), "cross-entropy backward: dlogits ",
         dlogits.shape().str(), " vs logits ", probs_view_.shape().str());
   const int64_t N = dlogits.size(0), C = dlogits.size(1);
@@ -105,9 +105,9 @@ void SoftmaxCrossEntropy::backward(Tensor& dlogits, const int32_t* targets, floa
                                                 static_cast<const int32_t*>(targets_dev_.get()),
                                                 N, C, eps_, scale);
   }
-  const float k = scale / float(N), off = eps_ / float(C);
-  const float* p = probs_view_.data();
-  float* d = dlogits.data();
+  const real k = scale / real(N), off = eps_ / real(C);
+  const real* p = probs_view_.data();
+  real* d = dlogits.data();
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t c = 0; c < C; ++c) d[n * C + c] = k * (p[n * C + c] - off);

@@ -13,7 +13,7 @@ namespace mpicnn {
 
 class SoftmaxCrossEntropy : public Layer {
  public:
-  explicit SoftmaxCrossEntropy(float label_smoothing = 0.f);
+  explicit SoftmaxCrossEntropy(real label_smoothing = 0.f);
   const char* kind() const override { return "SoftmaxCrossEntropy"; }
   // Sizes the probability workspace for up to `max_batch` rows of `classes` logits, on the
   // device the logits will be on.
@@ -26,13 +26,13 @@ class SoftmaxCrossEntropy : public Layer {
   double loss();
   // dlogits (N, C) = scale * (softmax - smoothed one-hot) / N  ('='). `scale` is d(total)/d(loss).
   // targets: the same labels as the last forward.
-  void backward(Tensor& dlogits, const int32_t* targets, float scale = 1.f) const;
+  void backward(Tensor& dlogits, const int32_t* targets, real scale = 1.f) const;
   // Row-wise probabilities of the last forward, (N, C), on the logits' device.
   const Tensor& probabilities() const { return probs_view_; }
-  float label_smoothing() const { return eps_; }
+  real label_smoothing() const { return eps_; }
 
  private:
-  float eps_;
+  real eps_;
   Tensor probs_;       // (max_batch, C) workspace
   Tensor probs_view_;  // (N, C) rows of the last forward
   int64_t rows_ = 0;       // N of the last forward

@@ -22,20 +22,20 @@ namespace {
 
 // dst (B, A, HW) = src (A, B, HW) with the first two axes swapped: NCHW <-> channel-major.
 // `device` is where both live.
-void swap01(Device device, float* dst, const float* src, int64_t A, int64_t B, int64_t HW) {
+void swap01(Device device, real* dst, const real* src, int64_t A, int64_t B, int64_t HW) {
   if (device == Device::CUDA) return gpu::backend().swap01(dst, src, A, B, HW);
 #pragma omp parallel for collapse(2) schedule(static) if (A * B * HW > 32768)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t a = 0; a < A; ++a)
-      std::memcpy(dst + (b * A + a) * HW, src + (a * B + b) * HW, size_t(HW) * sizeof(float));
+      std::memcpy(dst + (b * A + a) * HW, src + (a * B + b) * HW, size_t(HW) * sizeof(real));
 }
 
-// Row-major GEMM (core/blas.h's sgemm) on `device`.
-void gemm(Device device, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
-          int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+// Row-major GEMM (core/blas.h's gemm) on `device`.
+void device_gemm(Device device, bool ta, bool tb, int M, int N, int K, real alpha, const real* A,
+                 int lda, const real* B, int ldb, real beta, real* C, int ldc) {
   if (device == Device::CUDA)
     return gpu::backend().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace
@@ -149,7 +149,7 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
   const Device dev = feat_.device();
   CHECK(in.device() == dev, "DenseBlock: input on ", device_name(in.device()), ", block on ",
         device_name(dev));
-  float* feat = feat_.data();
+  real* feat = feat_.data();
   swap01(dev, feat, in.data(), n, in_channels_, hw_);
   for (auto& lp : layers_) {
     DenseLayer& l = *lp;
@@ -159,7 +159,7 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
     l.norm1.forward(a1, prefix);
     l.relu1.forward(a1, a1);
     // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW)
-    gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(), int(cin),
+    device_gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(), int(cin),
           a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
     Tensor c1 = l.c1.head({n, bottleneck_, h_, w_});
     swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
@@ -176,7 +176,7 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
   CHECK(dout.shape() == out_.shape(), "DenseBlock backward: dout ", dout.shape().str(),
         " vs the last output ", out_.shape().str());
   const Device dev = grad_.device();
-  float* grad = grad_.data();
+  real* grad = grad_.data();
   swap01(dev, grad, dout.data(), n, out_channels_, hw_);
   for (size_t i = layers_.size(); i-- > 0;) {
     DenseLayer& l = *layers_[i];
@@ -187,14 +187,14 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     l.conv2.backward(gb, g_new);
     l.relu2.backward(gb, gb);
     l.norm2.backward(gb, gb);  // now the gradient of c1
-    float* gc = bottleneck_cm_.data();
+    real* gc = bottleneck_cm_.data();
     swap01(dev, gc, gb.data(), n, bottleneck_, hw_);
     const Tensor a1 = l.a1.head({1, cin, n, hw_});
     // conv1 weight gradient '+=' gc (bottleneck, n*HW) * a1^T; input gradient W^T * gc.
-    gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
+    device_gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
           int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
     Tensor g_prefix = g_prefix_.head({1, cin, n, hw_});
-    gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(), int(cin),
+    device_gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(), int(cin),
           gc, int(cols), 0.f, g_prefix.data(), int(cols));
     l.relu1.backward(g_prefix, g_prefix, a1, a1);
     const Tensor prefix = feat_.head({1, cin, n, hw_});

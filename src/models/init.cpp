@@ -23,16 +23,16 @@ int64_t fan_out(const Tensor& w) {
   return w.size(0) * receptive(w);
 }
 
-void constant(Tensor& t, float v) { t.fill(v); }
+void constant(Tensor& t, real v) { t.fill(v); }
 
 // Parallel loops: draws are counter-based, so values do not depend on the thread count.
-void uniform(Tensor& t, uint64_t seed, const std::string& name, float lo, float hi) {
+void uniform(Tensor& t, uint64_t seed, const std::string& name, real lo, real hi) {
   Rng rng(seed, name);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.uniform(uint64_t(i), lo, hi);
 }
 
-void normal(Tensor& t, uint64_t seed, const std::string& name, float mean, float std) {
+void normal(Tensor& t, uint64_t seed, const std::string& name, real mean, real std) {
   Rng rng(seed, name);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = mean + std * rng.normal(uint64_t(i));
@@ -40,11 +40,11 @@ void normal(Tensor& t, uint64_t seed, const std::string& name, float mean, float
 
 void kaiming_normal_relu(Tensor& t, uint64_t seed, const std::string& name, bool fan_out_mode) {
   const double fan = double(fan_out_mode ? fan_out(t) : fan_in(t));
-  normal(t, seed, name, 0.f, float(std::sqrt(2.0 / fan)));
+  normal(t, seed, name, 0.f, real(std::sqrt(2.0 / fan)));
 }
 
 void kaiming_uniform_relu(Tensor& t, uint64_t seed, const std::string& name) {
-  const float bound = float(std::sqrt(6.0 / double(fan_in(t))));
+  const real bound = real(std::sqrt(6.0 / double(fan_in(t))));
   uniform(t, seed, name, -bound, bound);
 }
 

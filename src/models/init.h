@@ -13,9 +13,9 @@ namespace mpicnn::init {
 int64_t fan_in(const Tensor& w);
 int64_t fan_out(const Tensor& w);
 
-void constant(Tensor& t, float v);
-void uniform(Tensor& t, uint64_t seed, const std::string& name, float lo, float hi);
-void normal(Tensor& t, uint64_t seed, const std::string& name, float mean, float std);
+void constant(Tensor& t, real v);
+void uniform(Tensor& t, uint64_t seed, const std::string& name, real lo, real hi);
+void normal(Tensor& t, uint64_t seed, const std::string& name, real mean, real std);
 // kaiming_normal_(nonlinearity='relu'): std = sqrt(2 / fan), fan per mode.
 void kaiming_normal_relu(Tensor& t, uint64_t seed, const std::string& name, bool fan_out_mode);
 // kaiming_uniform_(a=0, relu): bound = sqrt(6 / fan_in).

@@ -76,8 +76,8 @@ void Model::save_state_dict(const std::string& path,
     if (e.kind == StateKind::BufferI64)
       w.add_i64_scalar(e.name, *e.i64);
     else
-      w.add_f32(e.name, (e.kind == StateKind::Param ? values : buffers).data() + e.offset,
-                dims_of(e.shape));
+      w.add_floats(e.name, (e.kind == StateKind::Param ? values : buffers).data() + e.offset,
+                   dims_of(e.shape), kRealDType);
   }
   for (const auto& [k, v] : metadata) w.set_metadata(k, v);
   w.write(path);
@@ -92,10 +92,10 @@ void Model::load_state_dict(const std::string& path) {
     if (e.kind == StateKind::BufferI64) {
       *e.i64 = r.read_i64_scalar(e.name);
     } else if (e.value->device() == Device::CPU) {
-      r.read_f32(*e.value, e.name);
+      r.read(*e.value, e.name);
     } else {
       Tensor host = Tensor::empty(e.shape, Device::CPU);
-      r.read_f32(host, e.name);
+      r.read(host, e.name);
       e.value->copy_from(host);
     }
   }

@@ -17,7 +17,7 @@ struct ModelOptions {
   int in_channels = 3;
   // Dropout probability of the classifiers that have one (AlexNet, VGG, SqueezeNet), as
   // torchvision 0.14's `dropout` argument. Parity tests set 0: masks cannot match torch's.
-  float dropout = 0.5f;
+  real dropout = 0.5f;
 };
 
 class Model {

@@ -12,6 +12,7 @@
 #include "layers/maxpool2d.h"
 #include "models/init.h"
 #include "models/registry.h"
+#include "core/mutant.h"
 
 namespace mpicnn {
 
@@ -134,7 +135,7 @@ void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
     Tensor gi = g_in_.slice0(0, N);
     downsample_->backward(gi, g_out);
     accumulate(din, gi);
-  } else {
+  } else if constexpr (!MUTANT(8)) {
     accumulate(din, g_out);
   }
 }

@@ -2,6 +2,7 @@
 #include "optim/adamw.h"
 
 #include <cmath>
+#include "core/mutant.h"
 
 namespace mpicnn {
 
@@ -29,12 +30,12 @@ std::vector<std::pair<std::string, double>> AdamW::options() const {
 namespace {
 
 struct AdamScalars {
-  float decay_mul;  // 1 - lr*wd
-  float b1, keep1;  // beta1, 1 - beta1
-  float b2, keep2;  // beta2, 1 - beta2
-  float bc2_sqrt;   // sqrt(1 - beta2^t)
-  float eps;
-  float neg_step;   // -lr / (1 - beta1^t)
+  real decay_mul;  // 1 - lr*wd
+  real b1, keep1;  // beta1, 1 - beta1
+  real b2, keep2;  // beta2, 1 - beta2
+  real bc2_sqrt;   // sqrt(1 - beta2^t)
+  real eps;
+  real neg_step;   // -lr / (1 - beta1^t)
 };
 
 // torch's ops map to: exp_avg.mul_(b1).add_(g, alpha=1-b1) -> fma(g, keep1, m*b1) (add with
@@ -46,27 +47,27 @@ struct AdamScalars {
 // With -fno-math-errno GCC vectorises this loop (sqrt may otherwise set errno, a branch it
 // will not vectorise); without it, the loop runs scalar and still one pass.
 template <bool kDecay, bool kAmsgrad>
-void adamw_run(float* __restrict p, const float* __restrict g, float* __restrict m,
-               float* __restrict v, float* __restrict vmax, int64_t n, const AdamScalars s) {
+void adamw_run(real* __restrict p, const real* __restrict g, real* __restrict m,
+               real* __restrict v, real* __restrict vmax, int64_t n, const AdamScalars s) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    float pi = p[i];
+    real pi = p[i];
     if constexpr (kDecay) pi = pi * s.decay_mul;
-    const float gi = g[i];
-    const float mi = std::fma(gi, s.keep1, m[i] * s.b1);
-    float vi = std::fma(s.keep2 * gi, gi, v[i] * s.b2);
+    const real gi = g[i];
+    const real mi = std::fma(gi, s.keep1, m[i] * s.b1);
+    real vi = std::fma(s.keep2 * gi, gi, v[i] * s.b2);
     m[i] = mi;
     v[i] = vi;
     if constexpr (kAmsgrad) {
       vi = !(vi <= vmax[i]) ? vi : vmax[i];  // torch.maximum: a NaN wins
       vmax[i] = vi;
     }
-    const float denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
+    const real denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
     p[i] = pi + s.neg_step * mi / denom;
   }
 }
 
-using AdamRun = void (*)(float*, const float*, float*, float*, float*, int64_t, AdamScalars);
+using AdamRun = void (*)(real*, const real*, real*, real*, real*, int64_t, AdamScalars);
 
 }  // namespace
 
@@ -74,14 +75,17 @@ void AdamW::step() {
   ++steps_;  // torch increments state['step'] before using it
   // Doubles as torch computes them in Python, rounded to float where its kernels take them.
   const double t = double(steps_);
-  const double bc1 = 1 - std::pow(opt_.beta1, t), bc2 = 1 - std::pow(opt_.beta2, t);
-  const AdamScalars s{float(1 - lr_ * opt_.weight_decay),
-                      float(opt_.beta1), float(1 - opt_.beta1),
-                      float(opt_.beta2), float(1 - opt_.beta2),
-                      float(std::sqrt(bc2)), float(opt_.eps), float(-(lr_ / bc1))};
+  const double bc1 = MUTANT(4) ? 1.0 : 1 - std::pow(opt_.beta1, t);
+  const double bc2 = MUTANT(4) ? 1.0 : 1 - std::pow(opt_.beta2, t);
+  const AdamScalars s{real(1 - lr_ * opt_.weight_decay),
+                      real(opt_.beta1), real(1 - opt_.beta1),
+                      real(opt_.beta2), real(1 - opt_.beta2),
+                      real(std::sqrt(bc2)), real(opt_.eps), real(-(lr_ / bc1))};
   if (store_.device() == Device::CUDA) {
-    const gpu::AdamScalars sc{s.decay_mul, s.b1,       s.keep1, s.b2,          s.keep2,
-                              s.bc2_sqrt,  s.eps,      s.neg_step, opt_.amsgrad, grad_scale_};
+    const gpu::AdamScalars sc{float(s.decay_mul), float(s.b1),       float(s.keep1),
+                              float(s.b2),        float(s.keep2),    float(s.bc2_sqrt),
+                              float(s.eps),       float(s.neg_step), opt_.amsgrad,
+                              float(grad_scale_)};
     gpu::backend().adamw_step(store_.values().data(), m_.data(), v_.data(),
                               vmax_.defined() ? vmax_.data() : nullptr, store_.grads().data(),
                               static_cast<const gpu::SlabChunk*>(gpu_chunks_.get()),
@@ -90,9 +94,9 @@ void AdamW::step() {
   }
   const AdamRun with_decay = opt_.amsgrad ? adamw_run<true, true> : adamw_run<true, false>;
   const AdamRun without_decay = opt_.amsgrad ? adamw_run<false, true> : adamw_run<false, false>;
-  float* p = store_.values().data();
-  const float* g = store_.grads().data();
-  float* vmax = vmax_.defined() ? vmax_.data() : nullptr;
+  real* p = store_.values().data();
+  const real* g = store_.grads().data();
+  real* vmax = vmax_.defined() ? vmax_.data() : nullptr;
   const int64_t nchunks = int64_t(chunks_.size());
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < nchunks; ++k) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <unordered_map>
+#include "core/mutant.h"
 
 namespace mpicnn {
 
@@ -36,7 +37,7 @@ void Optimizer::build_chunks(bool exclude_no_decay) {
   chunks_.clear();
   for (const StateEntry& e : store_.entries()) {
     if (e.kind != StateKind::Param) continue;
-    const bool decay = e.decay || !exclude_no_decay;
+    const bool decay = e.decay || !exclude_no_decay || MUTANT(5);
     const int64_t end = e.offset + e.shape.numel();
     for (int64_t b = e.offset; b < end; b += kChunkFloats)
       chunks_.push_back({b, std::min(b + kChunkFloats, end), decay});
@@ -50,7 +51,7 @@ void Optimizer::build_chunks(bool exclude_no_decay) {
   }
 }
 
-void Optimizer::set_grad_scale(float scale) {
+void Optimizer::set_grad_scale(real scale) {
   CHECK(std::isfinite(scale) && scale > 0, who_, ": gradient scale must be finite and > 0, got ",
         scale);
   CHECK(scale == 1.f || store_.device() == Device::CUDA, who_,
@@ -84,7 +85,8 @@ void Optimizer::save_state(SafetensorsWriter& out, const std::string& prefix) co
     const Tensor host = to_host(s.slab);  // the writer copies the bytes
     for (const StateEntry& e : store_.entries())
       if (e.kind == StateKind::Param)
-        out.add_f32(prefix + s.name + "." + e.name, host.data() + e.offset, dims_of(e.shape));
+        out.add_floats(prefix + s.name + "." + e.name, host.data() + e.offset, dims_of(e.shape),
+                       kRealDType);
   }
 }
 
@@ -111,7 +113,7 @@ void Optimizer::load_state(const SafetensorsReader& in, const std::string& prefi
 
   // Every expected tensor, checked before any slab changes. GPU slabs are read into host
   // copies first and copied up once all reads succeeded.
-  std::unordered_map<std::string, std::pair<float*, Dims>> want;
+  std::unordered_map<std::string, std::pair<real*, Dims>> want;
   std::vector<Tensor> hosts;
   for (StateSlab& s : slabs_) {
     hosts.push_back(s.slab.device() == Device::CPU ? s.slab : Tensor::zeros(s.slab.shape(), Device::CPU));
@@ -121,8 +123,8 @@ void Optimizer::load_state(const SafetensorsReader& in, const std::string& prefi
       CHECK(in.contains(key), f, ": no optimizer state '", key,
             "' (saved for another model or another optimizer?)");
       const TensorInfo& t = in.info(key);
-      CHECK(t.dtype == DType::F32, f, ": optimizer state '", key, "' has dtype ",
-            dtype_name(t.dtype), ", expected F32");
+      CHECK(t.dtype == kRealDType, f, ": optimizer state '", key, "' has dtype ",
+            dtype_name(t.dtype), ", expected ", dtype_name(kRealDType));
       CHECK(t.shape == dims_of(e.shape), f, ": optimizer state '", key, "' has shape ",
             dims_str(t.shape), ", the parameter has ", dims_str(dims_of(e.shape)));
       want.emplace(key, std::pair{hosts.back().data() + e.offset, dims_of(e.shape)});
@@ -132,7 +134,7 @@ void Optimizer::load_state(const SafetensorsReader& in, const std::string& prefi
     CHECK(t.name.rfind(prefix, 0) != 0 || t.name == prefix + "step" || want.count(t.name), f,
           ": optimizer state '", t.name, "' belongs to no parameter of this model");
 
-  for (const auto& [key, dest] : want) in.read_f32(dest.first, key, dest.second);
+  for (const auto& [key, dest] : want) in.read_floats(dest.first, key, dest.second);
   for (size_t i = 0; i < slabs_.size(); ++i)
     if (slabs_[i].slab.data() != hosts[i].data()) slabs_[i].slab.copy_from(hosts[i]);
   lr_ = lr;

@@ -24,8 +24,8 @@ class Optimizer {
   virtual void step() = 0;
   // Gradients are multiplied by this before the update (1 / loss scale for fp16 training on
   // the GPU; 1 otherwise, which leaves results bit-identical).
-  void set_grad_scale(float scale);
-  float grad_scale() const { return grad_scale_; }
+  void set_grad_scale(real scale);
+  real grad_scale() const { return grad_scale_; }
 
   double lr() const { return lr_; }
   void set_lr(double lr);          // finite and >= 0
@@ -73,7 +73,7 @@ class Optimizer {
   ParamStore& store_;
   std::vector<Chunk> chunks_;
   std::shared_ptr<void> gpu_chunks_;  // chunks_ as gpu::SlabChunk on the device (GPU store)
-  float grad_scale_ = 1.f;
+  real grad_scale_ = 1.f;
   double lr_ = 0;
   int64_t steps_ = 0;
   const char* who_;  // "SGD", "AdamW": the word that starts our error messages

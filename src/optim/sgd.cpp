@@ -2,6 +2,7 @@
 #include "optim/sgd.h"
 
 #include <cmath>
+#include "core/mutant.h"
 
 namespace mpicnn {
 
@@ -36,20 +37,21 @@ enum Momentum { kNone, kFirst, kLater };
 // fma(d, -lr, p). Its AVX2 kernels fuse each add-with-alpha (vec::fmadd); our build keeps
 // plain `a*b + c` unfused (-std=c++20 turns contraction off), so fusion is spelled out.
 template <bool kDecay, Momentum kMom, bool kNesterov>
-void sgd_run(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n,
-             float wd, float mom, float keep, float neg_lr) {
+void sgd_run(real* __restrict p, const real* __restrict g, real* __restrict buf, int64_t n,
+             real wd, real mom, real keep, real neg_lr) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    float d = g[i];
+    real d = g[i];
     if constexpr (kDecay) d = std::fma(p[i], wd, d);
     if constexpr (kMom == kFirst) buf[i] = d;
     if constexpr (kMom == kLater) buf[i] = std::fma(d, keep, buf[i] * mom);
-    if constexpr (kMom != kNone) d = kNesterov ? std::fma(buf[i], mom, d) : buf[i];
+    if constexpr (kMom != kNone)
+      d = kNesterov ? (MUTANT(6) ? std::fma(d, mom, buf[i]) : std::fma(buf[i], mom, d)) : buf[i];
     p[i] = std::fma(d, neg_lr, p[i]);
   }
 }
 
-using SgdRun = void (*)(float*, const float*, float*, int64_t, float, float, float, float);
+using SgdRun = void (*)(real*, const real*, real*, int64_t, real, real, real, real);
 
 template <bool kDecay>
 SgdRun pick(Momentum m, bool nesterov) {
@@ -62,15 +64,16 @@ SgdRun pick(Momentum m, bool nesterov) {
 
 void SGD::step() {
   const Momentum m = opt_.momentum == 0 ? kNone : steps_ == 0 ? kFirst : kLater;
-  // Scalars are rounded to float where torch rounds them: each is a Python float that the
+  // Scalars are rounded to real where torch rounds them: each is a Python float that the
   // float32 kernel casts, (1 - dampening) and -lr computed in double first.
   const SgdRun with_decay = pick<true>(m, opt_.nesterov);
   const SgdRun without_decay = pick<false>(m, opt_.nesterov);
-  const float wd = float(opt_.weight_decay), mom = float(opt_.momentum);
-  const float keep = float(1.0 - opt_.dampening), neg_lr = float(-lr_);
+  const real wd = real(opt_.weight_decay), mom = real(opt_.momentum);
+  const real keep = real(1.0 - opt_.dampening), neg_lr = real(-lr_);
   const bool any_decay = opt_.weight_decay != 0;  // torch skips the add when wd is 0
   if (store_.device() == Device::CUDA) {
-    const gpu::SgdScalars sc{wd, mom, keep, neg_lr, int(m), opt_.nesterov, any_decay, grad_scale_};
+    const gpu::SgdScalars sc{float(wd), float(mom), float(keep), float(neg_lr), int(m),
+                             opt_.nesterov, any_decay, float(grad_scale_)};
     gpu::backend().sgd_step(store_.values().data(), buf_.defined() ? buf_.data() : nullptr,
                             store_.grads().data(),
                             static_cast<const gpu::SlabChunk*>(gpu_chunks_.get()),
@@ -78,9 +81,9 @@ void SGD::step() {
     ++steps_;
     return;
   }
-  float* p = store_.values().data();
-  const float* g = store_.grads().data();
-  float* buf = buf_.defined() ? buf_.data() : nullptr;
+  real* p = store_.values().data();
+  const real* g = store_.grads().data();
+  real* buf = buf_.defined() ? buf_.data() : nullptr;
   const int64_t nchunks = int64_t(chunks_.size());
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < nchunks; ++k) {

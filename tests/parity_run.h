@@ -1,0 +1,85 @@
+// One parity case set up on the engine the including file is compiled against: the float32
+// engine in tests/test_model_parity.cpp, the float64 one in tests/f64/ (there the namespace
+// mpicnn is renamed mpicnn_f64 by the F64 build's -D flag, so this same text names the other
+// engine's types, and its functions are that engine's own: no clash between the two).
+#pragma once
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "layers/softmax_xent.h"
+#include "model_parity.h"
+#include "models/registry.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+
+namespace mpicnn::parity_run {
+
+// The case's model from PyTorch's initial weights (TAG.init.safetensors in `dir`), planned for
+// its batch, in training mode, with its input, targets, loss and optimizer.
+struct CaseRun {
+  CaseRun(const parity::Case& c, const std::string& dir)
+      : ref(dir + "/" + c.tag + ".ref.safetensors"),
+        model(build_model(c.model, {.num_classes = c.classes, .in_channels = c.in_channels,
+                                    .dropout = 0.f})) {
+    model->load_state_dict(dir + "/" + c.tag + ".init.safetensors");
+    const Tensor& values = model->params().values();
+    init.assign(values.data(), values.data() + values.numel());
+    const Shape in_shape{c.batch, c.in_channels, c.size, c.size};
+    dlogits = Tensor::empty(model->plan(in_shape));
+    model->set_training(true);
+    x = Tensor::empty(in_shape);
+    ref.read(x, "input");
+    for (int64_t t : ref.read_i64("target")) targets.push_back(int32_t(t));
+    loss.plan(c.batch, c.classes);
+    if (c.optimizer == "sgd")
+      opt = std::make_unique<SGD>(model->params(),
+                                  SgdOptions{.lr = c.lr, .momentum = c.momentum,
+                                             .weight_decay = c.weight_decay,
+                                             .nesterov = c.nesterov,
+                                             .exclude_bn_bias = c.exclude_bn_bias});
+    else
+      opt = std::make_unique<AdamW>(model->params(),
+                                    AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay,
+                                                 .exclude_bn_bias = c.exclude_bn_bias});
+  }
+
+  // Zeroes the gradients, runs forward, the loss and backward; returns the logits.
+  const Tensor& forward_backward() {
+    model->params().zero_grad();
+    const Tensor& logits = model->forward(x);
+    loss.forward(logits, targets.data());
+    loss.backward(dlogits, targets.data());
+    model->backward(dlogits);
+    return logits;
+  }
+
+  // The norm of the whole reference tensor family `prefix` + parameter name (for floors).
+  double reference_norm(const std::string& prefix) const {
+    double total = 0;
+    for (const StateEntry& e : model->params().entries())
+      if (e.kind == StateKind::Param)
+        for (double v : ref.read_f64(prefix + e.name)) total += v * v;
+    return std::sqrt(total);
+  }
+
+  // Parameter `e`'s values now minus its initial ones, in double.
+  std::vector<double> update(const StateEntry& e) const {
+    std::vector<double> d(size_t(e.shape.numel()));
+    for (size_t i = 0; i < d.size(); ++i)
+      d[i] = double(e.value->data()[i]) - double(init[size_t(e.offset) + i]);
+    return d;
+  }
+
+  SafetensorsReader ref;
+  std::unique_ptr<Model> model;
+  std::vector<real> init;  // the parameter slab as loaded
+  Tensor x, dlogits;       // (N, C, H, W), (N, classes)
+  std::vector<int32_t> targets;
+  SoftmaxCrossEntropy loss;
+  std::unique_ptr<Optimizer> opt;
+};
+
+}  // namespace mpicnn::parity_run
