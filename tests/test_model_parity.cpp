@@ -2,27 +2,25 @@
 // weights, input and targets (tests/python/model_parity.py, run at test time), forward,
 // backward and three optimizer steps (lr 1e-4) run on
 // - the float64 build of the engine (tests/f64/test_model_parity_f64.cpp), against PyTorch
-//   float64 to 1e-10: the structural check, where rounding cannot flip decisions, so any
+//   float64 to 1e-9: the structural check, where rounding cannot flip decisions, so any
 //   difference in an operation, gradient or update formula fails;
-// - the float32 engine users run (here), against the same exact results, within PyTorch's
-//   own float32 spread: each quantity's tolerance is the fixed one (logits and loss 1e-4,
-//   gradients 1e-3, final parameters 1e-4, running statistics 1e-3) or, where PyTorch's own
-//   float32 misses that, kSpread times PyTorch's largest error over float32 runs that differ
-//   only in rounding (see the script). The loss after steps 2 and 3 is compared in float64
-//   only: it is a function of weights moved by step-1 gradients, which can jump at a
-//   near-kink (vgg16_bn at seed 1011 under OpenBLAS's AVX-512 kernels: loss after one step
-//   2.9e-4 from the exact one, with the final weights still within 1e-4). In float32 a ReLU or max-pool decision within
-//   rounding distance of its kink, or a BatchNorm backward that cancels over 16 values, makes
-//   a gradient jump by up to ~1e-2 under another GEMM kernel; the spread runs cross the same
-//   near-kinks (one of them nudges every input and weight by one ulp), so the tolerance covers
-//   what rounding can do on this model and seed, and no more.
-// AdamW's float32 check stops after its first step and compares that update only on the
-// entries whose gradient is well above rounding (cond.NAME from the script): AdamW's first
-// steps move each weight by about lr * sign(gradient), so a gradient within rounding of zero
-// moves its weight by +-lr either way, and every later gradient with it (measured on
-// resnet18_adamw under AVX-512 OpenBLAS: the loss after two steps 1.6e-3 from the exact one,
-// where PyTorch's float32 runs stay within 2.5e-5). The float64 check compares all three
-// steps on every entry.
+// - the float32 engine users run (here), against the same exact results: each quantity within
+//   its fixed tolerance (logits and loss 1e-4, gradients 1e-3, final parameters 1e-4, running
+//   statistics 1e-3) or, where PyTorch's own float32 misses that, within kSpread times
+//   PyTorch's largest error over float32 runs that differ only in rounding (see the script).
+//   In float32 a ReLU or max-pool decision within rounding distance of its kink, or a
+//   BatchNorm backward that cancels over 16 values, makes a gradient jump by up to ~1e-2 under
+//   another GEMM kernel; the spread runs cross such near-kinks too (some nudge every input and
+//   weight by one ulp), so the tolerance covers what rounding does on this model and seed.
+// What is not well-conditioned in float32 is compared in float64 only:
+// - the loss after steps 2 and 3, a function of weights moved by step-1 gradients that can
+//   jump at a near-kink (vgg16_bn at seed 1011 with OpenBLAS's AVX-512 kernels: the loss after
+//   one step 2.9e-4 from the exact one, its final weights still within 1e-4);
+// - AdamW after its first step. Its first steps move each weight by about lr * sign(gradient),
+//   so a gradient within rounding of zero moves its weight by +-lr either way, and every later
+//   gradient with it (resnet18_adamw with AVX-512 OpenBLAS: the loss after two steps 1.6e-3
+//   from the exact one, where PyTorch's float32 runs stay within 2.5e-5). The float32 check
+//   compares the first update on the entries whose gradient is well above rounding (cond.NAME).
 // Dropout is 0 on both sides (masks cannot match). Batch 4, at each model's smallest input,
 // except that every BatchNorm must see at least 16 values per channel: with fewer, its backward
 // cancels almost completely (with 2 values its input gradient is exactly zero in exact
@@ -76,11 +74,10 @@ int parity_size(const ModelSpec& s) {
 // at 1001, 3001 and 4001); the float64 check passes at 1011 as at any seed.
 constexpr int kVgg16BnSeed = 2001;
 
-// SGD as in the torchvision recipes, AdamW as in fine-tuning, both at lr 1e-4: a ReLU or
-// max-pool kink crossed because of float32 rounding makes the next gradient jump (measured: 3e-6
-// error growing smoothly, then 2e-3 across one crossing), and BatchNorm makes early conv
-// gradients large relative to their weights, so with a larger step three updates move conv1 by a
-// large fraction of itself and one crossing shows in the float32 final weights.
+// SGD as in the torchvision recipes, AdamW as in fine-tuning, both at lr 1e-4: BatchNorm makes
+// early conv gradients large relative to their weights, so with a larger step three updates
+// move conv1 by a large fraction of itself, and one float32 kink crossing shows in its final
+// weights (measured: 3e-6 error growing smoothly, then 2e-3 across one crossing).
 const std::vector<Case>& cases() {
   static const std::vector<Case> v = [] {
     std::vector<Case> v;
@@ -207,10 +204,11 @@ ReferenceServer& reference_server() {
   return server;
 }
 
-// kSpread: how far from PyTorch's float32 spread ours may land. Measured on every case under
+// kSpread: how far beyond PyTorch's float32 spread ours may land. Measured on every case under
 // the five GEMM settings of tests/README.md (OpenBLAS's own choice, Haswell, SkylakeX,
-// Sandybridge, Eigen): ours / PyTorch's largest error stays below KSPREAD_MEASURED on every
-// quantity whose tolerance the spread sets; a real bug gives errors of order 1.
+// Sandybridge, Eigen): ours is at most 3.4x PyTorch's largest error (resnet18_adamw, a
+// layer1 BatchNorm bias gradient, with AVX-512 and AVX kernels), so 8 leaves a factor 2.4.
+// The structure is the float64 check's job: a bug gives errors of its own size there.
 constexpr double kSpread = 8.0;
 
 void expect(const Case& c, const SafetensorsReader& ref, const std::string& key, double err,
