@@ -39,11 +39,7 @@
 #include <set>
 #include <thread>
 
-#include "io/safetensors.h"
-#include "layers/softmax_xent.h"
 #include "models/registry.h"
-#include "optim/adamw.h"
-#include "optim/sgd.h"
 #include "model_parity.h"
 #include "parity_run.h"
 #include "testing.h"
