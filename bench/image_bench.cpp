@@ -56,7 +56,9 @@ int main(int argc, char** argv) try {
   }
   CHECK(!by_format.empty(), dir.string(), ": no .png, .jpg or .bmp files");
 
-  const Transform tf(imagenet_eval());
+  PreprocessQuery q;  // torchvision's eval recipe: Resize(256), CenterCrop(224), ImageNet stats
+  q.kind = "imagefolder";
+  const Transform tf(default_preprocess(q).eval);
   std::vector<float> out(tf.output_numel());  // (3, 224, 224)
   Image img;                                  // reused across images, as a loader thread does
   double checksum = 0;

@@ -27,6 +27,7 @@
 #include "models/registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
+#include "recipes.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -449,7 +450,7 @@ TEST_CASE("cuda: uint8 -> float normalisation with flips matches the formula") {
 TEST_CASE("cuda: an 8-bit training batch normalised on the GPU equals the CPU transform") {
   REQUIRE_GPU("input stage");
   // What the trainer does on a GPU: the loader's windows and flips, InputStage::put_u8.
-  const data::Transform tf(data::imagenet_train(9, 40));
+  const data::Transform tf(testing::imagenet_train(9, 40));
   const int N = 6;
   InputStage stage(Device::CUDA, 8, Shape{3, 40, 40});
   std::vector<uint8_t> pixels(size_t(N) * tf.output_numel()), flips(static_cast<size_t>(N));

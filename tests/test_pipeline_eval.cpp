@@ -11,6 +11,7 @@
 
 #include "eval/pipeline.h"
 #include "eval/plan.h"
+#include "recipes.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -103,7 +104,7 @@ TEST_CASE("pipeline eval: --split auto and the plan's JSON round trip") {
   p.in_channels = 1;
   p.weights_file = "w.safetensors";
   p.weights = "runs/x";
-  p.preprocess = data::imagenet_eval(96, 110, 1);
+  p.preprocess = testing::imagenet_eval(96, 110, 1);
   p.preprocess.mean = {0.5f};
   p.preprocess.stddev = {0.25f};
   p.class_names = {"a", "b", "c", "d", "e", "f", "g"};

@@ -1,96 +1,20 @@
-// Image preprocessing: PIL-exact bilinear resize and crops on 8-bit images, and Transform, which
-// turns one decoded image into the model's float (C, H, W) input (resize/crop, augmentation,
-// normalize, channel conversion) in one fused pass. Not a decoder (image.h) and not a loader:
-// batching, threads and sharding live in the loader, which calls Transform::apply per sample.
+// Transform, which turns one decoded image into the model's float (C, H, W) input (resize/crop,
+// augmentation, normalize, channel conversion) in one fused pass, and its 8-bit halves. Not a
+// decoder (image.h), not the resampler (resample.h), not the choice of recipe (preprocess.h),
+// and not a loader: batching, threads and sharding live in the loader, which calls
+// Transform::apply per sample.
 #pragma once
-#include <array>
 #include <cstdint>
-#include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "data/image.h"
+#include "data/preprocess.h"
+#include "data/resample.h"
 
 namespace mpicnn::data {
 
-// ---- 8-bit geometry, bit-exact with PIL 9.4 / torchvision 0.14 on PIL images ----------------
-
-// PIL's Image.resize((width, height), Image.BILINEAR): separable convolution whose support grows
-// with the downscale factor (antialiasing), 22-bit fixed-point coefficients, horizontal pass
-// then vertical pass, each rounded and clipped to 8 bits as PIL does.
-Image resize(const Image& in, int height, int width);
-
-// torchvision 0.14 Resize(size) output size: the shorter side becomes `size`, the longer
-// int(size * long / short). Returns (height, width).
-std::pair<int, int> resized_shorter_size(int height, int width, int size);
-Image resize_shorter(const Image& in, int size);
-
-// Rows [top, top + height) and columns [left, left + width); pixels outside the image are 0
-// (PIL's crop, and torchvision's pad-with-zeros).
-Image crop(const Image& in, int top, int left, int height, int width);
-
-// torchvision's CenterCrop window origin: top = int(round((H - h) / 2.0)) with Python's
-// half-to-even round, or, when the crop is larger, the zero padding torchvision adds first.
-// Returns (top, left); negative values mean the window starts above/left of the image.
-std::pair<int, int> center_crop_origin(int height, int width, int crop_height, int crop_width);
-Image center_crop(const Image& in, int crop_height, int crop_width);
-
-// ---- preprocessing spec ------------------------------------------------------------------------
-
-enum class Geometry {
-  None,               // the image must already be height x width (error naming the sample if not)
-  Resize,             // resize to exactly height x width (fixed-size datasets)
-  ResizeCenterCrop,   // optional Resize(resize) of the shorter side, then CenterCrop(height, width)
-  RandomResizedCrop,  // torchvision RandomResizedCrop(scale, ratio) to height x width
-  PadRandomCrop,      // RandomCrop(height, width, padding) with zero padding (CIFAR style)
-};
-
-// "none", "resize", "resize-center-crop", "random-resized-crop", "pad-random-crop"; parse is the
-// inverse (an Error naming `what` and the accepted names otherwise).
-const char* geometry_name(Geometry g);
-Geometry parse_geometry(const std::string& name, const std::string& what);
-
-struct Preprocess {
-  Geometry geometry = Geometry::None;
-  int channels = 3;             // the model's in_channels: 1 (PIL luma) or 3 (gray replicated)
-  int height = 0, width = 0;    // output (H, W)
-  int resize = 0;               // ResizeCenterCrop: shorter side; 0 = crop only
-  int padding = 0;              // PadRandomCrop: zeros added on every side before the crop
-  double scale_min = 0.08, scale_max = 1.0;          // RandomResizedCrop area fraction
-  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // RandomResizedCrop aspect (log-uniform)
-  bool hflip = false;           // horizontal flip with p = 0.5, after the crop
-  std::vector<float> mean, stddev;  // 1 or `channels` values; empty = 0 / 1 (plain x / 255)
-  uint64_t seed = 0;            // augmentation draws: f(seed, epoch, sample index)
-};
-
-// Constants of the standard recipes.
-inline constexpr std::array<float, 3> kImageNetMean{0.485f, 0.456f, 0.406f};
-inline constexpr std::array<float, 3> kImageNetStd{0.229f, 0.224f, 0.225f};
-inline constexpr std::array<float, 3> kCifar10Mean{0.4914f, 0.4822f, 0.4465f};
-inline constexpr std::array<float, 3> kCifar10Std{0.2470f, 0.2435f, 0.2616f};
-inline constexpr float kFashionMnistMean = 0.2860f, kFashionMnistStd = 0.3530f;
-
-// Resize(resize) + CenterCrop(size) + ToTensor + Normalize(ImageNet).
-Preprocess imagenet_eval(int size = 224, int resize = 256, int channels = 3);
-// RandomResizedCrop(size) + RandomHorizontalFlip + ToTensor + Normalize(ImageNet).
-Preprocess imagenet_train(uint64_t seed, int size = 224, int channels = 3);
-// RandomCrop(size, padding) + RandomHorizontalFlip + ToTensor + Normalize (CIFAR-10 stats).
-Preprocess cifar_train(uint64_t seed, int size = 32, int padding = 4, int channels = 3);
-// ToTensor + Normalize on images that already have the model's size (Fashion-MNIST, CIFAR eval).
-Preprocess normalize_only(int height, int width, int channels, std::vector<float> mean,
-                          std::vector<float> stddev);
-
 // ---- Transform -----------------------------------------------------------------------------
-
-// Where one sample's pixels come from: the region of the (channel-converted) image that is
-// resampled, its size after resampling, and the output window inside that resampled region.
-struct Placement {
-  int src_top = 0, src_left = 0, src_height = 0, src_width = 0;  // inside the image
-  int resized_height = 0, resized_width = 0;  // equal to src_* when there is no resize
-  int top = 0, left = 0;                      // output window origin; may reach outside (zeros)
-  bool flip = false;
-};
 
 // Validated spec plus the per-channel lookup table uint8 -> normalized float. Immutable after
 // construction, so one Transform serves every loader thread; scratch memory is per thread.

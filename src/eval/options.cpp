@@ -58,13 +58,15 @@ const cli::Program& program() {
        "of stopping"},
       {"image-size", "", "N", cli::Kind::Value,
        "model input height = width, the center crop (>= 1; default: the checkpoint's, with "
-       "--weights the model's default size)"},
+       "--weights what ./train uses on this data: a fixed-size dataset's own size, else the "
+       "model's default size)"},
       {"resize", "", "N", cli::Kind::Value,
        "shorter image side before the center crop (>= 0; 0 = no resize; default: the "
-       "checkpoint's, with --weights torchvision's 256 for 224 crops)"},
+       "checkpoint's, with --weights torchvision's 256 for 224 crops on image files)"},
       {"mean", "", "LIST", cli::Kind::Value,
        "normalisation means, 1 or 3 values, e.g. 0.485,0.456,0.406 (default: the "
-       "checkpoint's, with --weights ImageNet's)"},
+       "checkpoint's, with --weights the dataset kind's as ./train uses them: ImageNet's for "
+       "image files)"},
       {"std", "", "LIST", cli::Kind::Value,
        "normalisation standard deviations, 1 or 3 values > 0 (default as for --mean)"},
       {"batch-size", "b", "N", cli::Kind::Value, "images per predicted batch (>= 1)"},

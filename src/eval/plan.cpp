@@ -46,15 +46,18 @@ std::string auto_split(const std::string& kind, const std::string& path) {
 
 namespace {
 
-// torchvision's eval recipe for a model that takes `size` inputs: Resize(size * 256 / 224),
-// CenterCrop(size), ImageNet normalisation (averaged over RGB for a 1-channel model).
-data::Preprocess default_recipe(int size, int channels) {
-  data::Preprocess p = data::imagenet_eval(size, int(std::lround(size * 256.0 / 224.0)), channels);
-  if (channels == 1) {
-    p.mean = {(p.mean[0] + p.mean[1] + p.mean[2]) / 3};
-    p.stddev = {(p.stddev[0] + p.stddev[1] + p.stddev[2]) / 3};
-  }
-  return p;
+// With --weights, the recipe ./train would have recorded for this data and channel count
+// (data::default_preprocess at the model's default size); on image files that is torchvision's
+// eval recipe. Flags override it afterwards, as they override a checkpoint's.
+data::Preprocess default_recipe(const std::string& kind, int channels, const data::Dataset& d,
+                                const ModelSpec& spec) {
+  data::PreprocessQuery q;
+  q.kind = kind;
+  q.channels = channels;
+  q.data_height = d.height();
+  q.data_width = d.width();
+  q.default_size = spec.default_size;
+  return data::default_preprocess(q).eval;
 }
 
 void from_checkpoint(const EvalOptions& o, EvalPlan& p) {
@@ -88,7 +91,6 @@ void from_weights(const EvalOptions& o, EvalPlan& p) {
   p.weights_file = p.weights = o.weights;
   p.in_channels = o.in_channels > 0 ? o.in_channels : 3;
   p.num_classes = o.num_classes;  // 0 until the dataset says
-  p.preprocess = default_recipe(spec.default_size, p.in_channels);
 }
 
 }  // namespace
@@ -101,6 +103,16 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
   else
     from_weights(o, p);
 
+  data::DatasetSpec ds;
+  ds.kind = o.dataset;
+  ds.path = o.data;
+  const std::string kind = ds.kind == "auto" ? data::detect_dataset_kind(ds.path) : ds.kind;
+  ds.split = o.split == "auto" ? auto_split(kind, ds.path) : o.split;
+  dataset = data::open_dataset(ds);
+  const data::Dataset& d = *dataset;
+  const ModelSpec& spec = model_spec(p.model);
+  if (o.checkpoint.empty()) p.preprocess = default_recipe(kind, p.in_channels, d, spec);
+
   // Preprocessing flags override the recorded or default recipe. A new size or resize means
   // torchvision's Resize + CenterCrop, whatever the recipe was.
   data::Preprocess& pre = p.preprocess;
@@ -110,22 +122,14 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
     pre.geometry = data::Geometry::ResizeCenterCrop;
     pre.resize = o.resize >= 0 ? o.resize
                  : was_crop && o.image_size == 0 ? pre.resize
-                                                 : int(std::lround(pre.height * 256.0 / 224.0));
+                                                 : data::eval_resize(pre.height);
   }
   if (!o.mean.empty()) pre.mean = o.mean;
   if (!o.std.empty()) pre.stddev = o.std;
-  const ModelSpec& spec = model_spec(p.model);
   CHECK(std::min(pre.height, pre.width) >= spec.min_size, "--image-size: ", pre.height, "x", pre.width,
         " is below ", spec.name, "'s smallest input ", spec.min_size);
   (void)data::Transform(pre);  // validates: errors say what is wrong with the recipe
 
-  data::DatasetSpec ds;
-  ds.kind = o.dataset;
-  ds.path = o.data;
-  const std::string kind = ds.kind == "auto" ? data::detect_dataset_kind(ds.path) : ds.kind;
-  ds.split = o.split == "auto" ? auto_split(kind, ds.path) : o.split;
-  dataset = data::open_dataset(ds);
-  const data::Dataset& d = *dataset;
   const int data_classes = d.num_classes();
   if (p.num_classes == 0) p.num_classes = data_classes;
   CHECK(data_classes <= p.num_classes, "-d: ", d.describe(), " has ", data_classes, " classes, the model ",

@@ -168,75 +168,28 @@ class SplitData {
 
 // ---- preprocessing ------------------------------------------------------------------------------
 
-// The normalisation a dataset kind is usually trained with (mean or std per channel).
-std::vector<float> default_mean_std(const std::string& kind, int channels, bool mean) {
-  std::vector<float> v;
-  if (kind == "fashion-mnist") v = {mean ? data::kFashionMnistMean : data::kFashionMnistStd};
-  else if (kind == "mnist") v = {mean ? 0.1307f : 0.3081f};
-  else if (kind == "cifar10" || kind == "cifar100") {
-    const auto& a = mean ? data::kCifar10Mean : data::kCifar10Std;
-    v.assign(a.begin(), a.end());
-  } else if (kind == "imagefolder" || kind == "csv") {
-    const auto& a = mean ? data::kImageNetMean : data::kImageNetStd;
-    v.assign(a.begin(), a.end());
-  } else {
-    v = {0.5f};  // idx, synthetic: x / 255 mapped to [-1, 1]
-  }
-  if (v.size() == 3 && channels == 1) v = {(v[0] + v[1] + v[2]) / 3};
-  return v;
-}
-
-// The model's input size and the train / eval preprocessing for this split.
-struct InputPlan {
-  int channels = 3, height = 0, width = 0;
-  data::Preprocess train, eval;
-};
+// The model's input size and the train / eval preprocessing for this split: data::default_preprocess,
+// the recipe ./pipeline_eval also defaults to, with this run's choices.
+using InputPlan = data::InputPreprocess;
 
 InputPlan plan_input(const TrainOptions& o, const SplitInfo& info) {
   const ModelSpec& spec = model_spec(o.model);
-  InputPlan p;
-  p.channels = info.channels > 0 ? info.channels : 3;
-  const bool fixed = info.height > 0;
-  if (o.image_size > 0) {
-    p.height = p.width = o.image_size;
-  } else if (fixed) {
-    p.height = info.height;
-    p.width = info.width;
-    CHECK(std::min(p.height, p.width) >= spec.min_size, "--image-size: ", info.kind, "'s ",
+  data::PreprocessQuery q;
+  q.kind = info.kind;
+  q.channels = info.channels > 0 ? info.channels : 3;
+  q.data_height = info.height;
+  q.data_width = info.width;
+  q.image_size = o.image_size;
+  q.default_size = spec.default_size;
+  q.mean = o.mean;
+  q.stddev = o.std;
+  q.augment = o.augment;
+  q.seed = o.seed;
+  if (o.image_size == 0 && info.height > 0)
+    CHECK(std::min(info.height, info.width) >= spec.min_size, "--image-size: ", info.kind, "'s ",
           info.height, "x", info.width, " images are below ", spec.name, "'s smallest input ",
           spec.min_size, "; pass --image-size N (N >= ", spec.min_size, ") to resize them");
-  } else {
-    p.height = p.width = spec.default_size;
-  }
-  data::Preprocess base;
-  base.channels = p.channels;
-  base.height = p.height;
-  base.width = p.width;
-  base.mean = o.mean.empty() ? default_mean_std(info.kind, p.channels, true) : o.mean;
-  base.stddev = o.std.empty() ? default_mean_std(info.kind, p.channels, false) : o.std;
-  base.seed = o.seed;
-  const bool same_size = fixed && p.height == info.height && p.width == info.width;
-
-  p.eval = base;
-  if (!fixed) {  // torchvision's eval recipe: resize the shorter side by 256/224, center crop
-    p.eval.geometry = data::Geometry::ResizeCenterCrop;
-    p.eval.resize = int(std::lround(p.height * 256.0 / 224.0));
-  } else {
-    p.eval.geometry = same_size ? data::Geometry::None : data::Geometry::Resize;
-  }
-  p.train = p.eval;
-  if (o.augment == "flip" || o.augment == "crop-flip") p.train.hflip = true;
-  if (o.augment == "crop-flip") {
-    CHECK(fixed || o.image_size > 0, "--augment crop-flip: needs fixed-size images");
-    CHECK(same_size, "--augment crop-flip: pads and crops at the images' own size; drop --image-size");
-    p.train.geometry = data::Geometry::PadRandomCrop;
-    p.train.padding = std::max(1, p.height / 8);
-  }
-  if (o.augment == "imagenet") {
-    p.train.geometry = data::Geometry::RandomResizedCrop;
-    p.train.hflip = true;
-  }
-  return p;
+  return data::default_preprocess(q);
 }
 
 // ---- the run ------------------------------------------------------------------------------------

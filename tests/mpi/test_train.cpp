@@ -20,6 +20,7 @@
 #include "models/registry.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "recipes.h"
 #include "testing.h"
 #include "train/trainer.h"
 
@@ -133,7 +134,7 @@ std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_r
   const data::InMemoryDataset ds(full);
   const int64_t b = o.batch_size, N = int64_t(full.size());
   const dist::EpochPlan plan = dist::epoch_plan(N, K, b);
-  const data::Transform tf(data::normalize_only(28, 28, 1, {0.5f}, {0.5f}));
+  const data::Transform tf(testing::normalize_only(28, 28, 1, {0.5f}, {0.5f}));
   ModelOptions mo;
   mo.num_classes = 10;
   mo.in_channels = 1;
