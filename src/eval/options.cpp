@@ -123,6 +123,47 @@ std::map<std::string, std::string> shown_defaults() {
   };
 }
 
+// The rules between options, once each option's own value is known (`cmd`: which were given):
+// what to evaluate, the flags that go with it, the channel lists, and the data.
+void check_across_options(const EvalOptions& o, const po::variables_map& cmd) {
+  auto given = [&](const char* key) { return cmd.count(key) > 0; };
+  // What to evaluate: a checkpoint (which names its model), or a state dict and a model name.
+  const bool has_checkpoint = !o.checkpoint.empty(), has_weights = !o.weights.empty();
+  CHECK(!(has_checkpoint && has_weights),
+        "give --checkpoint RUN or --weights FILE --model NAME (not both)");
+  CHECK(has_checkpoint || has_weights,
+        "give --checkpoint RUN or --weights FILE --model NAME (nothing to evaluate)");
+  if (has_checkpoint) {
+    for (const char* key : {"model", "num-classes", "in-channels"})
+      CHECK(!given(key), flag(key), ": the checkpoint names the ",
+            std::strcmp(key, "model") == 0         ? "model"
+            : std::strcmp(key, "num-classes") == 0 ? "class count"
+                                                   : "input channels",
+            "; --", key, " goes with --weights");
+  } else {
+    CHECK(!o.model.empty(), "--weights needs --model NAME (the architecture of the state dict)");
+  }
+  CHECK(!(o.sequential && o.compare),
+        "--sequential and --compare: --compare already runs the sequential baseline before the "
+        "pipeline (give one of the two)");
+
+  // The channel lists must fit the input channels when those are known here (--in-channels).
+  if (o.in_channels == 1)
+    for (const char* key : {"mean", "std"}) {
+      const auto& list = std::strcmp(key, "mean") == 0 ? o.mean : o.std;
+      CHECK(list.size() <= 1, flag(key), ": ", list.size(),
+            " values for --in-channels 1 (give 1 value)");
+    }
+
+  // The data: a path, or a kind that needs none, or (neither given) a checkpoint's run's own,
+  // which with_run_data fills in from its record. An empty --data= counts as none.
+  if (o.data.empty() && (given("dataset") || !has_checkpoint)) {
+    CHECK(given("dataset"), "-d/--data: no dataset given (a path, or --dataset fashion-mnist)");
+    CHECK(o.dataset == "fashion-mnist" || o.dataset == "synthetic", "--dataset: '", o.dataset,
+          "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
+  }
+}
+
 }  // namespace
 
 EvalOptions parse_eval_options(const std::vector<std::string>& args) {
@@ -136,7 +177,6 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
     if (!cmd.count(key)) return std::nullopt;
     return cli::Given{cmd[key].as<std::string>(), flag(key)};
   };
-  auto given = [&](const char* key) { return cmd.count(key) > 0; };
   auto set = [&](const char* key, auto& field, auto convert) {
     if (const auto g = get(key)) field = convert(*g);
   };
@@ -144,6 +184,8 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
   auto int_from = [](int64_t lo) { return [lo](const Given& g) { return to_int(g, lo); }; };
   auto int32_from = [](int64_t lo) { return [lo](const Given& g) { return to_int32(g, lo); }; };
 
+  // One set() per option, in help order: a flat table, kept in one piece so that each option's
+  // conversion and accepted range read on one line.
   set("checkpoint", o.checkpoint, text);
   set("weights", o.weights, text);
   set("model", o.model, [](const Given& g) {
@@ -182,42 +224,7 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
     return to_choice(g, {"auto", "cpu", "cuda"});
   });
 
-  // ---- checks across options ------------------------------------------------------------------
-  // What to evaluate: a checkpoint (which names its model), or a state dict and a model name.
-  const bool has_checkpoint = !o.checkpoint.empty(), has_weights = !o.weights.empty();
-  CHECK(!(has_checkpoint && has_weights),
-        "give --checkpoint RUN or --weights FILE --model NAME (not both)");
-  CHECK(has_checkpoint || has_weights,
-        "give --checkpoint RUN or --weights FILE --model NAME (nothing to evaluate)");
-  if (has_checkpoint) {
-    for (const char* key : {"model", "num-classes", "in-channels"})
-      CHECK(!given(key), flag(key), ": the checkpoint names the ",
-            std::strcmp(key, "model") == 0         ? "model"
-            : std::strcmp(key, "num-classes") == 0 ? "class count"
-                                                   : "input channels",
-            "; --", key, " goes with --weights");
-  } else {
-    CHECK(!o.model.empty(), "--weights needs --model NAME (the architecture of the state dict)");
-  }
-  CHECK(!(o.sequential && o.compare),
-        "--sequential and --compare: --compare already runs the sequential baseline before the "
-        "pipeline (give one of the two)");
-
-  // The channel lists must fit the input channels when those are known here (--in-channels).
-  if (o.in_channels == 1)
-    for (const char* key : {"mean", "std"}) {
-      const auto& list = std::strcmp(key, "mean") == 0 ? o.mean : o.std;
-      CHECK(list.size() <= 1, flag(key), ": ", list.size(),
-            " values for --in-channels 1 (give 1 value)");
-    }
-
-  // The data: a path, or a kind that needs none, or (neither given) a checkpoint's run's own,
-  // which with_run_data fills in from its record. An empty --data= counts as none.
-  if (o.data.empty() && (given("dataset") || !has_checkpoint)) {
-    CHECK(given("dataset"), "-d/--data: no dataset given (a path, or --dataset fashion-mnist)");
-    CHECK(o.dataset == "fashion-mnist" || o.dataset == "synthetic", "--dataset: '", o.dataset,
-          "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
-  }
+  check_across_options(o, cmd);
   return o;
 }
 
