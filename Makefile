@@ -193,8 +193,8 @@ demo: deps
 	@run=runs/demo-$$(date +%Y%m%d-%H%M%S) && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 && \
 	  echo "mpiexec -n $(DEMO_RANKS) --oversubscribe ./train -s $$run" && \
 	  mpiexec -n $(DEMO_RANKS) --oversubscribe ./train -s $$run && \
-	  echo "mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --dataset fashion-mnist --compare -o $$run/eval" && \
-	  mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --dataset fashion-mnist --compare -o $$run/eval
+	  echo "mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --compare -o $$run/eval" && \
+	  mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --compare -o $$run/eval
 
 clean:
 	rm -rf build

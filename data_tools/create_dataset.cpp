@@ -37,98 +37,94 @@ Read the result back as a CSV dataset by naming the file, e.g.
   dataset_stats -i data/faces_small/train.csv
 )";
 
+// Parses the flags and runs the tool; errors are thrown, and run_tool reports them.
+int run(int argc, char** argv) {
+  std::string input, kind, split, output, size_s, fraction_s, test_fraction_s, seed_s, resize_s, threads_s,
+      idx_classes_s;
+  po::options_description opts("Options", 110, 55);
+  opts.add_options()
+      ("help,h", "show this help")
+      ("input,i", po::value(&input)->value_name("PATH"),
+       "source dataset: image folder (class subfolders, or train/ and test/ of them), CSV file, "
+       "IDX folder or images file, CIFAR folder")
+      ("dataset,d", po::value(&kind)->default_value("auto")->value_name("KIND"),
+       "auto, imagefolder, csv, idx, mnist, fashion-mnist (no --input needed), cifar10, cifar100, synthetic")
+      ("split", po::value(&split)->default_value("train")->value_name("SPLIT"),
+       "split of the source to sample: train, test, val or all")
+      ("output,o", po::value(&output)->value_name("DIR"), "output folder (required; must be empty unless --force)")
+      ("size,n", po::value(&size_s)->value_name("N"), "samples in the whole sample (train + test)")
+      ("fraction,f", po::value(&fraction_s)->value_name("F"),
+       "fraction of the source to sample, in (0, 1] (default 1: all; not with --size)")
+      ("test-fraction,t", po::value(&test_fraction_s)->default_value("0.2")->value_name("F"),
+       "share of the sample that goes to test, in [0, 1]")
+      ("seed", po::value(&seed_s)->default_value("0")->value_name("S"), "random seed of the sample and split")
+      ("single-csv", "write one data.csv with a split column (train/test) instead of train.csv and test.csv")
+      ("resize", po::value(&resize_s)->value_name("S|HxW"),
+       "write resized PNG copies: S sets the shorter side (aspect kept), HxW the exact size")
+      ("absolute-paths", "write absolute paths in the CSVs (default: relative to DIR where they share a folder)")
+      ("idx-classes", po::value(&idx_classes_s)->default_value("10")->value_name("N"),
+       "number of classes of plain IDX data (--dataset idx)")
+      ("threads", po::value(&threads_s)->value_name("N"),
+       "threads writing images (default: 4 per core, 16 to 64: writes wait on the disk)")
+      ("force", "write into a non-empty DIR (an earlier create_dataset output there is replaced)")
+      ("skip-bad", "when writing images: leave unreadable source images out of the sample and report them");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << kUsage << opts << kExamples;
+    return 0;
+  }
+
+  check_choice(kind, {"auto", "imagefolder", "csv", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100",
+                      "synthetic"},
+               "--dataset");
+  check_choice(split, {"train", "test", "val", "all"}, "--split");
+  CHECK(!input.empty() || kind == "fashion-mnist" || kind == "synthetic",
+        "--input is required (a dataset folder or file; only --dataset fashion-mnist or synthetic go without)");
+  CHECK(!output.empty(), "--output is required (the folder to write the CSVs to)");
+  CHECK(!(vm.count("size") && vm.count("fraction")), "--size and --fraction both given; choose one");
+
+  CreateOptions opt;
+  opt.output = output;
+  if (vm.count("size")) {
+    opt.size = parse_u64(size_s, "--size");
+    CHECK(opt.size > 0, "--size: must be at least 1");
+  }
+  if (vm.count("fraction")) {
+    opt.fraction = parse_double(fraction_s, "--fraction");
+    CHECK(opt.fraction > 0 && opt.fraction <= 1, "--fraction: ", fraction_s, " is outside (0, 1]");
+  }
+  opt.test_fraction = parse_double(test_fraction_s, "--test-fraction");
+  CHECK(opt.test_fraction >= 0 && opt.test_fraction <= 1, "--test-fraction: ", test_fraction_s,
+        " is outside [0, 1]");
+  opt.seed = parse_u64(seed_s, "--seed");
+  opt.single_csv = vm.count("single-csv") > 0;
+  if (vm.count("resize")) opt.resize = parse_resize(resize_s, "--resize");
+  opt.absolute_paths = vm.count("absolute-paths") > 0;
+  opt.force = vm.count("force") > 0;
+  opt.skip_bad = vm.count("skip-bad") > 0;
+  if (vm.count("threads")) {
+    const uint64_t t = parse_u64(threads_s, "--threads");
+    CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
+    opt.threads = int(t);
+  }
+  const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
+  CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
+
+  DatasetSpec spec;
+  spec.kind = kind;
+  spec.path = input;
+  spec.split = split;
+  spec.idx_num_classes = int(idx_classes);
+  spec.check_files = true;  // a CSV must not name files that are not there
+  const std::unique_ptr<Dataset> ds = open_dataset(spec);
+  std::cout << format_report(create_dataset(*ds, opt));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    std::string input, kind, split, output, size_s, fraction_s, test_fraction_s, seed_s, resize_s, threads_s,
-        idx_classes_s;
-    po::options_description opts("Options", 110, 55);
-    opts.add_options()
-        ("help,h", "show this help")
-        ("input,i", po::value(&input)->value_name("PATH"),
-         "source dataset: image folder (class subfolders, or train/ and test/ of them), CSV file, "
-         "IDX folder or images file, CIFAR folder")
-        ("dataset,d", po::value(&kind)->default_value("auto")->value_name("KIND"),
-         "auto, imagefolder, csv, idx, mnist, fashion-mnist (no --input needed), cifar10, cifar100, synthetic")
-        ("split", po::value(&split)->default_value("train")->value_name("SPLIT"),
-         "split of the source to sample: train, test, val or all")
-        ("output,o", po::value(&output)->value_name("DIR"), "output folder (required; must be empty unless --force)")
-        ("size,n", po::value(&size_s)->value_name("N"), "samples in the whole sample (train + test)")
-        ("fraction,f", po::value(&fraction_s)->value_name("F"),
-         "fraction of the source to sample, in (0, 1] (default 1: all; not with --size)")
-        ("test-fraction,t", po::value(&test_fraction_s)->default_value("0.2")->value_name("F"),
-         "share of the sample that goes to test, in [0, 1]")
-        ("seed", po::value(&seed_s)->default_value("0")->value_name("S"), "random seed of the sample and split")
-        ("single-csv", "write one data.csv with a split column (train/test) instead of train.csv and test.csv")
-        ("resize", po::value(&resize_s)->value_name("S|HxW"),
-         "write resized PNG copies: S sets the shorter side (aspect kept), HxW the exact size")
-        ("absolute-paths", "write absolute paths in the CSVs (default: relative to DIR where they share a folder)")
-        ("idx-classes", po::value(&idx_classes_s)->default_value("10")->value_name("N"),
-         "number of classes of plain IDX data (--dataset idx)")
-        ("threads", po::value(&threads_s)->value_name("N"),
-         "threads writing images (default: 4 per core, 16 to 64: writes wait on the disk)")
-        ("force", "write into a non-empty DIR (an earlier create_dataset output there is replaced)")
-        ("skip-bad", "when writing images: leave unreadable source images out of the sample and report them");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << kUsage << opts << kExamples;
-      return 0;
-    }
-
-    check_choice(kind, {"auto", "imagefolder", "csv", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100",
-                        "synthetic"},
-                 "--dataset");
-    check_choice(split, {"train", "test", "val", "all"}, "--split");
-    CHECK(!input.empty() || kind == "fashion-mnist" || kind == "synthetic",
-          "--input is required (a dataset folder or file; only --dataset fashion-mnist or synthetic go without)");
-    CHECK(!output.empty(), "--output is required (the folder to write the CSVs to)");
-    CHECK(!(vm.count("size") && vm.count("fraction")), "--size and --fraction both given; choose one");
-
-    CreateOptions opt;
-    opt.output = output;
-    if (vm.count("size")) {
-      opt.size = parse_u64(size_s, "--size");
-      CHECK(opt.size > 0, "--size: must be at least 1");
-    }
-    if (vm.count("fraction")) {
-      opt.fraction = parse_double(fraction_s, "--fraction");
-      CHECK(opt.fraction > 0 && opt.fraction <= 1, "--fraction: ", fraction_s, " is outside (0, 1]");
-    }
-    opt.test_fraction = parse_double(test_fraction_s, "--test-fraction");
-    CHECK(opt.test_fraction >= 0 && opt.test_fraction <= 1, "--test-fraction: ", test_fraction_s,
-          " is outside [0, 1]");
-    opt.seed = parse_u64(seed_s, "--seed");
-    opt.single_csv = vm.count("single-csv") > 0;
-    if (vm.count("resize")) opt.resize = parse_resize(resize_s, "--resize");
-    opt.absolute_paths = vm.count("absolute-paths") > 0;
-    opt.force = vm.count("force") > 0;
-    opt.skip_bad = vm.count("skip-bad") > 0;
-    if (vm.count("threads")) {
-      const uint64_t t = parse_u64(threads_s, "--threads");
-      CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
-      opt.threads = int(t);
-    }
-    const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
-    CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
-
-    DatasetSpec spec;
-    spec.kind = kind;
-    spec.path = input;
-    spec.split = split;
-    spec.idx_num_classes = int(idx_classes);
-    spec.check_files = true;  // a CSV must not name files that are not there
-    const std::unique_ptr<Dataset> ds = open_dataset(spec);
-    std::cout << format_report(create_dataset(*ds, opt));
-    return 0;
-  } catch (const Error& e) {
-    std::cerr << kTool << ": " << one_line(e.message()) << "\n";
-  } catch (const po::error& e) {
-    std::cerr << kTool << ": " << one_line(e.what()) << " (see --help)\n";
-  } catch (const std::exception& e) {
-    std::cerr << kTool << ": " << one_line(e.what()) << "\n";
-  }
-  return 1;
+  return run_tool(kTool, [&] { return run(argc, argv); });
 }

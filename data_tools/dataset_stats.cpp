@@ -33,84 +33,80 @@ Examples:
 The line "trainer flags: --mean 0.2860 --std 0.3530" can be pasted into a train command.
 )";
 
+// Parses the flags and runs the tool; errors are thrown, and run_tool reports them.
+int run(int argc, char** argv) {
+  std::string input, kind, split, limit_s, seed_s, resize_s, channels_s, json, threads_s, idx_classes_s;
+  po::options_description opts("Options", 110, 55);
+  opts.add_options()
+      ("help,h", "show this help")
+      ("input,i", po::value(&input)->value_name("PATH"),
+       "dataset: image folder, CSV file, IDX folder or images file, CIFAR folder")
+      ("dataset,d", po::value(&kind)->default_value("auto")->value_name("KIND"),
+       "auto, imagefolder, csv, idx, mnist, fashion-mnist (no --input needed), cifar10, cifar100, synthetic")
+      ("split", po::value(&split)->default_value("train")->value_name("SPLIT"), "train, test, val or all")
+      ("limit", po::value(&limit_s)->value_name("N"),
+       "use a stratified random sample of N images (default: all)")
+      ("seed", po::value(&seed_s)->default_value("0")->value_name("S"), "random seed of the --limit sample")
+      ("resize", po::value(&resize_s)->value_name("S|HxW"),
+       "resize every image first: S sets the shorter side (aspect kept), HxW the exact size")
+      ("channels", po::value(&channels_s)->default_value("0")->value_name("C"),
+       "1 (gray, PIL luma) or 3 (RGB) converts; 0 keeps the dataset's (files: the first image's)")
+      ("json", po::value(&json)->value_name("FILE"), "also write the results as JSON to FILE")
+      ("idx-classes", po::value(&idx_classes_s)->default_value("10")->value_name("N"),
+       "number of classes of plain IDX data (--dataset idx)")
+      ("skip-bad", "leave unreadable images out of the statistics and report how many")
+      ("threads", po::value(&threads_s)->value_name("N"), "threads decoding images (default: all cores)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << kUsage << opts << kExamples;
+    return 0;
+  }
+
+  check_choice(kind, {"auto", "imagefolder", "csv", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100",
+                      "synthetic"},
+               "--dataset");
+  check_choice(split, {"train", "test", "val", "all"}, "--split");
+  check_choice(channels_s, {"0", "1", "3"}, "--channels");
+  CHECK(!input.empty() || kind == "fashion-mnist" || kind == "synthetic",
+        "--input is required (a dataset folder or file; only --dataset fashion-mnist or synthetic go without)");
+  StatsOptions opt;
+  if (vm.count("limit")) {
+    opt.limit = parse_u64(limit_s, "--limit");
+    CHECK(opt.limit > 0, "--limit: must be at least 1");
+  }
+  opt.seed = parse_u64(seed_s, "--seed");
+  opt.skip_bad = vm.count("skip-bad") > 0;
+  if (vm.count("resize")) opt.resize = parse_resize(resize_s, "--resize");
+  opt.channels = std::stoi(channels_s);
+  if (vm.count("threads")) {
+    const uint64_t t = parse_u64(threads_s, "--threads");
+    CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
+    opt.threads = int(t);
+  }
+  CHECK(!vm.count("json") || !json.empty(), "--json: empty file name");
+  const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
+  CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
+
+  DatasetSpec spec;
+  spec.kind = kind;
+  spec.path = input;
+  spec.split = split;
+  spec.idx_num_classes = int(idx_classes);
+  const std::unique_ptr<Dataset> ds = open_dataset(spec);
+  const DatasetStats stats = dataset_stats(*ds, opt);
+  if (!json.empty()) {
+    const std::string text = stats_json(stats);
+    write_file_atomic(json, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  }
+  std::cout << format_stats(stats);
+  if (!json.empty()) std::cout << "\nwrote " << json << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    std::string input, kind, split, limit_s, seed_s, resize_s, channels_s, json, threads_s, idx_classes_s;
-    po::options_description opts("Options", 110, 55);
-    opts.add_options()
-        ("help,h", "show this help")
-        ("input,i", po::value(&input)->value_name("PATH"),
-         "dataset: image folder, CSV file, IDX folder or images file, CIFAR folder")
-        ("dataset,d", po::value(&kind)->default_value("auto")->value_name("KIND"),
-         "auto, imagefolder, csv, idx, mnist, fashion-mnist (no --input needed), cifar10, cifar100, synthetic")
-        ("split", po::value(&split)->default_value("train")->value_name("SPLIT"), "train, test, val or all")
-        ("limit", po::value(&limit_s)->value_name("N"),
-         "use a stratified random sample of N images (default: all)")
-        ("seed", po::value(&seed_s)->default_value("0")->value_name("S"), "random seed of the --limit sample")
-        ("resize", po::value(&resize_s)->value_name("S|HxW"),
-         "resize every image first: S sets the shorter side (aspect kept), HxW the exact size")
-        ("channels", po::value(&channels_s)->default_value("0")->value_name("C"),
-         "1 (gray, PIL luma) or 3 (RGB) converts; 0 keeps the dataset's (files: the first image's)")
-        ("json", po::value(&json)->value_name("FILE"), "also write the results as JSON to FILE")
-        ("idx-classes", po::value(&idx_classes_s)->default_value("10")->value_name("N"),
-         "number of classes of plain IDX data (--dataset idx)")
-        ("skip-bad", "leave unreadable images out of the statistics and report how many")
-        ("threads", po::value(&threads_s)->value_name("N"), "threads decoding images (default: all cores)");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << kUsage << opts << kExamples;
-      return 0;
-    }
-
-    check_choice(kind, {"auto", "imagefolder", "csv", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100",
-                        "synthetic"},
-                 "--dataset");
-    check_choice(split, {"train", "test", "val", "all"}, "--split");
-    check_choice(channels_s, {"0", "1", "3"}, "--channels");
-    CHECK(!input.empty() || kind == "fashion-mnist" || kind == "synthetic",
-          "--input is required (a dataset folder or file; only --dataset fashion-mnist or synthetic go without)");
-    StatsOptions opt;
-    if (vm.count("limit")) {
-      opt.limit = parse_u64(limit_s, "--limit");
-      CHECK(opt.limit > 0, "--limit: must be at least 1");
-    }
-    opt.seed = parse_u64(seed_s, "--seed");
-    opt.skip_bad = vm.count("skip-bad") > 0;
-    if (vm.count("resize")) opt.resize = parse_resize(resize_s, "--resize");
-    opt.channels = std::stoi(channels_s);
-    if (vm.count("threads")) {
-      const uint64_t t = parse_u64(threads_s, "--threads");
-      CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
-      opt.threads = int(t);
-    }
-    CHECK(!vm.count("json") || !json.empty(), "--json: empty file name");
-    const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
-    CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
-
-    DatasetSpec spec;
-    spec.kind = kind;
-    spec.path = input;
-    spec.split = split;
-    spec.idx_num_classes = int(idx_classes);
-    const std::unique_ptr<Dataset> ds = open_dataset(spec);
-    const DatasetStats stats = dataset_stats(*ds, opt);
-    if (!json.empty()) {
-      const std::string text = stats_json(stats);
-      write_file_atomic(json, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-    }
-    std::cout << format_stats(stats);
-    if (!json.empty()) std::cout << "\nwrote " << json << "\n";
-    return 0;
-  } catch (const Error& e) {
-    std::cerr << kTool << ": " << one_line(e.message()) << "\n";
-  } catch (const po::error& e) {
-    std::cerr << kTool << ": " << one_line(e.what()) << " (see --help)\n";
-  } catch (const std::exception& e) {
-    std::cerr << kTool << ": " << one_line(e.what()) << "\n";
-  }
-  return 1;
+  return run_tool(kTool, [&] { return run(argc, argv); });
 }

@@ -36,79 +36,75 @@ Examples:
   export_images -i data/cifar-100-binary -d cifar100 -o data/cifar100_png --threads 4
 )";
 
+// Parses the flags and runs the tool; errors are thrown, and run_tool reports them.
+int run(int argc, char** argv) {
+  std::string input, kind, split, output, limit_s, threads_s, idx_classes_s;
+  po::options_description opts("Options", 110, 55);
+  opts.add_options()
+      ("help,h", "show this help")
+      ("input,i", po::value(&input)->value_name("PATH"),
+       "IDX folder (or an images file) or CIFAR folder (default: Debian's Fashion-MNIST)")
+      ("dataset,d", po::value(&kind)->value_name("KIND"),
+       "auto, idx, mnist, fashion-mnist, cifar10, cifar100 (default: auto with --input, else fashion-mnist)")
+      ("output,o", po::value(&output)->value_name("OUT"), "output folder (required; must be empty unless --force)")
+      ("split", po::value(&split)->default_value("both")->value_name("SPLIT"), "train, test or both")
+      ("limit", po::value(&limit_s)->value_name("N"), "export only the first N samples of each split")
+      ("idx-classes", po::value(&idx_classes_s)->default_value("10")->value_name("N"),
+       "number of classes of plain IDX data (--dataset idx)")
+      ("threads", po::value(&threads_s)->value_name("N"),
+       "threads writing images (default: 4 per core, 16 to 64: writes wait on the disk)")
+      ("force", "write into a non-empty OUT (the split folders of an earlier export there are replaced)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << kUsage << opts << kExamples;
+    return 0;
+  }
+
+  if (kind.empty()) kind = input.empty() ? "fashion-mnist" : "auto";
+  check_choice(kind, {"auto", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100"}, "--dataset");
+  check_choice(split, {"train", "test", "both"}, "--split");
+  CHECK(!input.empty() || kind == "fashion-mnist", "--input is required with --dataset ", kind);
+  CHECK(!output.empty(), "--output is required (the folder to write the images to)");
+  ExportOptions opt;
+  opt.output = output;
+  opt.force = vm.count("force") > 0;
+  if (vm.count("limit")) {
+    opt.limit = parse_u64(limit_s, "--limit");
+    CHECK(opt.limit > 0, "--limit: must be at least 1");
+  }
+  if (vm.count("threads")) {
+    const uint64_t t = parse_u64(threads_s, "--threads");
+    CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
+    opt.threads = int(t);
+  }
+  const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
+  CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
+  if (kind == "auto") {
+    kind = detect_dataset_kind(input);
+    CHECK(kind != "imagefolder" && kind != "csv", input, ": is ", kind == "csv" ? "a CSV" : "an image folder",
+          " already (export_images reads IDX or CIFAR files; create_dataset samples image files)");
+  }
+
+  std::vector<std::unique_ptr<Dataset>> sets;
+  std::vector<std::pair<std::string, const Dataset*>> splits;
+  for (const char* s : {"train", "test"}) {
+    if (split != "both" && split != s) continue;
+    DatasetSpec spec;
+    spec.kind = kind;
+    spec.path = input;
+    spec.split = s;
+    spec.idx_num_classes = int(idx_classes);
+    sets.push_back(open_dataset(spec));
+    splits.emplace_back(s, sets.back().get());
+  }
+  std::cout << format_export(export_images(splits, opt), splits[0].second->class_names());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    std::string input, kind, split, output, limit_s, threads_s, idx_classes_s;
-    po::options_description opts("Options", 110, 55);
-    opts.add_options()
-        ("help,h", "show this help")
-        ("input,i", po::value(&input)->value_name("PATH"),
-         "IDX folder (or an images file) or CIFAR folder (default: Debian's Fashion-MNIST)")
-        ("dataset,d", po::value(&kind)->value_name("KIND"),
-         "auto, idx, mnist, fashion-mnist, cifar10, cifar100 (default: auto with --input, else fashion-mnist)")
-        ("output,o", po::value(&output)->value_name("OUT"), "output folder (required; must be empty unless --force)")
-        ("split", po::value(&split)->default_value("both")->value_name("SPLIT"), "train, test or both")
-        ("limit", po::value(&limit_s)->value_name("N"), "export only the first N samples of each split")
-        ("idx-classes", po::value(&idx_classes_s)->default_value("10")->value_name("N"),
-         "number of classes of plain IDX data (--dataset idx)")
-        ("threads", po::value(&threads_s)->value_name("N"),
-         "threads writing images (default: 4 per core, 16 to 64: writes wait on the disk)")
-        ("force", "write into a non-empty OUT (the split folders of an earlier export there are replaced)");
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << kUsage << opts << kExamples;
-      return 0;
-    }
-
-    if (kind.empty()) kind = input.empty() ? "fashion-mnist" : "auto";
-    check_choice(kind, {"auto", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100"}, "--dataset");
-    check_choice(split, {"train", "test", "both"}, "--split");
-    CHECK(!input.empty() || kind == "fashion-mnist", "--input is required with --dataset ", kind);
-    CHECK(!output.empty(), "--output is required (the folder to write the images to)");
-    ExportOptions opt;
-    opt.output = output;
-    opt.force = vm.count("force") > 0;
-    if (vm.count("limit")) {
-      opt.limit = parse_u64(limit_s, "--limit");
-      CHECK(opt.limit > 0, "--limit: must be at least 1");
-    }
-    if (vm.count("threads")) {
-      const uint64_t t = parse_u64(threads_s, "--threads");
-      CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
-      opt.threads = int(t);
-    }
-    const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
-    CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
-    if (kind == "auto") {
-      kind = detect_dataset_kind(input);
-      CHECK(kind != "imagefolder" && kind != "csv", input, ": is ", kind == "csv" ? "a CSV" : "an image folder",
-            " already (export_images reads IDX or CIFAR files; create_dataset samples image files)");
-    }
-
-    std::vector<std::unique_ptr<Dataset>> sets;
-    std::vector<std::pair<std::string, const Dataset*>> splits;
-    for (const char* s : {"train", "test"}) {
-      if (split != "both" && split != s) continue;
-      DatasetSpec spec;
-      spec.kind = kind;
-      spec.path = input;
-      spec.split = s;
-      spec.idx_num_classes = int(idx_classes);
-      sets.push_back(open_dataset(spec));
-      splits.emplace_back(s, sets.back().get());
-    }
-    std::cout << format_export(export_images(splits, opt), splits[0].second->class_names());
-    return 0;
-  } catch (const Error& e) {
-    std::cerr << kTool << ": " << one_line(e.message()) << "\n";
-  } catch (const po::error& e) {
-    std::cerr << kTool << ": " << one_line(e.what()) << " (see --help)\n";
-  } catch (const std::exception& e) {
-    std::cerr << kTool << ": " << one_line(e.what()) << "\n";
-  }
-  return 1;
+  return run_tool(kTool, [&] { return run(argc, argv); });
 }

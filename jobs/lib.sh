@@ -178,14 +178,14 @@ mpicnn_train() {
   return $rc
 }
 
-# ./pipeline_eval of CHECKPOINT on DATA (kind DATASET; Fashion-MNIST's test set when both are empty) with RANKS ranks,
+# ./pipeline_eval of CHECKPOINT on DATA (kind DATASET; the test split of the run's own data when both are empty) with RANKS ranks,
 # report and predictions into OUT_DIR. Used by jobs/eval.pbs and jobs/eval.slurm.
 mpicnn_eval() {
   [ -e "$CHECKPOINT" ] || mpicnn_die "CHECKPOINT='$CHECKPOINT' does not exist (a ./train run directory)"
   OUT_DIR=${OUT_DIR:-$CHECKPOINT/eval-$JOB_ID}
   local args=(--checkpoint "$CHECKPOINT" --threads "$THREADS" -o "$OUT_DIR")
   [ -n "$DATA" ] && args+=(-d "$DATA")
-  if [ -n "${DATASET:-}" ]; then args+=(--dataset "$DATASET"); elif [ -z "$DATA" ]; then args+=(--dataset fashion-mnist); fi
+  [ -n "${DATASET:-}" ] && args+=(--dataset "$DATASET")
   # shellcheck disable=SC2206  # EVAL_ARGS is a list of words on purpose
   args+=($EVAL_ARGS)
   mpicnn_log "${LAUNCH[*]} ./pipeline_eval ${args[*]}"

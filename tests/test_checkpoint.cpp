@@ -146,17 +146,20 @@ TEST_CASE("checkpoint round trip is bit-exact for model, optimizer and trainer s
   CHECK(r.saved_unix_ms > 0);
   CHECK(r.saved_at.size() == 20);  // 2026-01-02T03:04:05Z
   CHECK(r.loss_scale == 0);  // not an fp16 run: no loss-scaler record
+  CHECK(r.data_path.empty());  // none recorded (as in checkpoints older than the field)
 
   // An fp16 run's loss scaler travels with the checkpoint.
   TrainerState f = state_at(5);
   f.loss_scale = 8192;
   f.scale_clean_steps = 1234;
   f.scale_skipped_steps = 7;
+  f.data_path = "/data/faces, v2";  // and the absolute path of the run's data
   save_checkpoint(dir.str(), *a, oa, f, 3);
   const TrainerState rf = load_checkpoint(dir.str(), *b, ob);
   CHECK(rf.loss_scale == 8192);
   CHECK(rf.scale_clean_steps == 1234);
   CHECK(rf.scale_skipped_steps == 7);
+  CHECK(rf.data_path == "/data/faces, v2");
 
   // The same training continued on both gives the same bits: nothing else was hidden state.
   train_a_bit(*a, oa, 9);

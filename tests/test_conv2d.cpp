@@ -109,6 +109,19 @@ const Case kCases[] = {
     {"3x3 dilation 2 pad 2, large plane", 1, 2, 12, 13, 3, 3, 1, 2, 2},
 };
 
+// The case called `name`: tests pick cases by what they exercise, so adding or reordering cases
+// above cannot silently move a check onto another geometry.
+const Case& case_named(const std::string& name) {
+  const Case* found = nullptr;
+  for (const Case& c : kCases)
+    if (c.name == name) {
+      MPICNN_CHECK(!found, "test_conv2d: two cases named '", name, "'");
+      found = &c;
+    }
+  MPICNN_CHECK(found, "test_conv2d: no case named '", name, "'");
+  return *found;
+}
+
 }  // namespace
 
 TEST_CASE("Conv2d forward matches the direct convolution") {
@@ -122,30 +135,44 @@ TEST_CASE("Conv2d forward matches the direct convolution") {
 }
 
 TEST_CASE("Conv2d plan picks the GEMM paths the cases above rely on") {
-  auto chunk_of = [](const Case& c) { return Fixture(c, 1).conv.chunk(); };
-  CHECK(chunk_of(kCases[9]) == 1);    // 1x1 over 1056 pixels: no im2col at all
-  CHECK(chunk_of(kCases[15]) == 1);   // 1056 columns per image: already wide
-  CHECK(chunk_of(kCases[16]) == 8);   // whole planned batch in one GEMM, run on 3
-  CHECK(chunk_of(kCases[17]) == 6);   // 7 images: a chunk of 6, then 1 (direct rows)
-  CHECK(chunk_of(kCases[19]) == 6);   // pointwise chunked, tail is pointwise-direct
-  auto live_of = [](const Case& c) { return Fixture(c, 1).conv.columns().live_taps().size(); };
-  CHECK(live_of(kCases[20]) == 1);   // only the centre tap reads the 1x1 map
-  CHECK(live_of(kCases[21]) == 4);
-  CHECK(live_of(kCases[22]) == 15);  // rows -2 and +2 of a 2-row map are dead: 3 x 5
-  CHECK(live_of(kCases[23]) == 3);   // dilated rows -2 and +2 of a 1-row map are dead
-  CHECK(live_of(kCases[0]) == 9);
-  auto table_of = [](const Case& c) { return Fixture(c, 1).conv.columns().uses_table(); };
-  CHECK(table_of(kCases[0]));        // 7x9 output plane
-  CHECK(!table_of(kCases[24]));      // 11x11
-  CHECK(!table_of(kCases[25]));
+  auto chunk_of = [](const char* name) { return Fixture(case_named(name), 1).conv.chunk(); };
+  // 1x1 over 1056 pixels: no im2col at all
+  CHECK(chunk_of("1x1 unchunked: input is the column matrix") == 1);
+  CHECK(chunk_of("unchunked: one image per GEMM") == 1);  // 1056 columns per image: already wide
+  CHECK(chunk_of("batch smaller than planned") == 8);  // whole planned batch in one GEMM, run on 3
+  CHECK(chunk_of("chunks of 6 with a 1-image tail") == 6);  // a chunk of 6, then 1 (direct rows)
+  CHECK(chunk_of("1x1 chunks with a 1-image tail") == 6);  // pointwise; its tail pointwise-direct
+  auto live_of = [](const char* name) {
+    return Fixture(case_named(name), 1).conv.columns().live_taps().size();
+  };
+  CHECK(live_of("3x3 pad 1 on 1x1: one live tap") == 1);  // only the centre tap reads the 1x1 map
+  CHECK(live_of("3x3 stride 2 pad 1 on 2x2: four live taps") == 4);
+  CHECK(live_of("5x5 pad 2 on 2x3, grouped") == 15);  // rows -2, +2 of a 2-row map are dead: 3 x 5
+  CHECK(live_of("3x3 pad 2 on 1x4, dilation 2") == 3);  // dilated rows -2, +2 of 1 row are dead
+  CHECK(live_of("3x3 pad 1, odd size") == 9);
+  auto table_of = [](const char* name) {
+    return Fixture(case_named(name), 1).conv.columns().uses_table();
+  };
+  CHECK(table_of("3x3 pad 1, odd size"));                  // 7x9 output plane
+  CHECK(!table_of("3x3 stride 2 pad 1, large plane"));     // 11x11
+  CHECK(!table_of("3x3 dilation 2 pad 2, large plane"));
 }
 
 TEST_CASE("Conv2d gradients match finite differences") {
-  const Case grad_cases[] = {
-      kCases[1], kCases[3], kCases[4], kCases[6], kCases[8],
-      kCases[9], kCases[10], kCases[12], kCases[17], kCases[19],
+  const char* const grad_cases[] = {
+      "3x3 stride 2 pad 1",
+      "dilation 2",
+      "groups 2",
+      "depthwise x2 multiplier, stride 2",
+      "1x1 stride 2 (downsample)",
+      "1x1 unchunked: input is the column matrix",
+      "non-square kernel/stride/pad",
+      "7x7 stride 2 pad 3 (resnet stem)",
+      "chunks of 6 with a 1-image tail",
+      "1x1 chunks with a 1-image tail",
   };
-  for (const Case& c : grad_cases) {
+  for (const char* name : grad_cases) {
+    const Case& c = case_named(name);
     CAPTURE(c.name);
     Fixture f(c, 21);
     f.conv.forward(f.y, f.x);
@@ -167,7 +194,9 @@ TEST_CASE("Conv2d gradients match finite differences") {
 }
 
 TEST_CASE("Conv2d backward accumulates parameter grads and overwrites din") {
-  for (const Case& c : {kCases[0], kCases[9], kCases[17]}) {
+  for (const char* name : {"3x3 pad 1, odd size", "1x1 unchunked: input is the column matrix",
+                           "chunks of 6 with a 1-image tail"}) {
+    const Case& c = case_named(name);
     CAPTURE(c.name);
     Fixture f(c, 31);
     f.conv.forward(f.y, f.x);

@@ -4,6 +4,8 @@
 // Fixtures are written at test time into temporary folders; nothing here is committed data.
 #include <sys/wait.h>
 
+#include <boost/program_options/errors.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +14,8 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <sstream>
+#include <stdexcept>
 
 #include "core/rng.h"
 #include "data/csv_dataset.h"
@@ -280,6 +284,33 @@ TEST_CASE("data tools: flag parsing, class folder names, CSV quoting") {
     CHECK(std::accumulate(ran.begin(), ran.begin() + 5, 0) == 5);
     CHECK(*std::max_element(thread_of.begin(), thread_of.end()) < threads);
   }
+}
+
+TEST_CASE("data tools: run_tool turns every error into one line naming the tool, exit 1") {
+  struct Outcome {
+    int rc;
+    std::string err;
+  };
+  auto outcome = [](const std::function<int()>& body) {
+    std::ostringstream err;
+    const int rc = run_tool("tool_x", body, err);
+    return Outcome{rc, err.str()};
+  };
+  const Outcome ok = outcome([] { return 0; });
+  CHECK((ok.rc == 0 && ok.err.empty()));
+  CHECK(outcome([] { return 3; }).rc == 3);  // the body's own exit code passes through
+
+  // An Error prints its message() alone (not what()'s file and line), newlines flattened.
+  const Outcome error = outcome([]() -> int { MPICNN_FAIL("--size: 'x' is not\na number"); });
+  CHECK(error.rc == 1);
+  CHECK(error.err == "tool_x: --size: 'x' is not a number\n");
+  // A Boost flag error points to --help.
+  const Outcome flag = outcome([]() -> int { throw boost::program_options::unknown_option("--bogus"); });
+  CHECK(flag.rc == 1);
+  CHECK(flag.err == "tool_x: unrecognised option '--bogus' (see --help)\n");
+  const Outcome other = outcome([]() -> int { throw std::runtime_error("disk\rfull"); });
+  CHECK(other.rc == 1);
+  CHECK(other.err == "tool_x: disk full\n");
 }
 
 // ---- create_dataset ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "core/gpu.h"
 #include "data/dataset.h"
 #include "eval/options.h"
+#include "io/checkpoint.h"
 #include "models/registry.h"
 #include "testing.h"
 
@@ -196,12 +197,82 @@ TEST_CASE("eval options: dataset and data") {
   CHECK(f.data.empty());
   CHECK(parse({"-c", "r", "--dataset", "synthetic"}).data.empty());
   CHECK(parse({"-c", "r", "--dataset", "fashion-mnist", "-d", "/fm"}).data == "/fm");
-  expect_parse_error({"-c", "r"},
+  expect_parse_error({"--weights", "w", "--model", "lenet"},
                      "-d/--data: no dataset given (a path, or --dataset fashion-mnist)");
-  expect_parse_error({"-c", "r", "--data="}, "-d/--data: no dataset given");
+  expect_parse_error({"--weights", "w", "--model", "lenet", "--data="}, "-d/--data: no dataset given");
   expect_parse_error({"-c", "r", "--dataset", "csv"},
                      "--dataset: 'csv' needs -d/--data PATH (only fashion-mnist and synthetic");
   expect_parse_error({"-c", "r", "--dataset", "auto"}, "--dataset: 'auto' needs -d/--data PATH");
+}
+
+TEST_CASE("eval options: --checkpoint without -d evaluates the run's own data, test split") {
+  using mpicnn::TrainerState;
+  using mpicnn::eval::wants_run_data;
+  using mpicnn::eval::with_run_data;
+  mpicnn::testing::TempDir dir;
+  const std::string data = dir.path.string(), record = "runs/x/checkpoints/epoch-0001/trainer.json";
+  TrainerState st;
+  st.seed = 7;
+  st.config = {{"dataset", "fashion-mnist"}, {"data", data}, {"model", "lenet"}};
+
+  // Only a checkpoint alone (an empty --data= is none) takes the run's data.
+  for (const auto& args : {std::vector<std::string>{"-c", "r"}, {"-c", "r", "--data="}}) {
+    const EvalOptions o = parse(args);
+    CHECK(wants_run_data(o));
+    const EvalOptions r = with_run_data(o, st, record);
+    CHECK(r.dataset == "fashion-mnist");
+    CHECK(r.data == data);
+    CHECK(r.split == "test");  // never the training samples by default
+    CHECK(r.run_data);
+    CHECK(r.synthetic_seed == 7);
+  }
+  // -d or --dataset overrides it: nothing is taken from the record.
+  for (const auto& args : {std::vector<std::string>{"-c", "r", "-d", "/fm"},
+                           {"-c", "r", "--dataset", "fashion-mnist"},
+                           {"-c", "r", "--dataset", "synthetic"}}) {
+    const EvalOptions o = parse(args);
+    CHECK_FALSE(wants_run_data(o));
+    CHECK(with_run_data(o, st, record) == o);
+  }
+  CHECK_FALSE(wants_run_data(parse({"--weights", "w", "--model", "lenet", "-d", "p"})));
+  // --split is kept.
+  CHECK(with_run_data(parse({"-c", "r", "--split", "train"}), st, record).split == "train");
+
+  // Newer runs record the absolute path, which wins over the path as ./train was given it.
+  TrainerState moved = st;
+  moved.config["data"] = "data/faces";
+  moved.config["dataset"] = "auto";
+  moved.data_path = data;
+  const EvalOptions m = with_run_data(parse({"-c", "r"}), moved, record);
+  CHECK(m.data == data);
+  CHECK(m.dataset == "auto");
+  // Synthetic data has no path; its samples are drawn with the run's seed.
+  TrainerState synth = st;
+  synth.config = {{"dataset", "synthetic"}, {"data", ""}};
+  synth.seed = 123;
+  const EvalOptions y = with_run_data(parse({"-c", "r"}), synth, record);
+  CHECK((y.dataset == "synthetic" && y.data.empty() && y.synthetic_seed == 123 && y.split == "test"));
+
+  // What the record lacks is one line naming the flag to pass instead.
+  auto expect_error = [&](TrainerState bad, const std::string& part) {
+    mpicnn::testing::expect_error([&] { with_run_data(parse({"-c", "r"}), bad, record); }, part);
+  };
+  TrainerState none = st;
+  none.config.erase("dataset");
+  expect_error(none, "--checkpoint: " + record +
+                         " does not record the dataset its run trained on; pass -d/--data PATH");
+  TrainerState no_path = st;
+  no_path.config = {{"dataset", "imagefolder"}};
+  expect_error(no_path, "records dataset 'imagefolder' but not its path; pass -d/--data PATH");
+  TrainerState gone = st;
+  gone.config["data"] = "data/faces_gone";
+  expect_error(gone, "--checkpoint: the run trained on data/faces_gone (relative to the folder "
+                     "./train ran in), which is not there; pass -d/--data PATH");
+  gone.data_path = (dir.path / "gone").string();
+  expect_error(gone, "the run trained on " + gone.data_path + ", which is not there; pass -d/--data");
+  TrainerState odd = st;
+  odd.config["dataset"] = "lmdb";
+  expect_error(odd, "records dataset 'lmdb', which ./pipeline_eval does not know; pass -d/--data");
 }
 
 TEST_CASE("eval options: checkpoint, weights and model") {
@@ -300,7 +371,7 @@ TEST_CASE("eval options: help text") {
   for (const char* s :
        {"-c, --checkpoint RUN", "--weights FILE", "-m, --model NAME", "-d, --data PATH",
         "-b, --batch-size N", "-o, --output DIR", "-h, --help", "--skip-bad[=BOOL]",
-        "mpiexec -n K ./pipeline_eval --checkpoint RUN -d DATA [options]",
+        "mpiexec -n K ./pipeline_eval --checkpoint RUN [-d DATA] [options]",
         "./pipeline_eval --weights FILE --model NAME -d DATA", "[default 32]", "[default 2]",
         "[default auto]", "K >= 4", "K = 3", "K = 2", "K = 1", "ranks 3..K-1", "predictions.csv",
         "report.json", "Examples:", "--oversubscribe", "--compare", "resnet18.safetensors",

@@ -159,6 +159,34 @@ TEST_CASE("pipeline eval: predictions identical to --sequential on 1..6 ranks, a
   CHECK(r.output.find("predictions identical to sequential") != std::string::npos);
 }
 
+TEST_CASE("pipeline eval: --checkpoint alone evaluates the test split of the data the run trained on") {
+  Fixture& f = fixture();
+  TempDir d;
+  const auto r = run_mpi(2, "pipeline_eval", {"--checkpoint", f.run, "--threads", "1", "-o", d / "own"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  // The header names the dataset (the run's PNG folder, its test/ half) and the split.
+  const std::string data_line = "  data: " + f.png + "/test: 200 samples, 10 classes";
+  CHECK_MESSAGE(r.output.find(data_line) != std::string::npos, r.output);
+  CHECK_MESSAGE(r.output.find("(test split of the data the run trained on)") != std::string::npos, r.output);
+  const json rep = read_json(d / "own/report.json");
+  CHECK(rep["evaluated"] == 200);
+  const json summary = read_json(f.run + "/summary.json");
+  CHECK(rep["top1"].get<double>() == doctest::Approx(summary["test_top1"].get<double>()).epsilon(1e-9));
+
+  // A run whose data is gone says so in one line naming the flag to pass.
+  const std::string ck = d / "ck";
+  fs::copy(fs::canonical(f.run + "/latest"), ck, fs::copy_options::recursive);
+  json st = read_json(ck + "/trainer.json");
+  st["data_path"] = d / "moved";
+  std::ofstream(ck + "/trainer.json", std::ios::trunc) << st.dump();
+  const auto gone = run_mpi(2, "pipeline_eval", {"--checkpoint", ck});
+  CHECK(gone.rc != 0);
+  CHECK_MESSAGE(std::count(gone.output.begin(), gone.output.end(), '\n') == 1, gone.output);
+  CHECK_MESSAGE(gone.output.find("pipeline_eval: --checkpoint: the run trained on " + d / "moved" +
+                                 ", which is not there; pass -d/--data PATH") != std::string::npos,
+                gone.output);
+}
+
 TEST_CASE("pipeline eval: a corrupt image stops the job with one line naming it, or --skip-bad skips it") {
   Fixture& f = fixture();
   TempDir d;

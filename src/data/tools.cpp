@@ -5,6 +5,8 @@
 
 #include <omp.h>
 
+#include <boost/program_options/errors.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <iostream>
 #include <mutex>
 #include <numeric>
 
@@ -318,6 +321,19 @@ std::string one_line(std::string s) {
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
   return s;
+}
+
+int run_tool(const std::string& tool, const std::function<int()>& body, std::ostream& err) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    err << tool << ": " << one_line(e.message()) << "\n";
+  } catch (const boost::program_options::error& e) {
+    err << tool << ": " << one_line(e.what()) << " (see --help)\n";
+  } catch (const std::exception& e) {
+    err << tool << ": " << one_line(e.what()) << "\n";
+  }
+  return 1;
 }
 
 // ---- dataset_stats ----------------------------------------------------------------------------

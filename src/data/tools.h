@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iostream>
 #include <span>
 #include <string>
 #include <vector>
@@ -92,6 +93,11 @@ void check_choice(const std::string& value, std::initializer_list<const char*> c
 
 // Newlines to spaces: an error is reported on one line.
 std::string one_line(std::string s);
+
+// The data tools' mains in one place: runs `body` and returns its exit code; an exception
+// becomes one line "TOOL: message" on `err` and exit code 1. A Boost flag error (unknown
+// option, missing value) adds " (see --help)"; mpicnn::Error prints its message() alone.
+int run_tool(const std::string& tool, const std::function<int()>& body, std::ostream& err = std::cerr);
 
 // RFC-4180 quoting for one CSV field (what parse_csv reads back).
 std::string csv_field(const std::string& s);

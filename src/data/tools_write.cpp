@@ -56,7 +56,11 @@ std::string csv_path_of(const std::string& file, const fs::path& out, bool absol
 
 // ---- create_dataset ---------------------------------------------------------------------------
 
-CreateReport create_dataset(const Dataset& ds, const CreateOptions& opt) {
+namespace {
+
+// The number of samples to draw, after checking the options against the dataset (and that its
+// class names can be written to classes.txt).
+size_t sample_size(const Dataset& ds, const CreateOptions& opt) {
   const size_t n = ds.size();
   CHECK(n > 0, ds.describe(), ": no samples");
   CHECK(opt.size > 0 || (opt.fraction > 0 && opt.fraction <= 1), "--fraction: ", opt.fraction,
@@ -66,11 +70,114 @@ CreateReport create_dataset(const Dataset& ds, const CreateOptions& opt) {
   CHECK(size > 0, "--fraction: ", opt.fraction, " of ", n, " samples selects none");
   CHECK(opt.test_fraction >= 0 && opt.test_fraction <= 1, "--test-fraction: ", opt.test_fraction,
         " is outside [0, 1]");
-  const std::vector<std::string>& names = ds.class_names();
-  for (const std::string& name : names)
-    CHECK(!name.empty() && name.find_first_of("\r\n") == std::string::npos, ds.describe(), ": class name '", name,
-          "' cannot be written to classes.txt (empty or with a line break)");
+  for (const std::string& name : ds.class_names())
+    CHECK(!name.empty() && name.find_first_of("\r\n") == std::string::npos, ds.describe(),
+          ": class name '", name, "' cannot be written to classes.txt (empty or with a line break)");
+  return size;
+}
 
+// The selected samples in dataset order, each with the path its CSV row will name.
+struct Selection {
+  std::vector<uint64_t> samples;      // dataset indices, ascending
+  std::vector<std::string> paths;     // (samples)
+  std::vector<SkippedImage> skipped;  // skip_bad: left out, in dataset order
+};
+
+// Writes the selected samples as PNGs out/images/<class folder>/<index>[_<stem>].png (resized
+// when asked) and names them in sel.paths. With skip_bad an unreadable sample leaves the
+// selection and the split (so no CSV names it); without, its error stops the run.
+void write_sample_images(const Dataset& ds, const CreateOptions& opt, const fs::path& out,
+                         bool file_source, const std::vector<int32_t>& labels, Selection& sel,
+                         StratifiedSplit& split) {
+  std::vector<uint64_t>& all = sel.samples;
+  const std::vector<std::string> folders = class_folder_names(ds.class_names());
+  const int width = index_width(ds.size());
+  std::vector<bool> used(folders.size(), false);
+  for (uint64_t i : all) used[size_t(labels[i])] = true;
+  std::error_code ec;
+  for (size_t k = 0; k < folders.size(); ++k)
+    if (used[k]) {
+      fs::create_directories(out / "images" / folders[k], ec);
+      CHECK(!ec, (out / "images" / folders[k]).string(), ": cannot create (", ec.message(), ")");
+    }
+  for (size_t j = 0; j < all.size(); ++j) {
+    const uint64_t i = all[j];
+    std::string file = zero_pad(i, width);
+    if (file_source) file.append("_").append(safe_stem(fs::path(ds.source(i)).stem().string()));
+    const fs::path rel = fs::path("images") / folders[size_t(labels[i])] / (file + ".png");
+    sel.paths[j] = opt.absolute_paths ? (out / rel).string() : rel.string();
+  }
+  // Each file is a pure function of its sample, so the thread count changes nothing written.
+  std::vector<std::string> bad(all.size());  // (all): why, if the source is unreadable
+  parallel_for(all.size(), writer_threads(opt.threads), [&](size_t j, int) {
+    const fs::path file = opt.absolute_paths ? fs::path(sel.paths[j]) : out / sel.paths[j];
+    Image img;
+    try {
+      img = opt.resize.apply(ds.load(all[j], 0));
+    } catch (const Error& e) {
+      if (!opt.skip_bad) throw;
+      bad[j] = e.message();
+      return;
+    }
+    write_png(file.string(), img);
+  });
+  // Unreadable samples leave the sample (and so the CSVs) altogether.
+  std::vector<uint64_t> kept;
+  for (size_t j = 0; j < all.size(); ++j) {
+    if (bad[j].empty()) kept.push_back(all[j]), sel.paths[kept.size() - 1] = sel.paths[j];
+    else sel.skipped.push_back({ds.source(all[j]), bad[j]});
+  }
+  if (sel.skipped.empty()) return;
+  sel.paths.resize(kept.size());
+  auto drop = [&](std::vector<uint64_t>& v) {
+    std::erase_if(v, [&](uint64_t i) { return !std::binary_search(kept.begin(), kept.end(), i); });
+  };
+  drop(split.train);
+  drop(split.test);
+  all = std::move(kept);
+  CHECK(!all.empty(), ds.describe(), ": none of the selected images could be read");
+}
+
+// classes.txt, then train.csv and test.csv (or data.csv with a split column), each atomically.
+// Returns the files written.
+std::vector<std::string> write_dataframes(const fs::path& out, const CreateOptions& opt,
+                                          const std::vector<std::string>& names,
+                                          const std::vector<int32_t>& labels, const Selection& sel,
+                                          const StratifiedSplit& split) {
+  std::vector<std::string> files;
+  std::string classes;
+  for (const std::string& name : names) classes += name + "\n";
+  write_text_atomic(out / "classes.txt", classes);
+  files.push_back((out / "classes.txt").string());
+  const std::vector<uint64_t>& all = sel.samples;
+  auto row = [&](size_t j) { return csv_field(sel.paths[j]) + "," + std::to_string(labels[all[j]]); };
+  std::vector<bool> is_test(all.size(), false);
+  for (size_t j = 0; j < all.size(); ++j)
+    is_test[j] = std::binary_search(split.test.begin(), split.test.end(), all[j]);
+  if (opt.single_csv) {
+    std::string csv = "path,label,split\n";
+    for (size_t j = 0; j < all.size(); ++j) csv += row(j) + (is_test[j] ? ",test\n" : ",train\n");
+    write_text_atomic(out / "data.csv", csv);
+    files.push_back((out / "data.csv").string());
+    return files;
+  }
+  // An empty part gets no file: the CSV reader rejects a header without rows.
+  for (const bool test : {false, true}) {
+    if ((test ? split.test : split.train).empty()) continue;
+    std::string csv = "path,label\n";
+    for (size_t j = 0; j < all.size(); ++j)
+      if (is_test[j] == test) csv += row(j) + "\n";
+    const fs::path file = out / (test ? "test.csv" : "train.csv");
+    write_text_atomic(file, csv);
+    files.push_back(file.string());
+  }
+  return files;
+}
+
+}  // namespace
+
+CreateReport create_dataset(const Dataset& ds, const CreateOptions& opt) {
+  const size_t size = sample_size(ds, opt);
   // File sources keep their files unless resized; in-memory samples need files to be named.
   const bool file_source = dynamic_cast<const FileListDataset*>(&ds) != nullptr;
   const bool write_images = !file_source || opt.resize.active();
@@ -84,102 +191,30 @@ CreateReport create_dataset(const Dataset& ds, const CreateOptions& opt) {
   const fs::path out = fs::canonical(opt.output, ec);
   CHECK(!ec, opt.output, ": cannot resolve the output folder (", ec.message(), ")");
 
-  // Every selected sample, in dataset order, with the path its CSV row will name.
-  std::vector<uint64_t> all(split.train);
-  all.insert(all.end(), split.test.begin(), split.test.end());
-  std::sort(all.begin(), all.end());
-  std::vector<std::string> row_path(all.size());
-  std::vector<SkippedImage> skipped;
-  const std::vector<std::string> folders = class_folder_names(names);
-  const int width = index_width(n);
+  Selection sel;
+  sel.samples = split.train;
+  sel.samples.insert(sel.samples.end(), split.test.begin(), split.test.end());
+  std::sort(sel.samples.begin(), sel.samples.end());
+  sel.paths.resize(sel.samples.size());
   if (write_images) {
-    std::vector<bool> used(names.size(), false);
-    for (uint64_t i : all) used[size_t(labels[i])] = true;
-    for (size_t k = 0; k < names.size(); ++k)
-      if (used[k]) {
-        fs::create_directories(out / "images" / folders[k], ec);
-        CHECK(!ec, (out / "images" / folders[k]).string(), ": cannot create (", ec.message(), ")");
-      }
-    for (size_t j = 0; j < all.size(); ++j) {
-      const uint64_t i = all[j];
-      std::string file = zero_pad(i, width);
-      if (file_source) file.append("_").append(safe_stem(fs::path(ds.source(i)).stem().string()));
-      const fs::path rel = fs::path("images") / folders[size_t(labels[i])] / (file + ".png");
-      row_path[j] = opt.absolute_paths ? (out / rel).string() : rel.string();
-    }
-    // Each file is a pure function of its sample, so the thread count changes nothing written.
-    std::vector<std::string> bad(all.size());  // (all): why, if the source is unreadable
-    parallel_for(all.size(), writer_threads(opt.threads), [&](size_t j, int) {
-      const fs::path file = opt.absolute_paths ? fs::path(row_path[j]) : out / row_path[j];
-      Image img;
-      try {
-        img = opt.resize.apply(ds.load(all[j], 0));
-      } catch (const Error& e) {
-        if (!opt.skip_bad) throw;
-        bad[j] = e.message();
-        return;
-      }
-      write_png(file.string(), img);
-    });
-    // Unreadable samples leave the sample (and so the CSVs) altogether.
-    std::vector<uint64_t> kept;
-    for (size_t j = 0; j < all.size(); ++j) {
-      if (bad[j].empty()) kept.push_back(all[j]), row_path[kept.size() - 1] = row_path[j];
-      else skipped.push_back({ds.source(all[j]), bad[j]});
-    }
-    if (!skipped.empty()) {
-      row_path.resize(kept.size());
-      auto drop = [&](std::vector<uint64_t>& v) {
-        std::erase_if(v, [&](uint64_t i) { return !std::binary_search(kept.begin(), kept.end(), i); });
-      };
-      drop(split.train);
-      drop(split.test);
-      all = std::move(kept);
-      CHECK(!all.empty(), ds.describe(), ": none of the selected images could be read");
-    }
+    write_sample_images(ds, opt, out, file_source, labels, sel, split);
   } else {
-    for (size_t j = 0; j < all.size(); ++j) row_path[j] = csv_path_of(ds.source(all[j]), out, opt.absolute_paths);
+    for (size_t j = 0; j < sel.samples.size(); ++j)
+      sel.paths[j] = csv_path_of(ds.source(sel.samples[j]), out, opt.absolute_paths);
   }
 
   CreateReport r;
-  r.skipped = std::move(skipped);
+  r.skipped = sel.skipped;
   r.source = ds.describe();
   r.output = out.string();
-  r.class_names = names;
+  r.class_names = ds.class_names();
   r.available = count_labels(labels, ds.num_classes());
-  r.train.assign(names.size(), 0);
-  r.test.assign(names.size(), 0);
+  r.train.assign(r.class_names.size(), 0);
+  r.test.assign(r.class_names.size(), 0);
   for (uint64_t i : split.train) ++r.train[size_t(labels[i])];
   for (uint64_t i : split.test) ++r.test[size_t(labels[i])];
-  r.images_written = write_images ? all.size() : 0;
-
-  std::string classes;
-  for (const std::string& name : names) classes += name + "\n";
-  write_text_atomic(out / "classes.txt", classes);
-  r.files.push_back((out / "classes.txt").string());
-  auto row = [&](size_t j) { return csv_field(row_path[j]) + "," + std::to_string(labels[all[j]]); };
-  const std::vector<bool> is_test = [&] {
-    std::vector<bool> t(all.size(), false);
-    for (size_t j = 0; j < all.size(); ++j) t[j] = std::binary_search(split.test.begin(), split.test.end(), all[j]);
-    return t;
-  }();
-  if (opt.single_csv) {
-    std::string csv = "path,label,split\n";
-    for (size_t j = 0; j < all.size(); ++j) csv += row(j) + (is_test[j] ? ",test\n" : ",train\n");
-    write_text_atomic(out / "data.csv", csv);
-    r.files.push_back((out / "data.csv").string());
-  } else {
-    // An empty part gets no file: the CSV reader rejects a header without rows.
-    for (const bool test : {false, true}) {
-      if ((test ? split.test : split.train).empty()) continue;
-      std::string csv = "path,label\n";
-      for (size_t j = 0; j < all.size(); ++j)
-        if (is_test[j] == test) csv += row(j) + "\n";
-      const fs::path file = out / (test ? "test.csv" : "train.csv");
-      write_text_atomic(file, csv);
-      r.files.push_back(file.string());
-    }
-  }
+  r.images_written = write_images ? sel.samples.size() : 0;
+  r.files = write_dataframes(out, opt, r.class_names, labels, sel, split);
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include "dist/messenger.h"
 #include "eval/pipeline.h"
 #include "eval/plan.h"
+#include "io/checkpoint.h"
 
 namespace mpicnn::eval {
 
@@ -41,6 +42,13 @@ int64_t count_mismatches(const std::vector<Prediction>& a, const std::vector<Pre
   return n;
 }
 
+// --checkpoint without -d/--dataset: the data its run trained on, from its trainer.json.
+EvalOptions resolve_data(const EvalOptions& o) {
+  if (!wants_run_data(o)) return o;
+  const CheckpointPaths ck = resolve_checkpoint(o.checkpoint);
+  return with_run_data(o, read_trainer_state(ck.trainer), ck.trainer);
+}
+
 }  // namespace
 
 Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
@@ -49,7 +57,9 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   EvalPlan plan;
   std::string text;
   comm.on_root([&] {
-    plan = make_plan(o, dataset);
+    const EvalOptions eo = resolve_data(o);
+    plan = make_plan(eo, dataset);
+    if (eo.run_data) plan.dataset += " (" + eo.split + " split of the data the run trained on)";
     text = plan_to_json(plan);
   });
   comm.broadcast(text);

@@ -4,7 +4,9 @@
 // the evaluation and not its main: nothing here opens data, checkpoints or MPI.
 #include "eval/options.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -13,10 +15,12 @@
 #include "core/cli.h"
 #include "core/gpu.h"
 #include "data/dataset.h"
+#include "io/checkpoint.h"
 #include "models/registry.h"
 
 namespace mpicnn::eval {
 
+namespace fs = std::filesystem;
 namespace po = boost::program_options;
 using cli::bad;
 using cli::Given;
@@ -46,7 +50,8 @@ const cli::Program& program() {
       {"data", "d", "PATH", cli::Kind::Value,
        "dataset path: IDX folder, image folder (class subfolders, optional train/ and test/), "
        "CSV file, CIFAR binary folder; with --dataset fashion-mnist it may be left out (the "
-       "Debian package's files, /usr/share/datasets/fashion-mnist)"},
+       "Debian package's files, /usr/share/datasets/fashion-mnist); with --checkpoint and "
+       "neither -d nor --dataset: the data the run trained on (its test split by default)"},
       {"dataset", "", "KIND", cli::Kind::Value,
        "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100 or synthetic; auto "
        "detects the format from --data"},
@@ -120,6 +125,47 @@ std::map<std::string, std::string> shown_defaults() {
   };
 }
 
+// The rules between options, once each option's own value is known (`cmd`: which were given):
+// what to evaluate, the flags that go with it, the channel lists, and the data.
+void check_across_options(const EvalOptions& o, const po::variables_map& cmd) {
+  auto given = [&](const char* key) { return cmd.count(key) > 0; };
+  // What to evaluate: a checkpoint (which names its model), or a state dict and a model name.
+  const bool has_checkpoint = !o.checkpoint.empty(), has_weights = !o.weights.empty();
+  CHECK(!(has_checkpoint && has_weights),
+        "give --checkpoint RUN or --weights FILE --model NAME (not both)");
+  CHECK(has_checkpoint || has_weights,
+        "give --checkpoint RUN or --weights FILE --model NAME (nothing to evaluate)");
+  if (has_checkpoint) {
+    for (const char* key : {"model", "num-classes", "in-channels"})
+      CHECK(!given(key), flag(key), ": the checkpoint names the ",
+            std::strcmp(key, "model") == 0         ? "model"
+            : std::strcmp(key, "num-classes") == 0 ? "class count"
+                                                   : "input channels",
+            "; --", key, " goes with --weights");
+  } else {
+    CHECK(!o.model.empty(), "--weights needs --model NAME (the architecture of the state dict)");
+  }
+  CHECK(!(o.sequential && o.compare),
+        "--sequential and --compare: --compare already runs the sequential baseline before the "
+        "pipeline (give one of the two)");
+
+  // The channel lists must fit the input channels when those are known here (--in-channels).
+  if (o.in_channels == 1)
+    for (const char* key : {"mean", "std"}) {
+      const auto& list = std::strcmp(key, "mean") == 0 ? o.mean : o.std;
+      CHECK(list.size() <= 1, flag(key), ": ", list.size(),
+            " values for --in-channels 1 (give 1 value)");
+    }
+
+  // The data: a path, or a kind that needs none, or (neither given) a checkpoint's run's own,
+  // which with_run_data fills in from its record. An empty --data= counts as none.
+  if (o.data.empty() && (given("dataset") || !has_checkpoint)) {
+    CHECK(given("dataset"), "-d/--data: no dataset given (a path, or --dataset fashion-mnist)");
+    CHECK(o.dataset == "fashion-mnist" || o.dataset == "synthetic", "--dataset: '", o.dataset,
+          "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
+  }
+}
+
 }  // namespace
 
 EvalOptions parse_eval_options(const std::vector<std::string>& args) {
@@ -133,7 +179,6 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
     if (!cmd.count(key)) return std::nullopt;
     return cli::Given{cmd[key].as<std::string>(), flag(key)};
   };
-  auto given = [&](const char* key) { return cmd.count(key) > 0; };
   auto set = [&](const char* key, auto& field, auto convert) {
     if (const auto g = get(key)) field = convert(*g);
   };
@@ -141,6 +186,8 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
   auto int_from = [](int64_t lo) { return [lo](const Given& g) { return to_int(g, lo); }; };
   auto int32_from = [](int64_t lo) { return [lo](const Given& g) { return to_int32(g, lo); }; };
 
+  // One set() per option, in help order: a flat table, kept in one piece so that each option's
+  // conversion and accepted range read on one line.
   set("checkpoint", o.checkpoint, text);
   set("weights", o.weights, text);
   set("model", o.model, [](const Given& g) {
@@ -179,48 +226,45 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
     return to_choice(g, {"auto", "cpu", "cuda"});
   });
 
-  // ---- checks across options ------------------------------------------------------------------
-  // What to evaluate: a checkpoint (which names its model), or a state dict and a model name.
-  const bool has_checkpoint = !o.checkpoint.empty(), has_weights = !o.weights.empty();
-  CHECK(!(has_checkpoint && has_weights),
-        "give --checkpoint RUN or --weights FILE --model NAME (not both)");
-  CHECK(has_checkpoint || has_weights,
-        "give --checkpoint RUN or --weights FILE --model NAME (nothing to evaluate)");
-  if (has_checkpoint) {
-    for (const char* key : {"model", "num-classes", "in-channels"})
-      CHECK(!given(key), flag(key), ": the checkpoint names the ",
-            std::strcmp(key, "model") == 0         ? "model"
-            : std::strcmp(key, "num-classes") == 0 ? "class count"
-                                                   : "input channels",
-            "; --", key, " goes with --weights");
-  } else {
-    CHECK(!o.model.empty(), "--weights needs --model NAME (the architecture of the state dict)");
-  }
-  CHECK(!(o.sequential && o.compare),
-        "--sequential and --compare: --compare already runs the sequential baseline before the "
-        "pipeline (give one of the two)");
+  check_across_options(o, cmd);
+  return o;
+}
 
-  // The channel lists must fit the input channels when those are known here (--in-channels).
-  if (o.in_channels == 1)
-    for (const char* key : {"mean", "std"}) {
-      const auto& list = std::strcmp(key, "mean") == 0 ? o.mean : o.std;
-      CHECK(list.size() <= 1, flag(key), ": ", list.size(),
-            " values for --in-channels 1 (give 1 value)");
-    }
+bool wants_run_data(const EvalOptions& o) {
+  // parse_eval_options refuses --dataset auto without a path, so "auto" here means not given.
+  return !o.checkpoint.empty() && o.data.empty() && o.dataset == "auto";
+}
 
-  // The data: a path, or a kind that needs none. An empty --data= counts as none.
-  if (o.data.empty()) {
-    CHECK(given("dataset"), "-d/--data: no dataset given (a path, or --dataset fashion-mnist)");
-    CHECK(o.dataset == "fashion-mnist" || o.dataset == "synthetic", "--dataset: '", o.dataset,
-          "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
+EvalOptions with_run_data(EvalOptions o, const TrainerState& st, const std::string& record) {
+  if (!wants_run_data(o)) return o;
+  const std::string pass = "; pass -d/--data PATH (and --dataset KIND) to name the data";
+  const auto kind = st.config.find("dataset");
+  CHECK(kind != st.config.end() && !kind->second.empty(), "--checkpoint: ", record,
+        " does not record the dataset its run trained on", pass);
+  CHECK(std::find(kDatasets.begin(), kDatasets.end(), kind->second) != kDatasets.end(),
+        "--checkpoint: ", record, " records dataset '", kind->second, "', which ./pipeline_eval ",
+        "does not know", pass);
+  o.dataset = kind->second;
+  if (o.dataset != "synthetic") {
+    const auto given = st.config.find("data");
+    o.data = !st.data_path.empty() ? st.data_path : given != st.config.end() ? given->second : "";
+    CHECK(!o.data.empty(), "--checkpoint: ", record, " records dataset '", o.dataset,
+          "' but not its path", pass);
+    std::error_code ec;
+    CHECK(fs::exists(o.data, ec), "--checkpoint: the run trained on ", o.data,
+          fs::path(o.data).is_relative() ? " (relative to the folder ./train ran in)" : "",
+          ", which is not there", pass);
   }
+  o.synthetic_seed = st.seed;  // the trainer draws synthetic samples with the run's seed
+  if (o.split == "auto") o.split = "test";  // never the training samples by default
+  o.run_data = true;
   return o;
 }
 
 std::string eval_help() {
   const std::map<std::string, std::string> defaults = shown_defaults();
   std::ostringstream out;
-  out << "Usage: mpiexec -n K ./pipeline_eval --checkpoint RUN -d DATA [options]\n"
+  out << "Usage: mpiexec -n K ./pipeline_eval --checkpoint RUN [-d DATA] [options]\n"
          "       ./pipeline_eval --weights FILE --model NAME -d DATA [options]\n"
          "Evaluates a trained CNN on a dataset with the work pipelined across MPI ranks: reading,\n"
          "decoding and resizing, normalising and batching, and predicting run on different ranks\n"
@@ -252,7 +296,8 @@ std::string eval_help() {
          "                  the top-5 class ids) and DIR/report.json\n"
          "\nExamples:\n"
          "  mpiexec -n 6 --oversubscribe ./pipeline_eval --checkpoint runs/lenet-x \\\n"
-         "      -d /usr/share/datasets/fashion-mnist\n"
+         "      --limit 2000                                    the run's own data, its test split\n"
+         "  mpiexec -n 6 ./pipeline_eval --checkpoint runs/lenet-x -d data/photos --split all\n"
          "  mpiexec -n 4 ./pipeline_eval --checkpoint runs/r20 --dataset cifar10 \\\n"
          "      -d data/cifar-10-batches-bin --compare          pipeline vs. sequential, speedup\n"
          "  ./pipeline_eval --weights resnet18.safetensors --model resnet18 -d photos/ \\\n"

@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace mpicnn {
+struct TrainerState;  // io/checkpoint.h
+}
+
 namespace mpicnn::eval {
 
 // Every field holds its effective value after parsing; 0 / empty means "take it from the
@@ -43,6 +47,10 @@ struct EvalOptions {
   bool json = false;        // print the JSON report on stdout instead of the text report
   std::string device = "auto";  // auto | cpu | cuda: where the predict stage runs
 
+  // Not flags: filled by with_run_data when the data is the checkpoint's run's own.
+  bool run_data = false;        // data, dataset and split came from the checkpoint's record
+  uint64_t synthetic_seed = 0;  // --dataset synthetic: the seed its samples are drawn with
+
   bool operator==(const EvalOptions&) const = default;
 };
 
@@ -50,6 +58,17 @@ struct EvalOptions {
 // what is accepted, e.g. "--batch-size: 'x' is not an integer >= 1", "--weights needs --model",
 // "give --checkpoint RUN or --weights FILE --model NAME (not both)".
 EvalOptions parse_eval_options(const std::vector<std::string>& args);
+
+// True when the data is to be the checkpoint's run's own: --checkpoint given, -d and --dataset
+// not (parse_eval_options accepts a checkpoint without them).
+bool wants_run_data(const EvalOptions& o);
+
+// The options with the data the run trained on, as its checkpoint's trainer.json records it
+// (`st`, read from `record`): its dataset kind and path (the absolute path newer runs record,
+// else the path as ./train was given it), its seed for synthetic data, and the test split unless
+// --split says otherwise. `o` itself unless wants_run_data(o). What the record lacks, or a path
+// that is not there, is one line naming -d/--data, the flag to pass instead.
+EvalOptions with_run_data(EvalOptions o, const TrainerState& st, const std::string& record);
 
 // Every option with its default and meaning, the stage layout for K ranks, examples.
 std::string eval_help();

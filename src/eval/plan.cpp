@@ -106,6 +106,7 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
   data::DatasetSpec ds;
   ds.kind = o.dataset;
   ds.path = o.data;
+  ds.synthetic.seed = o.synthetic_seed;
   const std::string kind = ds.kind == "auto" ? data::detect_dataset_kind(ds.path) : ds.kind;
   ds.split = o.split == "auto" ? auto_split(kind, ds.path) : o.split;
   dataset = data::open_dataset(ds);

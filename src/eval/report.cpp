@@ -131,9 +131,12 @@ double Report::speedup() const {
 
 // ---- text -------------------------------------------------------------------------------------
 
-std::string format_report(const Report& r) {
+namespace {
+
+// The report's sections, in the order format_report prints them; each ends with a newline.
+
+std::string header_section(const Report& r) {
   const Metrics& m = r.metrics;
-  const size_t K = m.confusion.size();
   std::string o = "pipeline_eval: " + (r.model.empty() ? std::string("model") : r.model);
   if (!r.weights.empty()) o += " (" + r.weights + ")";
   o += ": " + plural(uint64_t(r.ranks), "rank") + " (" + r.mode + "), batch " + std::to_string(r.batch_size) +
@@ -142,97 +145,127 @@ std::string format_report(const Report& r) {
   if (!r.layout.empty()) o += "  layout: " + r.layout + "\n";
   o += "  top-1 " + pct(m.top1, 2) + "  top-5 " + pct(m.top5, 2) + "  (" + std::to_string(m.evaluated) +
        " evaluated, " + std::to_string(r.skipped.size()) + " skipped)\n";
+  return o;
+}
 
-  // per class
+// Width of the class ids column: digits of the largest id.
+size_t id_width(size_t K) { return std::to_string(K ? K - 1 : 0).size(); }
+
+std::string per_class_section(const Report& r) {
+  const Metrics& m = r.metrics;
+  const size_t K = m.confusion.size();
   size_t w = 9;  // "per class"
   for (size_t c = 0; c < K; ++c) w = std::max(w, std::min<size_t>(class_name(r, int(c)).size(), 40));
-  size_t idw = std::to_string(K ? K - 1 : 0).size();
-  o += "\n  " + pad_right("per class", idw + 2 + w) + "  precision   recall   support\n";
+  const size_t idw = id_width(K);
+  std::string o = "\n  " + pad_right("per class", idw + 2 + w) + "  precision   recall   support\n";
   for (size_t c = 0; c < K; ++c)
     o += "  " + pad_left(std::to_string(c), idw) + "  " + pad_right(class_name(r, int(c)), w) + "  " +
          pad_left(pct(c < m.precision.size() ? m.precision[c] : kNaN, 1), 9) + "  " +
          pad_left(pct(c < m.recall.size() ? m.recall[c] : kNaN, 1), 7) + "  " +
          pad_left(std::to_string(c < m.support.size() ? m.support[c] : 0), 8) + "\n";
+  return o;
+}
 
-  // confusion
-  if (K > 0 && K <= kFullMatrixClasses) {
-    uint64_t most = 0;
-    for (const auto& row : m.confusion)
-      for (uint64_t v : row) most = std::max(most, v);
-    const size_t cw = std::max(std::to_string(most).size(), idw) + 2;
-    o += "\n  confusion matrix (rows: label, columns: prediction)\n  " + std::string(idw, ' ');
-    for (size_t c = 0; c < K; ++c) o += pad_left(std::to_string(c), cw);
+// Up to kFullMatrixClasses classes: the whole matrix and the class names under it.
+std::string confusion_matrix_section(const Report& r) {
+  const Metrics& m = r.metrics;
+  const size_t K = m.confusion.size(), idw = id_width(K);
+  uint64_t most = 0;
+  for (const auto& row : m.confusion)
+    for (uint64_t v : row) most = std::max(most, v);
+  const size_t cw = std::max(std::to_string(most).size(), idw) + 2;
+  std::string o = "\n  confusion matrix (rows: label, columns: prediction)\n  " + std::string(idw, ' ');
+  for (size_t c = 0; c < K; ++c) o += pad_left(std::to_string(c), cw);
+  o += "\n";
+  for (size_t l = 0; l < K; ++l) {
+    o += "  " + pad_left(std::to_string(l), idw);
+    for (size_t c = 0; c < K; ++c) o += pad_left(std::to_string(m.confusion[l][c]), cw);
     o += "\n";
-    for (size_t l = 0; l < K; ++l) {
-      o += "  " + pad_left(std::to_string(l), idw);
-      for (size_t c = 0; c < K; ++c) o += pad_left(std::to_string(m.confusion[l][c]), cw);
-      o += "\n";
-    }
-    o += "  classes:";
-    for (size_t c = 0; c < K; ++c) o += std::string(c ? ", " : " ") + std::to_string(c) + " " + class_name(r, int(c));
-    o += "\n";
-  } else if (K > kFullMatrixClasses) {
-    std::vector<std::tuple<uint64_t, size_t, size_t>> cells;  // count, label, prediction
-    for (size_t l = 0; l < K; ++l)
-      for (size_t c = 0; c < K; ++c)
-        if (l != c && m.confusion[l][c] > 0) cells.emplace_back(m.confusion[l][c], l, c);
-    const size_t shown = std::min(kConfusedPairs, cells.size());
-    std::partial_sort(cells.begin(), cells.begin() + long(shown), cells.end(), [](const auto& a, const auto& b) {
-      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
-      return std::tie(std::get<1>(a), std::get<2>(a)) < std::tie(std::get<1>(b), std::get<2>(b));
-    });
-    o += "\n  most confused pairs (" + std::to_string(shown) + " largest of " + std::to_string(cells.size()) +
-         " non-zero off-diagonal cells; label -> predicted: count)\n";
-    if (cells.empty()) o += "    none\n";
-    for (size_t j = 0; j < shown; ++j) {
-      const auto& [count, l, c] = cells[j];
-      o += "    " + std::to_string(l) + " " + class_name(r, int(l)) + " -> " + std::to_string(c) + " " +
-           class_name(r, int(c)) + ": " + std::to_string(count) + "\n";
-    }
   }
+  o += "  classes:";
+  for (size_t c = 0; c < K; ++c) o += std::string(c ? ", " : " ") + std::to_string(c) + " " + class_name(r, int(c));
+  return o + "\n";
+}
 
-  // skipped
-  if (!r.skipped.empty()) {
-    o += "\n  skipped " + plural(r.skipped.size(), "sample") + " that could not be decoded (--skip-bad):\n";
-    for (size_t j = 0; j < std::min(kSkippedShown, r.skipped.size()); ++j)
-      o += "    sample " + std::to_string(r.skipped[j].index) + ": " + data::one_line(r.skipped[j].reason) + "\n";
-    if (r.skipped.size() > kSkippedShown) o += "    ... and " + std::to_string(r.skipped.size() - kSkippedShown) + " more\n";
+// More classes: the kConfusedPairs largest off-diagonal cells (count, then label, prediction).
+std::string confused_pairs_section(const Report& r) {
+  const Metrics& m = r.metrics;
+  const size_t K = m.confusion.size();
+  std::vector<std::tuple<uint64_t, size_t, size_t>> cells;  // count, label, prediction
+  for (size_t l = 0; l < K; ++l)
+    for (size_t c = 0; c < K; ++c)
+      if (l != c && m.confusion[l][c] > 0) cells.emplace_back(m.confusion[l][c], l, c);
+  const size_t shown = std::min(kConfusedPairs, cells.size());
+  std::partial_sort(cells.begin(), cells.begin() + long(shown), cells.end(), [](const auto& a, const auto& b) {
+    if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+    return std::tie(std::get<1>(a), std::get<2>(a)) < std::tie(std::get<1>(b), std::get<2>(b));
+  });
+  std::string o = "\n  most confused pairs (" + std::to_string(shown) + " largest of " +
+                  std::to_string(cells.size()) + " non-zero off-diagonal cells; label -> predicted: count)\n";
+  if (cells.empty()) o += "    none\n";
+  for (size_t j = 0; j < shown; ++j) {
+    const auto& [count, l, c] = cells[j];
+    o += "    " + std::to_string(l) + " " + class_name(r, int(l)) + " -> " + std::to_string(c) + " " +
+         class_name(r, int(c)) + ": " + std::to_string(count) + "\n";
   }
+  return o;
+}
 
-  // timing
-  o += "\n  throughput " + fixed(r.images_per_s(), 1) + " images/s, wall " + fixed(r.wall_s, 2) + " s; ";
+std::string skipped_section(const Report& r) {
+  if (r.skipped.empty()) return "";
+  std::string o = "\n  skipped " + plural(r.skipped.size(), "sample") + " that could not be decoded (--skip-bad):\n";
+  for (size_t j = 0; j < std::min(kSkippedShown, r.skipped.size()); ++j)
+    o += "    sample " + std::to_string(r.skipped[j].index) + ": " + data::one_line(r.skipped[j].reason) + "\n";
+  if (r.skipped.size() > kSkippedShown) o += "    ... and " + std::to_string(r.skipped.size() - kSkippedShown) + " more\n";
+  return o;
+}
+
+// Throughput, latency percentiles and the per-stage table.
+std::string timing_section(const Report& r) {
+  std::string o = "\n  throughput " + fixed(r.images_per_s(), 1) + " images/s, wall " + fixed(r.wall_s, 2) + " s; ";
   if (r.latency_s.empty())
     o += "latency not measured\n";
   else
     o += "latency p50 " + fixed(1e3 * percentile(r.latency_s, 0.50), 1) + " ms, p95 " +
          fixed(1e3 * percentile(r.latency_s, 0.95), 1) + " ms, p99 " + fixed(1e3 * percentile(r.latency_s, 0.99), 1) +
          " ms\n";
-  if (!r.stages.empty()) {
-    size_t sw = 5;
-    for (const StageTime& s : r.stages) sw = std::max(sw, s.stage.size());
-    o += "  " + pad_right("stage", sw) + "  " + pad_left("rank", 4) + "  " + pad_left("busy s", 9) + "  " +
-         pad_left("cpu s", 9) + "  " + pad_left("util", 6) + "  " + pad_left("items", 8) + "\n";
-    for (const StageTime& s : r.stages)
-      o += "  " + pad_right(s.stage, sw) + "  " + pad_left(std::to_string(s.rank), 4) + "  " +
-           pad_left(fixed(s.busy_s, 3), 9) + "  " + pad_left(fixed(s.cpu_s, 3), 9) + "  " +
-           pad_left(pct(utilisation(s), 1), 6) + "  " +
-           pad_left(std::to_string(s.items), 8) + "\n";
-  }
-  if (r.sequential_images_per_s > 0) {
-    o += "  speedup over sequential: " + fixed(r.speedup(), 2) + "x (sequential " + fixed(r.sequential_images_per_s, 1) +
-         " images/s)";
-    if (r.mismatches_vs_sequential == 0)
-      o += "; predictions identical to sequential";
-    else if (r.mismatches_vs_sequential > 0)
-      o += "; " + std::to_string(r.mismatches_vs_sequential) + " of " + std::to_string(r.predictions.size()) +
-           " predictions differ from sequential";
-    o += "\n";
-  } else if (r.mode == "sequential") {
-    o += "  speedup over sequential: not applicable (this is the sequential run)\n";
-  } else {
-    o += "  speedup over sequential: not measured (run with --compare)\n";
-  }
+  if (r.stages.empty()) return o;
+  size_t sw = 5;
+  for (const StageTime& s : r.stages) sw = std::max(sw, s.stage.size());
+  o += "  " + pad_right("stage", sw) + "  " + pad_left("rank", 4) + "  " + pad_left("busy s", 9) + "  " +
+       pad_left("cpu s", 9) + "  " + pad_left("util", 6) + "  " + pad_left("items", 8) + "\n";
+  for (const StageTime& s : r.stages)
+    o += "  " + pad_right(s.stage, sw) + "  " + pad_left(std::to_string(s.rank), 4) + "  " +
+         pad_left(fixed(s.busy_s, 3), 9) + "  " + pad_left(fixed(s.cpu_s, 3), 9) + "  " +
+         pad_left(pct(utilisation(s), 1), 6) + "  " +
+         pad_left(std::to_string(s.items), 8) + "\n";
   return o;
+}
+
+std::string speedup_section(const Report& r) {
+  if (!(r.sequential_images_per_s > 0))
+    return r.mode == "sequential" ? "  speedup over sequential: not applicable (this is the sequential run)\n"
+                                  : "  speedup over sequential: not measured (run with --compare)\n";
+  std::string o = "  speedup over sequential: " + fixed(r.speedup(), 2) + "x (sequential " +
+                  fixed(r.sequential_images_per_s, 1) + " images/s)";
+  if (r.mismatches_vs_sequential == 0)
+    o += "; predictions identical to sequential";
+  else if (r.mismatches_vs_sequential > 0)
+    o += "; " + std::to_string(r.mismatches_vs_sequential) + " of " + std::to_string(r.predictions.size()) +
+         " predictions differ from sequential";
+  return o + "\n";
+}
+
+}  // namespace
+
+std::string format_report(const Report& r) {
+  const size_t K = r.metrics.confusion.size();
+  std::string o = header_section(r) + per_class_section(r);
+  if (K > 0 && K <= kFullMatrixClasses)
+    o += confusion_matrix_section(r);
+  else if (K > kFullMatrixClasses)
+    o += confused_pairs_section(r);
+  return o + skipped_section(r) + timing_section(r) + speedup_section(r);
 }
 
 // ---- JSON and CSV -----------------------------------------------------------------------------

@@ -102,6 +102,7 @@ json state_to_json(const TrainerState& s) {
   j["rng_counters"] = s.rng_counters;
   j["ranks"] = s.ranks;
   j["config"] = s.config;
+  if (!s.data_path.empty()) j["data_path"] = s.data_path;
   j["run_started"] = s.run_started;
   if (!s.input.geometry.empty()) {
     const InputRecord& in = s.input;
@@ -155,6 +156,7 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   s.rng_counters = field<std::map<std::string, uint64_t>>(j, "rng_counters", path);
   s.ranks = field<int>(j, "ranks", path);
   s.config = field<std::map<std::string, std::string>>(j, "config", path);
+  if (j.contains("data_path")) s.data_path = field<std::string>(j, "data_path", path);
   s.run_started = field<std::string>(j, "run_started", path);
   if (j.contains("input")) {
     const json in = field<json>(j, "input", path);

@@ -41,6 +41,9 @@ struct TrainerState {
   std::map<std::string, uint64_t> rng_counters;
   int ranks = 1;
   std::map<std::string, std::string> config;  // the full run configuration, as strings
+  // The dataset's absolute path (optional; older checkpoints lack it, and their config's "data"
+  // is the path as ./train was given it, perhaps relative to the folder it ran in).
+  std::string data_path;
   std::string run_started;  // ISO 8601 UTC, when the run (not this process) started
   InputRecord input;        // optional (older checkpoints lack it)
   // fp16 dynamic loss scaling (optional; absent, loss_scale = 0, outside fp16 runs): the

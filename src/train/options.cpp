@@ -189,6 +189,38 @@ class Values {
 const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
                                             "csv", "cifar10", "cifar100", "synthetic"};
 
+// The rules between options, once each option's own value is known: the data defaults, the
+// image size against the model, Nesterov, warmup and the schedule. Errors name the option as
+// `v` does (flag, or config file line).
+void check_across_options(TrainOptions& o, const Values& v) {
+  // Fashion-MNIST is the default only when the user named no data at all; a path alone means
+  // "detect its format". An empty --data= (as to_config writes for synthetic) counts as none.
+  const bool data_given = !o.data.empty(), kind_given = v.get("dataset").has_value();
+  if (!kind_given) o.dataset = data_given ? "auto" : "fashion-mnist";
+  if (!data_given) {
+    if (o.dataset == "fashion-mnist")
+      o.data = data::kFashionMnistDefaultPath;
+    else
+      CHECK(o.dataset == "synthetic", v.label("dataset"), ": '", o.dataset,
+            "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
+  }
+  if (o.image_size > 0) {
+    const ModelSpec& m = model_spec(o.model);
+    CHECK(o.image_size >= m.min_size, v.label("image-size"), ": '", o.image_size,
+          "' is below ", m.name, "'s smallest input (expected 0 = auto, or >= ", m.min_size, ")");
+  }
+  if (o.nesterov)
+    CHECK(o.optimizer == "sgd" && o.momentum > 0, v.label("nesterov"),
+          ": Nesterov momentum needs --optimizer sgd and --momentum > 0");
+  CHECK(o.warmup_epochs == 0 || o.schedule.rfind("warmup", 0) != 0, v.label("warmup-epochs"),
+        ": the schedule '", o.schedule, "' has its own warmup (use one of the two)");
+  try {
+    (void)parse_lr_schedule(o.schedule_spec(), o.learning_rate, o.epochs);
+  } catch (const Error& e) {
+    FAIL(v.get("schedule") ? v.label("schedule") : v.label("warmup-epochs"), ": ", e.message());
+  }
+}
+
 }  // namespace
 
 std::string TrainOptions::schedule_spec() const {
@@ -220,6 +252,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
   auto int_from = [](int64_t lo) { return [lo](const Given& g) { return to_int(g, lo); }; };
   auto int32_from = [](int64_t lo) { return [lo](const Given& g) { return cli::to_int32(g, lo); }; };
 
+  // One set() per option, in help order: a flat table, kept in one piece so that each option's
+  // conversion and accepted range read on one line.
   set("model", o.model, [](const Given& g) {
     try {
       return model_spec(g.value).name;
@@ -274,33 +308,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
       [](const Given& g) { return to_choice(g, {"auto", "fp32", "tf32", "bf16", "fp16"}); });
   set("deterministic", o.deterministic, to_bool);
 
-  // ---- checks across options ------------------------------------------------------------------
-  // Fashion-MNIST is the default only when the user named no data at all; a path alone means
-  // "detect its format". An empty --data= (as to_config writes for synthetic) counts as none.
-  const bool data_given = !o.data.empty(), kind_given = v.get("dataset").has_value();
-  if (!kind_given) o.dataset = data_given ? "auto" : "fashion-mnist";
-  if (!data_given) {
-    if (o.dataset == "fashion-mnist")
-      o.data = data::kFashionMnistDefaultPath;
-    else
-      CHECK(o.dataset == "synthetic", v.label("dataset"), ": '", o.dataset,
-            "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
-  }
-  if (o.image_size > 0) {
-    const ModelSpec& m = model_spec(o.model);
-    CHECK(o.image_size >= m.min_size, v.label("image-size"), ": '", o.image_size,
-          "' is below ", m.name, "'s smallest input (expected 0 = auto, or >= ", m.min_size, ")");
-  }
-  if (o.nesterov)
-    CHECK(o.optimizer == "sgd" && o.momentum > 0, v.label("nesterov"),
-          ": Nesterov momentum needs --optimizer sgd and --momentum > 0");
-  CHECK(o.warmup_epochs == 0 || o.schedule.rfind("warmup", 0) != 0, v.label("warmup-epochs"),
-        ": the schedule '", o.schedule, "' has its own warmup (use one of the two)");
-  try {
-    (void)parse_lr_schedule(o.schedule_spec(), o.learning_rate, o.epochs);
-  } catch (const Error& e) {
-    FAIL(v.get("schedule") ? v.label("schedule") : v.label("warmup-epochs"), ": ", e.message());
-  }
+  check_across_options(o, v);
   return o;
 }
 

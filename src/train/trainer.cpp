@@ -390,6 +390,7 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
   state.seed = o.seed;
   state.ranks = K;
   state.config = to_config(o);
+  if (!o.data.empty()) state.data_path = fs::absolute(o.data).lexically_normal().string();
   state.input = {data::geometry_name(input.eval.geometry), input.channels, input.height, input.width,
                  input.eval.resize, input.eval.mean, input.eval.stddev, info.class_names};
   state.run_started = utc_now("%Y-%m-%dT%H:%M:%SZ");
