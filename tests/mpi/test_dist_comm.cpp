@@ -1,6 +1,6 @@
 // MPI tests of dist::Comm: world and node-local ranks, the thread rule, the launcher check,
-// MPI_CHECK, broadcasts, reductions, agreement checks, gathers and the --check-sync checksum. Every rank runs every case and
-// reaches the same collectives; checks come after the collectives.
+// MPI_CHECK, broadcasts, reductions, agreement checks, gathers and the --check-sync checksum.
+// Every rank runs every case and reaches the same collectives; checks come after the collectives.
 #include <unistd.h>
 
 #include <array>
