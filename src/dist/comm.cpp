@@ -227,27 +227,47 @@ bool mpi_cuda_aware() {
   return aware;
 }
 
-double Comm::allreduce_sum(double x) const {
-  double y = 0;
-  MPI_CHECK(MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  return y;
+void Comm::allreduce_in_place(void* data, size_t count, MPI_Datatype type, MPI_Op op) const {
+  CHECK(count < size_t(INT_MAX), "allreduce: too many values (", count, ")");
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(count), type, op, MPI_COMM_WORLD));
 }
 
-void Comm::allreduce_sum(std::span<double> xs) const {
-  CHECK(xs.size() < size_t(INT_MAX), "allreduce_sum: too many values");
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, xs.data(), int(xs.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+void Comm::broadcast_raw(void* data, size_t bytes) const {
+  bcast_bytes(static_cast<uint8_t*>(data), bytes);
 }
 
-int64_t Comm::allreduce_sum(int64_t x) const {
-  int64_t y = 0;
-  MPI_CHECK(MPI_Allreduce(&x, &y, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
-  return y;
+bool Comm::all(bool mine) const { return allreduce_min(int(mine)) == 1; }
+
+bool Comm::agree(const std::string& s) const {
+  std::string root_value = s;
+  broadcast(root_value);
+  return all(root_value == s);
 }
 
 std::vector<uint64_t> Comm::allgather(uint64_t x) const {
   std::vector<uint64_t> all(size_t(size_), 0);
   MPI_CHECK(MPI_Allgather(&x, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
   return all;
+}
+
+std::vector<std::string> Comm::allgather(const std::string& s) const {
+  CHECK(s.size() < size_t(INT_MAX), "allgather: string too long (", s.size(), " bytes)");
+  std::vector<int> sizes(size_t(size_), 0), offsets(size_t(size_), 0);
+  const int mine = int(s.size());
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    CHECK(total + sizes[size_t(r)] < INT_MAX, "allgather: strings too long together");
+    offsets[size_t(r)] = int(total);
+    total += sizes[size_t(r)];
+  }
+  std::string joined(size_t(total), '\0');
+  MPI_CHECK(MPI_Allgatherv(s.data(), mine, MPI_CHAR, joined.data(), sizes.data(), offsets.data(),
+                           MPI_CHAR, MPI_COMM_WORLD));
+  std::vector<std::string> strings;
+  for (int r = 0; r < size_; ++r)
+    strings.push_back(joined.substr(size_t(offsets[size_t(r)]), size_t(sizes[size_t(r)])));
+  return strings;
 }
 
 uint64_t hash_floats(const float* data, int64_t n) {

@@ -1,15 +1,20 @@
 // Comm: the job's MPI world (MPI_COMM_WORLD with MPI_ERRORS_RETURN, every call checked by
 // MPI_CHECK), node-local rank and size, the launcher check, thread sizing and the collectives
-// the trainer needs (broadcast from rank 0, sums, parameter checksums). Not the gradient sync
-// (grad_sync.h) and not data sharding (shard.h).
+// the trainer needs (broadcasts from rank 0, sums, minima and maxima, agreement checks,
+// gathers, parameter checksums), so no code above src/dist calls MPI itself. Not the gradient
+// sync (grad_sync.h) and not data sharding (shard.h).
 #pragma once
 #include <climits>
 #include <mpi.h>
 
+#include <array>
+#include <concepts>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -52,6 +57,32 @@ LauncherSizes launcher_sizes_from_environment();
 // Empty when world_size agrees with every size the launcher gave; else one line saying what
 // disagrees and the likely cause (a binary built against another MPI starts as K singletons).
 std::string launcher_mismatch(int world_size, const LauncherSizes& sizes);
+
+// The numbers the reductions take, each an MPI datatype.
+template <class T>
+concept MpiNumber = std::same_as<T, int> || std::same_as<T, int64_t> ||
+                    std::same_as<T, uint64_t> || std::same_as<T, double>;
+
+// What a value reduces as, element by element: a number is itself, a std::array its element;
+// a struct of numbers of one type says which (`using reduce_as = double;`) and must hold only
+// members of that type (its bytes are then an array of them, which is how MPI reads it).
+template <class T>
+struct ReduceElement {
+  using type = T;
+};
+template <class E, size_t N>
+struct ReduceElement<std::array<E, N>> {
+  using type = E;
+};
+template <class T>
+  requires requires { typename T::reduce_as; }
+struct ReduceElement<T> {
+  using type = typename T::reduce_as;
+};
+template <class T>
+concept Reducible = MpiNumber<typename ReduceElement<T>::type> && std::is_trivially_copyable_v<T> &&
+                    sizeof(T) % sizeof(typename ReduceElement<T>::type) == 0 &&
+                    alignof(T) == alignof(typename ReduceElement<T>::type);
 
 // requested if > 0, else node_cpus / ranks_on_node, at most own_cpus, at least 1.
 int threads_per_rank(int requested, int node_cpus, int ranks_on_node, int own_cpus = INT_MAX);
@@ -108,16 +139,66 @@ class Comm {
   void broadcast(std::string& s) const;
   // t must have the same numel on every rank (checked, on every rank, after the collective).
   void broadcast(Tensor& t) const;  // a GPU tensor goes through a host copy unless MPI is CUDA-aware
-  double allreduce_sum(double x) const;
-  void allreduce_sum(std::span<double> xs) const;  // in place
-  int64_t allreduce_sum(int64_t x) const;
+  // A plain value (a number, a flag, a struct of them) becomes rank 0's, byte for byte.
+  template <class T>
+    requires(std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>)
+  void broadcast(T& value) const {
+    broadcast_raw(&value, sizeof(T));
+  }
+
+  // Element-wise sum, minimum or maximum over the ranks of a number, a std::array of numbers
+  // or a struct of one number type (Reducible); every rank gets the result.
+  template <Reducible T> T allreduce_sum(T x) const { return reduce(x, MPI_SUM); }
+  template <Reducible T> T allreduce_min(T x) const { return reduce(x, MPI_MIN); }
+  template <Reducible T> T allreduce_max(T x) const { return reduce(x, MPI_MAX); }
+  // The same in place over a run of numbers.
+  template <MpiNumber T> void allreduce_sum(std::span<T> xs) const { reduce_raw(xs, MPI_SUM); }
+  template <MpiNumber T> void allreduce_min(std::span<T> xs) const { reduce_raw(xs, MPI_MIN); }
+  template <MpiNumber T> void allreduce_max(std::span<T> xs) const { reduce_raw(xs, MPI_MAX); }
+
+  // Whether every rank holds rank 0's value, the same answer on every rank. Compared byte for
+  // byte, so T must have one representation per value (integers, flags, std::arrays and
+  // unpadded structs of them; not floating point, where 0.0 == -0.0 and NaN != NaN).
+  template <class T>
+    requires std::has_unique_object_representations_v<T>
+  bool agree(const T& value) const {
+    T root_value = value;
+    broadcast(root_value);
+    return all(std::memcmp(&root_value, &value, sizeof(T)) == 0);
+  }
+  bool agree(const std::string& s) const;
+  // Whether `mine` holds on every rank (a logical and), the same answer on every rank.
+  bool all(bool mine) const;
+
+  // Every rank's value, in rank order, on every rank.
   std::vector<uint64_t> allgather(uint64_t x) const;
+  std::vector<std::string> allgather(const std::string& s) const;
 
   // --check-sync: a 64-bit hash of the floats (the parameter slab) on every rank; returns
   // the ranks whose hash differs from rank 0's (empty when all agree), the same on all ranks.
   std::vector<int> ranks_out_of_sync(const Tensor& values) const;
 
  private:
+  template <MpiNumber T>
+  static MPI_Datatype mpi_type() {
+    if constexpr (std::same_as<T, int>) return MPI_INT;
+    else if constexpr (std::same_as<T, int64_t>) return MPI_INT64_T;
+    else if constexpr (std::same_as<T, uint64_t>) return MPI_UINT64_T;
+    else return MPI_DOUBLE;
+  }
+  template <Reducible T>
+  T reduce(T x, MPI_Op op) const {
+    using E = typename ReduceElement<T>::type;
+    reduce_raw(std::span<E>(reinterpret_cast<E*>(&x), sizeof(T) / sizeof(E)), op);
+    return x;
+  }
+  template <MpiNumber T>
+  void reduce_raw(std::span<T> xs, MPI_Op op) const {
+    allreduce_in_place(xs.data(), xs.size(), mpi_type<T>(), op);
+  }
+  void allreduce_in_place(void* data, size_t count, MPI_Datatype type, MPI_Op op) const;
+  void broadcast_raw(void* data, size_t bytes) const;
+
   bool owns_mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
   int node_cpus_ = 1, own_cpus_ = 1;

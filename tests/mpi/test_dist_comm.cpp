@@ -1,8 +1,9 @@
 // MPI tests of dist::Comm: world and node-local ranks, the thread rule, the launcher check,
-// MPI_CHECK, broadcasts, sums and the --check-sync checksum. Every rank runs every case and
-// reaches the same collectives; checks come after the collectives.
+// MPI_CHECK, broadcasts, reductions, agreement checks, gathers and the --check-sync checksum.
+// Every rank runs every case and reaches the same collectives; checks come after the collectives.
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -171,6 +172,95 @@ TEST_CASE("dist comm: broadcasts, sums, sync checksum") {
   else
     CHECK(differ.empty());
   CHECK(dist::hash_floats(p.data(), 1000) != dist::hash_floats(p.data(), 999));
+}
+
+TEST_CASE("dist comm: sums, minima and maxima of numbers, arrays and structs") {
+  const dist::Comm& c = comm();
+  const int K = c.size(), r = c.rank();
+  // Every rank contributes rank-dependent values, so taking one rank's value, the wrong
+  // operation or mixing up elements changes the result.
+  const int imin = c.allreduce_min(10 - r), imax = c.allreduce_max(10 - r);
+  const int64_t bits = c.allreduce_sum(int64_t(1) << (40 + r));  // beyond 32 bits
+  const uint64_t umax = c.allreduce_max(uint64_t(r + 1) << 61);
+  const double dmin = c.allreduce_min(0.5 - r);
+  const std::array<double, 3> a = c.allreduce_sum(std::array<double, 3>{1.0, double(r), 0.5 * r});
+  const std::array<int, 2> lo = c.allreduce_min(std::array<int, 2>{r, -r});
+  struct Totals {
+    using reduce_as = double;
+    double loss = 0, samples = 0, votes = 0;
+  };
+  const Totals tmax = c.allreduce_max(Totals{double(r), double(K - r), r == 1 ? 1.0 : 0.0});
+  const Totals tsum = c.allreduce_sum(Totals{double(r), 1.0, 0.25});
+  std::vector<int64_t> v = {int64_t(r), -int64_t(r), 7};
+  c.allreduce_max(std::span<int64_t>(v));
+  std::vector<double> w = {double(r), 2.5};
+  c.allreduce_min(std::span<double>(w));
+  std::vector<int> u = {r, 1};
+  c.allreduce_sum(std::span<int>(u));
+
+  CHECK(imin == 10 - (K - 1));
+  CHECK(imax == 10);
+  int64_t want_bits = 0;
+  for (int q = 0; q < K; ++q) want_bits += int64_t(1) << (40 + q);
+  CHECK(bits == want_bits);
+  CHECK(umax == uint64_t(K) << 61);
+  CHECK(dmin == 0.5 - (K - 1));
+  CHECK(a == std::array<double, 3>{double(K), K * (K - 1) / 2.0, K * (K - 1) / 4.0});
+  CHECK(lo == std::array<int, 2>{0, -(K - 1)});
+  CHECK(tmax.loss == K - 1);
+  CHECK(tmax.samples == K);
+  CHECK(tmax.votes == (K > 1 ? 1.0 : 0.0));
+  CHECK(tsum.loss == K * (K - 1) / 2.0);
+  CHECK(tsum.samples == K);
+  CHECK(tsum.votes == 0.25 * K);
+  CHECK(v == std::vector<int64_t>{K - 1, 0, 7});
+  CHECK(w == std::vector<double>{0, 2.5});
+  CHECK(u == std::vector<int>{K * (K - 1) / 2, K});
+}
+
+TEST_CASE("dist comm: broadcast of a struct, agreement checks, gathered strings") {
+  const dist::Comm& c = comm();
+  const int K = c.size(), r = c.rank();
+  struct Position {  // mixed types with padding: broadcast copies bytes as they are
+    int64_t epoch;
+    int32_t step;
+    double scale;
+  };
+  Position p = c.root() ? Position{3, 17, 0.25} : Position{-1, -r, -1};
+  c.broadcast(p);
+  bool flag = !c.root();
+  c.broadcast(flag);
+  int64_t steps = 1000 + r;
+  c.broadcast(steps);
+
+  const bool same_int = c.agree(42);
+  const bool last_differs = c.agree(r == K - 1 ? 43 : 42);
+  const bool second_differs = c.agree(std::array<int, 2>{1, r == 1 ? 5 : 2});
+  const bool same_string = c.agree(std::string("lenet"));
+  const bool longer_string = c.agree(std::string(r == K - 1 ? "lenet " : "lenet"));
+  const bool shorter_string = c.agree(std::string(r == 1 ? "len" : "lenet"));
+  const bool all_true = c.all(true);
+  const bool all_but_last = c.all(r != K - 1);
+  const bool all_but_root = c.all(!c.root());
+  // Rank-dependent lengths, rank 0's empty: each string must land at its own rank.
+  const std::vector<std::string> strings = c.allgather(std::string(size_t(r), char('a' + r)));
+
+  CHECK(p.epoch == 3);
+  CHECK(p.step == 17);
+  CHECK(p.scale == 0.25);
+  CHECK(flag == false);
+  CHECK(steps == 1000);
+  CHECK(same_int);
+  CHECK(last_differs == (K == 1));
+  CHECK(second_differs == (K == 1));
+  CHECK(same_string);
+  CHECK(longer_string == (K == 1));
+  CHECK(shorter_string == (K == 1));
+  CHECK(all_true);
+  CHECK(!all_but_last);
+  CHECK(!all_but_root);
+  REQUIRE(strings.size() == size_t(K));
+  for (int q = 0; q < K; ++q) CHECK(strings[size_t(q)] == std::string(size_t(q), char('a' + q)));
 }
 
 TEST_CASE("dist comm: on_root and on_all agree on a failure") {

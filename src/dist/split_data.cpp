@@ -1,0 +1,101 @@
+// SplitData: rank 0 opens a split and shares what it holds; each epoch hands every rank its
+// samples.
+#include "dist/split_data.h"
+
+#include <nlohmann/json.hpp>
+
+#include "data/loader.h"
+
+namespace mpicnn::dist {
+
+namespace {
+std::vector<uint64_t> identity(size_t n) {
+  std::vector<uint64_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+}  // namespace
+
+SplitData::SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distribute)
+    : comm_(comm), distribute_(distribute) {
+  std::unique_ptr<data::Dataset> opened;
+  comm.on_root([&] {
+    opened = data::open_dataset(spec);
+    CHECK(opened->size() > 0, opened->describe(), ": no samples");
+    info_.kind = spec.kind == "auto" ? data::detect_dataset_kind(spec.path) : spec.kind;
+    info_.description = opened->describe();
+    info_.class_names = opened->class_names();
+    info_.channels = opened->channels();
+    info_.height = opened->height();
+    info_.width = opened->width();
+    info_.size = opened->size();
+  });
+  share_info();
+  if (info_.kind == "synthetic") {  // every rank generates samples itself: nothing to send
+    local_ = comm.root() ? std::move(opened) : data::open_dataset(spec);
+    return;
+  }
+  if (comm.root()) {
+    if (auto* m = dynamic_cast<data::InMemoryDataset*>(opened.get())) mem_ = m->data();
+    else if (auto* f = dynamic_cast<data::FileListDataset*>(opened.get())) files_ = f->data();
+  }
+  bool in_memory = mem_.has_value();
+  comm.broadcast(in_memory);
+  if (!distribute) {  // the whole split on every rank, once
+    if (in_memory)
+      local_ = std::make_unique<data::InMemoryDataset>(
+          broadcast_in_memory(comm, mem_ ? &*mem_ : nullptr));
+    else
+      local_ = std::make_unique<data::FileListDataset>(
+          broadcast_file_list(comm, files_ ? &*files_ : nullptr));
+    mem_.reset();
+    files_.reset();
+  } else {
+    scatter_in_memory_ = in_memory;
+  }
+}
+
+std::pair<const data::Dataset*, std::vector<uint64_t>> SplitData::epoch(uint64_t seed, uint64_t epoch,
+                                                                        bool shuffle) {
+  const int K = comm_.size(), r = comm_.rank();
+  if (local_) {
+    if (!distribute_) {  // the whole split, in this rank's own order
+      std::vector<uint64_t> order = shuffle ? data::shuffled_order(info_.size, seed, epoch * K + r)
+                                            : identity(info_.size);
+      return {local_.get(), std::move(order)};
+    }
+    return {local_.get(), rank_shard(padded_epoch_order(info_.size, K, seed, epoch, shuffle), K, r)};
+  }
+  if (scatter_in_memory_)
+    shard_ = std::make_unique<data::InMemoryDataset>(
+        scatter_in_memory(comm_, mem_ ? &*mem_ : nullptr, seed, epoch, shuffle));
+  else
+    shard_ = std::make_unique<data::FileListDataset>(
+        scatter_file_list(comm_, files_ ? &*files_ : nullptr, seed, epoch, shuffle));
+  return {shard_.get(), identity(shard_->size())};
+}
+
+EpochPlan SplitData::plan(int64_t batch) const {
+  if (!distribute_) return epoch_plan(int64_t(info_.size), 1, batch);
+  return epoch_plan(int64_t(info_.size), comm_.size(), batch);
+}
+
+void SplitData::share_info() {
+  using json = nlohmann::json;
+  std::string text;
+  if (comm_.root())
+    text = json{{"kind", info_.kind}, {"description", info_.description},
+                {"classes", info_.class_names}, {"c", info_.channels}, {"h", info_.height},
+                {"w", info_.width}, {"n", info_.size}}.dump();
+  comm_.broadcast(text);
+  const json j = json::parse(text);
+  info_.kind = j["kind"];
+  info_.description = j["description"];
+  info_.class_names = j["classes"].get<std::vector<std::string>>();
+  info_.channels = j["c"];
+  info_.height = j["h"];
+  info_.width = j["w"];
+  info_.size = j["n"];
+}
+
+}  // namespace mpicnn::dist

@@ -1,0 +1,60 @@
+// SplitData: one split (train or test) of the training data as seen by one rank, opened by rank
+// 0 and handed out per epoch (scattered shards, or every sample everywhere). Not the sharding
+// arithmetic (shard.h) and not loading or preprocessing (data/loader.h, data/transform.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/dataset.h"
+#include "dist/comm.h"
+#include "dist/shard.h"
+
+namespace mpicnn::dist {
+
+// What every rank needs to know about a split that only rank 0 opened.
+struct SplitInfo {
+  std::string kind, description;
+  std::vector<std::string> class_names;
+  int channels = 0, height = 0, width = 0;  // 0: sizes vary (image files)
+  uint64_t size = 0;
+};
+
+// Where the samples live:
+//  - Scatter: rank 0 holds the whole split (IDX and CIFAR samples, or an image file list) and
+//    hands each rank its shard of every epoch with MPI_Scatterv;
+//  - Local: every rank can produce every sample itself (synthetic data, or the whole split
+//    broadcast once for --distribute-data=false) and picks its samples by index.
+class SplitData {
+ public:
+  // Collective. Rank 0 opens the split; a failure there is a SharedError on every rank.
+  SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distribute);
+
+  const SplitInfo& info() const { return info_; }
+
+  // This rank's dataset for the epoch and the order to load it in (the epoch's shard, shuffled
+  // when `shuffle`). Collective when the data is scattered. The dataset stays valid until the
+  // next call.
+  std::pair<const data::Dataset*, std::vector<uint64_t>> epoch(uint64_t seed, uint64_t epoch,
+                                                               bool shuffle);
+
+  // Samples per rank and steps per epoch at this per-rank batch size.
+  EpochPlan plan(int64_t batch) const;
+
+ private:
+  void share_info();
+
+  const Comm& comm_;
+  bool distribute_;
+  SplitInfo info_;
+  std::unique_ptr<data::Dataset> local_;
+  std::optional<data::InMemoryData> mem_;     // rank 0, scattered splits
+  std::optional<data::FileListData> files_;   // rank 0, scattered splits
+  bool scatter_in_memory_ = false;
+  std::unique_ptr<data::Dataset> shard_;      // this epoch's shard
+};
+
+}  // namespace mpicnn::dist

@@ -1,0 +1,137 @@
+// The Trainer behind run_training (trainer.h), shared by trainer.cpp (the setup: device, data,
+// model replica, optimizer, resume, run directory) and step.cpp (epochs, the step, evaluation,
+// checkpoints, the end of a run). Internal to src/train: nothing else includes it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "core/timer.h"
+#include "data/loader.h"
+#include "data/transform.h"
+#include "dist/comm.h"
+#include "dist/grad_sync.h"
+#include "dist/split_data.h"
+#include "io/checkpoint.h"
+#include "io/progress.h"
+#include "io/tracking.h"
+#include "layers/softmax_xent.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/fp16_scaler.h"
+#include "train/trainer.h"
+
+namespace mpicnn {
+class Dropout;
+}  // namespace mpicnn
+
+namespace mpicnn::train {
+
+// Where a run starts: rank 0 reads it from the checkpoint of --resume (zeros for a fresh run)
+// and every rank receives it as one unit.
+struct ResumePoint {
+  int64_t epoch = 0, step_in_epoch = 0, global_step = 0, samples_seen = 0;  // as TrainerState
+  FP16LossScaler::State scaler;
+};
+
+// What the ranks add up after every step.
+struct StepTotals {
+  using reduce_as = double;  // Comm::allreduce_sum adds it member by member
+  double loss_sum = 0;       // loss x samples
+  double samples = 0;
+  double stop_votes = 0;     // ranks asked to stop (a signal)
+};
+
+// The model's input (C, H, W).
+struct InputSize {
+  int channels = 3, height = 0, width = 0;
+};
+
+// The current epoch's training, over all ranks, for its log line.
+struct EpochTotals {
+  double seconds = 0, loss_sum = 0, samples = 0;
+  double loader_wait = 0;  // this rank's seconds waiting for batches
+};
+
+// One rank's part of a run. The constructor sets everything up (collective); then
+// train_epoch, end_epoch once the epoch is complete, and finish or stop (run_training).
+class Trainer {
+ public:
+  Trainer(const TrainOptions& o, const dist::Comm& comm, std::ostream& out,
+          const TrainHooks& hooks);
+
+  const TrainerState& state() const { return state_; }
+  // The current epoch's remaining steps; true when a stop was requested (the same on every
+  // rank, after the same step).
+  bool train_epoch();
+  bool epoch_complete() const { return state_.step_in_epoch == plan_.steps; }
+  void end_epoch();      // evaluation, the epoch's log line and checkpoint
+  TrainResult stop();    // after a stop request: a checkpoint unless one was just written
+  TrainResult finish();  // after the last epoch: the final checkpoint and summary
+
+ private:
+  void choose_same_device();
+  void open_data();
+  void build_replica();
+  void resume_or_start();
+  ResumePoint load_resume_point();
+  void start_gradient_sync();
+  void open_run();
+  void print_header() const;
+
+  double train_step(const data::Batch& batch);
+  void seed_dropout();
+  void advance(int batch_size);
+  void log_step(int64_t step, const StepTotals& totals, double seconds);
+  void check_replicas_in_sync() const;
+  void share_batchnorm_statistics();
+  void save(const std::string& why);
+  TrainResult result();
+
+  const TrainOptions& o_;
+  const dist::Comm& comm_;
+  std::ostream& out_;
+  const TrainHooks& hooks_;
+  Timer run_clock_;
+  int threads_ = 1;
+  DeviceChoice dev_;
+  bool fp16_ = false;
+
+  std::optional<dist::SplitData> train_, test_;
+  InputSize input_;
+  std::optional<data::Transform> train_tf_, eval_tf_;
+  data::LoaderOptions lopt_;
+
+  TrainResult result_;  // result_.model is this rank's replica
+  Model* model_ = nullptr;
+  SoftmaxCrossEntropy xent_;
+  InputStage stage_;
+  std::vector<Dropout*> dropouts_;
+  Tensor dlogits_;  // (b, classes)
+  dist::EpochPlan plan_;
+  double base_lr_ = 0;
+  std::optional<LrSchedule> schedule_;
+  std::unique_ptr<Optimizer> opt_;
+
+  TrainerState state_;
+  std::string run_dir_, resumed_from_;
+  // d(mean loss over the global batch) / d(this rank's mean loss): the loss gradient carries the
+  // average over ranks, so the gradient allreduce only sums.
+  float grad_average_factor_ = 1;
+  FP16LossScaler scaler_;
+  std::optional<dist::GradSync> sync_;
+  std::optional<RunTracker> tracker_;  // rank 0
+  std::optional<Progress> progress_;
+
+  EpochTotals epoch_;
+  bool saved_last_ = false;  // the last epoch's end wrote a checkpoint
+  double train_seconds_ = 0, comm_wait_ = 0, step_time_ = 0;
+  int64_t images_this_process_ = 0;
+};
+
+}  // namespace mpicnn::train
