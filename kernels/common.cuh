@@ -130,7 +130,8 @@ class CudaBackend final : public Backend {
   void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
 
   // kernels/conv2d.cu
-  std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) override;
+  std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n, int out_channels,
+                                      int groups) override;
   void conv_forward(ConvPlan& plan, float* y, const float* x, const float* w, const float* bias,
                     int n) override;
   void conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias, const float* dy,

@@ -1,6 +1,6 @@
 // Conv2d on cuDNN 9's legacy convolution API (NCHW float32, PyTorch Conv2d semantics): the
-// per-shape plan (descriptors, chosen algorithms) and forward/backward. Not an implementation of
-// convolution of our own, and not the CPU path (src/layers/conv2d.cpp, im2col + sgemm).
+// per-shape plan (descriptors, chosen algorithms) and forward/backward, the GPU side of
+// src/layers/conv2d.cpp. Not a convolution of our own, and not the CPU path (im2col + GEMM).
 //
 // Algorithms: conv_plan measures every forward / backward-data / backward-filter algorithm once
 // at the planned batch d.n (cudnnFind*AlgorithmEx on temporary buffers, with a workspace cap of
@@ -9,6 +9,9 @@
 // unlike timings) and the first deterministic algorithm that fits the cap. A smaller batch
 // (the last partial batch of an evaluation) gets its descriptors on first use, with algorithms
 // from cuDNN's heuristics that fit the workspace already there: no measuring, no allocation.
+// The search is written once, over a traits struct per direction (Forward, BackwardData,
+// BackwardFilter: cuDNN's algorithm and result types, its count / heuristic / Find / workspace
+// calls with their descriptor order, and where the choice is kept).
 // Workspace: the one shared ctx().workspace, grown by conv_plan (ensure_workspace) to what the
 // chosen algorithms need; convolutions run one at a time on ctx().stream, so sharing is safe.
 #include <algorithm>
@@ -16,8 +19,18 @@
 #include <vector>
 
 #include "common.cuh"
+#include "layers/im2col.h"
 
 namespace mpicnn::gpu {
+
+// The convolution in cuDNN's int sizes (PyTorch's Conv2d on NCHW), for up to `n` images of
+// (c, h, w); made from Conv2d's geometry by conv_plan.
+struct ConvDesc {
+  int n = 0, c = 0, h = 0, w = 0;  // planned input (N, C, H, W)
+  int oc = 0, kh = 1, kw = 1;
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
+  int oh = 0, ow = 0;              // output size (the layer computed it)
+};
 
 struct ConvPlan {
   // Descriptors and algorithms for one batch size. Each algorithm keeps the math type cuDNN
@@ -113,26 +126,107 @@ void set_math(const ConvPlan& p, cudnnMathType_t m) {
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, m));
 }
 
-// Workspace bytes of each direction's algorithm under math type m; false where cuDNN refuses
+// The temporary operands the measured search runs on (device memory of the planned sizes).
+struct Operands {
+  void* x;  // (n, c, h, w)
+  void* y;  // (n, oc, oh, ow)
+  void* w;  // (oc, c / groups, kh, kw)
+};
+
+// One direction of the convolution as the algorithm search sees it: cuDNN's algorithm and
+// result types, its calls that count, rank (heuristics), measure (Find) and size (workspace)
+// the algorithms, and the Shape fields that keep the choice. The search below is written once
+// over these; the three directions differ only in which descriptors go where.
+struct Forward {
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  static constexpr const char* kName = "forward";
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* count) {
+    return cudnnGetConvolutionForwardAlgorithmMaxCount(h, count);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 int max_count, int* count, Perf* results) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, s.x, p.w, p.conv, s.y, max_count, count,
+                                                  results);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                            const Operands& o, int max_count, int* count, Perf* results,
+                            void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, s.x, o.x, p.w, o.w, p.conv, s.y, o.y,
+                                                  max_count, count, results, ws, ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, s.x, p.w, p.conv, s.y, algo, bytes);
+  }
+  static Algo& algo(ConvPlan::Shape& s) { return s.fwd; }
+  static cudnnMathType_t& math(ConvPlan::Shape& s) { return s.fwd_math; }
+};
+
+struct BackwardData {
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  static constexpr const char* kName = "backward-data";
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* count) {
+    return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, count);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 int max_count, int* count, Perf* results) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, s.y, p.conv, s.x, max_count,
+                                                       count, results);
+  }
+  // dx is written into the x buffer: scratch.
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                            const Operands& o, int max_count, int* count, Perf* results,
+                            void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, o.w, s.y, o.y, p.conv, s.x, o.x,
+                                                       max_count, count, results, ws,
+                                                       ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, s.y, p.conv, s.x, algo, bytes);
+  }
+  static Algo& algo(ConvPlan::Shape& s) { return s.bwd_data; }
+  static cudnnMathType_t& math(ConvPlan::Shape& s) { return s.bwd_data_math; }
+};
+
+struct BackwardFilter {
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  static constexpr const char* kName = "backward-filter";
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* count) {
+    return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, count);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 int max_count, int* count, Perf* results) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s.x, s.y, p.conv, p.w, max_count,
+                                                         count, results);
+  }
+  // dw is written into the w buffer: scratch.
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                            const Operands& o, int max_count, int* count, Perf* results,
+                            void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, s.x, o.x, s.y, o.y, p.conv, p.w,
+                                                         o.w, max_count, count, results, ws,
+                                                         ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, s.x, s.y, p.conv, p.w, algo,
+                                                          bytes);
+  }
+  static Algo& algo(ConvPlan::Shape& s) { return s.bwd_filter; }
+  static cudnnMathType_t& math(ConvPlan::Shape& s) { return s.bwd_filter_math; }
+};
+
+// Workspace bytes of direction Dir's algorithm under math type m; false where cuDNN refuses
 // the combination (heuristic candidates are skipped then, not fatal).
-bool fwd_workspace(const ConvPlan& p, const ConvPlan::Shape& s,
-                   cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t m, size_t* bytes) {
+template <typename Dir>
+bool workspace(const ConvPlan& p, const ConvPlan::Shape& s, typename Dir::Algo algo,
+               cudnnMathType_t m, size_t* bytes) {
   set_math(p, m);
-  return cudnnGetConvolutionForwardWorkspaceSize(ctx().cudnn, s.x, p.w, p.conv, s.y, algo,
-                                                 bytes) == CUDNN_STATUS_SUCCESS;
-}
-bool bwd_data_workspace(const ConvPlan& p, const ConvPlan::Shape& s,
-                        cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t m, size_t* bytes) {
-  set_math(p, m);
-  return cudnnGetConvolutionBackwardDataWorkspaceSize(ctx().cudnn, p.w, s.y, p.conv, s.x, algo,
-                                                      bytes) == CUDNN_STATUS_SUCCESS;
-}
-bool bwd_filter_workspace(const ConvPlan& p, const ConvPlan::Shape& s,
-                          cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t m,
-                          size_t* bytes) {
-  set_math(p, m);
-  return cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx().cudnn, s.x, s.y, p.conv, p.w,
-                                                        algo, bytes) == CUDNN_STATUS_SUCCESS;
+  return Dir::workspace(ctx().cudnn, p, s, algo, bytes) == CUDNN_STATUS_SUCCESS;
 }
 
 std::string shape_str(const ConvDesc& d, int n) {
@@ -152,66 +246,62 @@ void make_tensors(const ConvPlan& p, ConvPlan::Shape& s, int n) {
                                          d.ow));
 }
 
-// Algorithms from cuDNN's heuristics (best first): for each direction the first acceptable one
+// Direction Dir's algorithm from cuDNN's heuristics (best first): the first acceptable one
 // whose workspace fits in `room` bytes.
+template <typename Dir>
 void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n, size_t room) {
   cudnnHandle_t h = ctx().cudnn;
-  const cudnnMathType_t math = requested_math(p.precision);
   int max_count = 0, count = 0;
+  CUDNN_CHECK(Dir::max_count(h, &max_count));
+  std::vector<typename Dir::Perf> results(size_t(std::max(max_count, 1)));
+  set_math(p, requested_math(p.precision));
+  CUDNN_CHECK(Dir::heuristic(h, p, s, max_count, &count, results.data()));
   bool found = false;
-
-  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(size_t(std::max(max_count, 1)));
-  set_math(p, math);
-  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, s.x, p.w, p.conv, s.y, max_count, &count,
-                                                     fwd.data()));
   for (int i = 0; i < count && !found; ++i) {
-    const auto& r = fwd[size_t(i)];
+    const auto& r = results[size_t(i)];
+    const cudnnMathType_t m = exec_math(p, r.mathType);
     size_t bytes = 0;
-    if (!acceptable(r, p) || !fwd_workspace(p, s, r.algo, exec_math(p, r.mathType), &bytes) || bytes > room)
-      continue;
-    s.fwd = r.algo, s.fwd_math = exec_math(p, r.mathType), s.workspace = std::max(s.workspace, bytes);
+    if (!acceptable(r, p) || !workspace<Dir>(p, s, r.algo, m, &bytes) || bytes > room) continue;
+    Dir::algo(s) = r.algo, Dir::math(s) = m, s.workspace = std::max(s.workspace, bytes);
     found = true;
   }
-  CHECK(found, "cuDNN: no usable forward algorithm for ", shape_str(p.d, n), " within ", room,
-        " workspace bytes");
+  CHECK(found, "cuDNN: no usable ", Dir::kName, " algorithm for ", shape_str(p.d, n),
+        " within ", room, " workspace bytes");
+}
 
-  found = false;
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
-  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(size_t(std::max(max_count, 1)));
-  set_math(p, math);
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, s.y, p.conv, s.x, max_count,
-                                                          &count, bd.data()));
-  for (int i = 0; i < count && !found; ++i) {
-    const auto& r = bd[size_t(i)];
-    size_t bytes = 0;
-    if (!acceptable(r, p) || !bwd_data_workspace(p, s, r.algo, exec_math(p, r.mathType), &bytes) ||
-        bytes > room)
-      continue;
-    s.bwd_data = r.algo, s.bwd_data_math = exec_math(p, r.mathType), s.workspace = std::max(s.workspace, bytes);
-    found = true;
-  }
-  CHECK(found, "cuDNN: no usable backward-data algorithm for ", shape_str(p.d, n), " within ",
-        room, " workspace bytes");
+// All three directions from the heuristics, forward first.
+void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n, size_t room) {
+  choose_heuristic<Forward>(p, s, n, room);
+  choose_heuristic<BackwardData>(p, s, n, room);
+  choose_heuristic<BackwardFilter>(p, s, n, room);
+}
 
-  found = false;
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
-  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(size_t(std::max(max_count, 1)));
-  set_math(p, math);
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s.x, s.y, p.conv, p.w, max_count,
-                                                            &count, bf.data()));
-  for (int i = 0; i < count && !found; ++i) {
-    const auto& r = bf[size_t(i)];
-    size_t bytes = 0;
-    if (!acceptable(r, p) || !bwd_filter_workspace(p, s, r.algo, exec_math(p, r.mathType), &bytes) ||
-        bytes > room)
-      continue;
-    s.bwd_filter = r.algo, s.bwd_filter_math = exec_math(p, r.mathType);
-    s.workspace = std::max(s.workspace, bytes);
-    found = true;
-  }
-  CHECK(found, "cuDNN: no usable backward-filter algorithm for ", shape_str(p.d, n), " within ",
-        room, " workspace bytes");
+// Direction Dir's algorithms measured by cudnnFind*Ex at the planned batch on the operands o
+// (workspace ws of cap bytes): the fastest acceptable result.
+template <typename Dir>
+typename Dir::Perf find_fastest(const ConvPlan& p, const ConvPlan::Shape& s, const Operands& o,
+                                void* ws, size_t cap) {
+  cudnnHandle_t h = ctx().cudnn;
+  int max_count = 0, count = 0;
+  CUDNN_CHECK(Dir::max_count(h, &max_count));
+  std::vector<typename Dir::Perf> results(size_t(std::max(max_count, 1)));
+  set_math(p, requested_math(p.precision));
+  CUDNN_CHECK(Dir::find(h, p, s, o, max_count, &count, results.data(), ws, cap));
+  const auto* best = fastest(results, count, p, cap);
+  CHECK(best, "cuDNN: no usable ", Dir::kName, " algorithm for ", shape_str(p.d, p.d.n),
+        p.deterministic ? " (deterministic)" : "");
+  return *best;
+}
+
+// Keeps a measured result in s, and returns the workspace it needs: as reported by Find and
+// as asked again under its own math type (the larger, to be safe).
+template <typename Dir>
+size_t keep_measured(const ConvPlan& p, ConvPlan::Shape& s, const typename Dir::Perf& r) {
+  Dir::algo(s) = r.algo, Dir::math(s) = exec_math(p, r.mathType);
+  size_t bytes = 0;
+  CHECK(workspace<Dir>(p, s, Dir::algo(s), Dir::math(s), &bytes), "cuDNN: ", Dir::kName,
+        " workspace size for ", shape_str(p.d, p.d.n));
+  return std::max(r.memory, bytes);
 }
 
 // The descriptors and algorithms for batch n: measured at d.n, made on first use below it.
@@ -239,20 +329,40 @@ ConvPlan::Shape& shape_for(ConvPlan& p, int n) {
   return s;
 }
 
-}  // namespace
+// Measures the three directions at the planned batch (not deterministic: see conv_plan) and
+// sizes s.workspace for the fastest of each.
+void choose_measured(const ConvPlan& p, ConvPlan::Shape& s, size_t cap) {
+  const ConvDesc& d = p.d;
+  const Context& c = ctx();
+  // Temporary operands of the planned sizes, zeroed so no NaN or denormal skews the timings.
+  // Backward-data writes its dx into the x buffer and backward-filter its dw into the w
+  // buffer: the contents are scratch either way. Freed when this returns.
+  const size_t x_bytes = size_t(d.n) * d.c * d.h * d.w * sizeof(float);
+  const size_t y_bytes = size_t(d.n) * d.oc * d.oh * d.ow * sizeof(float);
+  const size_t w_bytes = size_t(d.oc) * (d.c / d.groups) * d.kh * d.kw * sizeof(float);
+  std::shared_ptr<void> xb = backend().alloc(x_bytes), yb = backend().alloc(y_bytes),
+                        wb = backend().alloc(w_bytes);
+  CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, x_bytes, c.stream));
+  CUDA_CHECK(cudaMemsetAsync(yb.get(), 0, y_bytes, c.stream));
+  CUDA_CHECK(cudaMemsetAsync(wb.get(), 0, w_bytes, c.stream));
+  void* find_ws = ensure_workspace(cap);
+  const Operands o{xb.get(), yb.get(), wb.get()};
 
-std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvDesc& d) {
-  Context& c = ctx();
-  CHECK(d.n > 0 && d.c > 0 && d.h > 0 && d.w > 0 && d.oc > 0 && d.oh > 0 && d.ow > 0,
-        "conv_plan: empty shape, ", shape_str(d, d.n));
-  CHECK(d.groups > 0 && d.c % d.groups == 0 && d.oc % d.groups == 0, "conv_plan: groups ",
-        d.groups, " must divide ", d.c, " input and ", d.oc, " output channels");
-  auto plan = std::make_shared<ConvPlan>();  // owns each descriptor as soon as it exists
-  ConvPlan& p = *plan;
-  p.d = d;
-  p.precision = c.precision;
-  p.deterministic = c.deterministic;
+  const auto f = find_fastest<Forward>(p, s, o, find_ws, cap);
+  const auto b = find_fastest<BackwardData>(p, s, o, find_ws, cap);
+  const auto g = find_fastest<BackwardFilter>(p, s, o, find_ws, cap);
+  const size_t fb = keep_measured<Forward>(p, s, f);
+  const size_t bb = keep_measured<BackwardData>(p, s, b);
+  const size_t gb = keep_measured<BackwardFilter>(p, s, g);
+  s.workspace = std::max({fb, bb, gb});
+  // Find ran on the stream: let it finish before the workspace may move and the temporaries
+  // go back.
+  CUDA_CHECK(cudaStreamSynchronize(c.stream));
+}
 
+// The filter, convolution and bias descriptors of p.d (owned by p as soon as they exist).
+void make_descriptors(ConvPlan& p) {
+  const ConvDesc& d = p.d;
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
   CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.oc,
                                          d.c / d.groups, d.kh, d.kw));
@@ -264,6 +374,29 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvDesc& d) {
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.bias));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d.oc, 1,
                                          1));
+}
+
+}  // namespace
+
+std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t n,
+                                                  int out_channels, int groups) {
+  Context& c = ctx();
+  ConvDesc d;  // g in the int sizes of cuDNN's descriptors
+  d.n = int(n), d.c = int(g.channels), d.h = int(g.height), d.w = int(g.width);
+  d.oc = out_channels, d.kh = int(g.kernel_h), d.kw = int(g.kernel_w);
+  d.stride_h = int(g.stride_h), d.stride_w = int(g.stride_w), d.pad_h = int(g.pad_h);
+  d.pad_w = int(g.pad_w), d.dil_h = int(g.dilation_h), d.dil_w = int(g.dilation_w);
+  d.groups = groups, d.oh = int(g.out_h), d.ow = int(g.out_w);
+  CHECK(d.n > 0 && d.c > 0 && d.h > 0 && d.w > 0 && d.oc > 0 && d.oh > 0 && d.ow > 0,
+        "conv_plan: empty shape, ", shape_str(d, d.n));
+  CHECK(d.groups > 0 && d.c % d.groups == 0 && d.oc % d.groups == 0, "conv_plan: groups ",
+        d.groups, " must divide ", d.c, " input and ", d.oc, " output channels");
+  auto plan = std::make_shared<ConvPlan>();  // owns each descriptor as soon as it exists
+  ConvPlan& p = *plan;
+  p.d = d;
+  p.precision = c.precision;
+  p.deterministic = c.deterministic;
+  make_descriptors(p);
   ConvPlan::Shape& s = p.shapes[d.n];
   make_tensors(p, s, d.n);
 
@@ -277,72 +410,9 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvDesc& d) {
     // Bit-identical reruns: Find's timings may rank two deterministic algorithms (which round
     // differently) either way from one run to the next; the heuristics' order is fixed.
     choose_heuristic(p, s, d.n, cap);
-    ensure_workspace(s.workspace);
-    return plan;
+  } else {
+    choose_measured(p, s, cap);
   }
-
-  // Temporary operands of the planned sizes, zeroed so no NaN or denormal skews the timings.
-  // Backward-data writes its dx into the x buffer and backward-filter its dw into the w
-  // buffer: the contents are scratch either way. Freed when this returns.
-  const size_t x_bytes = size_t(d.n) * d.c * d.h * d.w * sizeof(float);
-  const size_t y_bytes = size_t(d.n) * d.oc * d.oh * d.ow * sizeof(float);
-  const size_t w_bytes = size_t(d.oc) * (d.c / d.groups) * d.kh * d.kw * sizeof(float);
-  std::shared_ptr<void> xb = backend().alloc(x_bytes), yb = backend().alloc(y_bytes),
-                        wb = backend().alloc(w_bytes);
-  CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, x_bytes, c.stream));
-  CUDA_CHECK(cudaMemsetAsync(yb.get(), 0, y_bytes, c.stream));
-  CUDA_CHECK(cudaMemsetAsync(wb.get(), 0, w_bytes, c.stream));
-  void* find_ws = ensure_workspace(cap);
-  const cudnnMathType_t math = requested_math(p.precision);
-
-  int max_count = 0, count = 0;
-  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(c.cudnn, &max_count));
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(size_t(std::max(max_count, 1)));
-  set_math(p, math);
-  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(c.cudnn, s.x, xb.get(), p.w, wb.get(),
-                                                     p.conv, s.y, yb.get(), max_count, &count,
-                                                     fwd.data(), find_ws, cap));
-  const auto* f = fastest(fwd, count, p, cap);
-  CHECK(f, "cuDNN: no usable forward algorithm for ", shape_str(d, d.n),
-        p.deterministic ? " (deterministic)" : "");
-
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c.cudnn, &max_count));
-  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(size_t(std::max(max_count, 1)));
-  set_math(p, math);
-  CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(c.cudnn, p.w, wb.get(), s.y, yb.get(),
-                                                          p.conv, s.x, xb.get(), max_count,
-                                                          &count, bd.data(), find_ws, cap));
-  const auto* b = fastest(bd, count, p, cap);
-  CHECK(b, "cuDNN: no usable backward-data algorithm for ", shape_str(d, d.n),
-        p.deterministic ? " (deterministic)" : "");
-
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c.cudnn, &max_count));
-  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(size_t(std::max(max_count, 1)));
-  set_math(p, math);
-  CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(c.cudnn, s.x, xb.get(), s.y,
-                                                            yb.get(), p.conv, p.w, wb.get(),
-                                                            max_count, &count, bf.data(),
-                                                            find_ws, cap));
-  const auto* g = fastest(bf, count, p, cap);
-  CHECK(g, "cuDNN: no usable backward-filter algorithm for ", shape_str(d, d.n),
-        p.deterministic ? " (deterministic)" : "");
-
-  s.fwd = f->algo, s.fwd_math = exec_math(p, f->mathType);
-  s.bwd_data = b->algo, s.bwd_data_math = exec_math(p, b->mathType);
-  s.bwd_filter = g->algo, s.bwd_filter_math = exec_math(p, g->mathType);
-  // The workspace each needs, as reported by Find and as asked again under its own math type
-  // (the larger, to be safe).
-  size_t fb = 0, bb = 0, gb = 0;
-  CHECK(fwd_workspace(p, s, s.fwd, s.fwd_math, &fb), "cuDNN: forward workspace size for ",
-        shape_str(d, d.n));
-  CHECK(bwd_data_workspace(p, s, s.bwd_data, s.bwd_data_math, &bb),
-        "cuDNN: backward-data workspace size for ", shape_str(d, d.n));
-  CHECK(bwd_filter_workspace(p, s, s.bwd_filter, s.bwd_filter_math, &gb),
-        "cuDNN: backward-filter workspace size for ", shape_str(d, d.n));
-  s.workspace = std::max({f->memory, b->memory, g->memory, fb, bb, gb});
-  // Find ran on the stream: let it finish before the workspace may move and the temporaries
-  // go back.
-  CUDA_CHECK(cudaStreamSynchronize(c.stream));
   ensure_workspace(s.workspace);
   return plan;
 }

@@ -35,6 +35,10 @@
 
 #include "core/real.h"
 
+namespace mpicnn {
+struct ConvGeometry;  // layers/im2col.h: a convolution's planes, kernel, stride, padding, ...
+}
+
 namespace mpicnn::gpu {
 
 // Math of convolutions and GEMMs. Storage stays float32 everywhere; fp16 runs tensor-core math
@@ -44,13 +48,6 @@ namespace mpicnn::gpu {
 enum class Precision { FP32, TF32, BF16, FP16 };
 const char* precision_name(Precision p);
 
-// Convolution geometry (PyTorch's Conv2d on NCHW), for up to `n` images of (c, h, w).
-struct ConvDesc {
-  int n = 0, c = 0, h = 0, w = 0;  // planned input (N, C, H, W)
-  int oc = 0, kh = 1, kw = 1;
-  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
-  int oh = 0, ow = 0;              // output size (the caller computed it)
-};
 // Pooling geometry (PyTorch's MaxPool2d / AvgPool2d): window, stride, padding, dilation, and
 // the output size the caller computed (ceil_mode is already in oh/ow).
 struct PoolDesc {
@@ -189,10 +186,14 @@ class Backend {
   virtual void add_bias_rows(real* y, const real* bias, int64_t rows, int64_t cols) = 0;
 
   // ---- Conv2d (kernels/conv2d.cu, cuDNN) ------------------------------------------------------
-  // Descriptors and algorithms for every batch size up to d.n, chosen once here (cuDNN's
-  // measured search at d.n; its heuristics when deterministic) with the workspace they need.
-  virtual std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) = 0;
-  // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n <= d.n.
+  // The plan of Conv2d's convolution: geometry g (input planes, kernel, stride, padding,
+  // dilation, output size), g.channels -> out_channels in `groups` groups, batches up to n.
+  // Descriptors and algorithms for every batch size up to n, chosen once here (cuDNN's measured
+  // search at n; its heuristics when deterministic) with the workspace they need.
+  virtual std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n,
+                                              int out_channels, int groups) = 0;
+  // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n at most
+  // the planned batch.
   virtual void conv_forward(ConvPlan& plan, real* y, const real* x, const real* w,
                             const real* bias, int n) = 0;
   // dx '=' (skipped when null), dw '+=', dbias '+=' (skipped when null).
