@@ -1,7 +1,8 @@
 // The CUDA backend's core: device selection, the process's stream and library handles,
-// precision settings, device and pinned memory, and copies. The kernel families live in the
-// other kernels/*.cu files (one per family); this file also defines backend_instance(), which
-// is what links a binary to the GPU (a CPU-only build links src/core/gpu_absent.cpp instead).
+// precision settings, device and pinned memory, and copies. The kernels live in the other
+// kernels/*.cu files (one per layer, listed in src/core/gpu.h); this file also defines
+// backend_instance(), which is what links a binary to the GPU (a CPU-only build links
+// src/core/gpu_absent.cpp instead).
 #include <cstdio>
 
 #include "common.cuh"

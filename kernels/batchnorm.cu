@@ -37,11 +37,6 @@ int64_t splits_for(int64_t C, int64_t M) {
 
 constexpr int64_t kIndex32 = int64_t(1) << 31;  // below this, 32-bit index math
 
-__device__ __forceinline__ int64_t global_index() {
-  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
-
 // Calls f(offset) for this thread's share of channel c's M = N * HW elements, element j at
 // (n * C + c) * HW + i with j = n * HW + i: the blocks of grid row blockIdx.y split the
 // channel, and thread t of block b takes j = b * blockDim + t, then steps by gridDim.x *

@@ -1,7 +1,7 @@
 // What every kernels/*.cu file shares: the CUDA backend class (its methods are defined across
-// the .cu files, one family each), the process's device context (stream, cuDNN and cuBLAS
-// handles, precision), the check macros and launch helpers. Internal to kernels/: host code
-// outside sees only src/core/gpu.h.
+// the .cu files, one per layer, as the table in src/core/gpu.h lists), the process's device
+// context (stream, cuDNN and cuBLAS handles, precision), the check macros and launch helpers.
+// Internal to kernels/: host code outside sees only src/core/gpu.h.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -48,6 +48,11 @@ inline unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return unsigned(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
+// Grid-stride loop bounds in 64 bits (n may exceed 2^31).
+__device__ __forceinline__ int64_t global_index() {
+  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
 struct Context {
   int device = -1;
@@ -98,28 +103,35 @@ class CudaBackend final : public Backend {
   void mark_ready(int slot) override;
   bool slot_done(int slot, bool wait) override;
 
-  // kernels/elementwise.cu
+  // kernels/elementwise.cu (no layer: Tensor::fill, gradient averaging, fp16 overflow check)
   void fill(float* x, float value, int64_t n) override;
   void scale(float* x, float a, int64_t n) override;
+  bool all_finite(const float* x, int64_t n) override;
+  // kernels/add.cu
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void accumulate(float* dst, const float* src, int64_t n) override;
+  // kernels/densenet.cu
   void swap01(float* dst, const float* src, int64_t A, int64_t B, int64_t inner) override;
-  bool all_finite(const float* x, int64_t n) override;
+  // kernels/relu.cu
   void relu_forward(float* y, const float* x, int64_t n) override;
   void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override;
+  // kernels/dropout.cu
   void dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample, uint64_t seed,
                uint64_t stream, uint64_t first_sample, float p, float scale) override;
+  // kernels/transform.cu
   void normalize_u8(float* out, const uint8_t* in, const uint8_t* flip, int64_t N, int C, int H,
                     int W, const float* mean, const float* std) override;
 
-  // kernels/gemm.cu
+  // kernels/blas.cu
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override;
+  // kernels/linear.cu
   void sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) override;
   void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
 
-  // kernels/conv.cu
-  std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) override;
+  // kernels/conv2d.cu
+  std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n, int out_channels,
+                                      int groups) override;
   void conv_forward(ConvPlan& plan, float* y, const float* x, const float* w, const float* bias,
                     int n) override;
   void conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias, const float* dy,
@@ -135,18 +147,20 @@ class CudaBackend final : public Backend {
                           const float* save_invstd, int64_t N, int64_t C, int64_t HW,
                           bool training) override;
 
-  // kernels/pool.cu
+  // kernels/maxpool2d.cu
   void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t N,
                        const PoolDesc& d) override;
   void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t N,
                         const PoolDesc& d) override;
+  // kernels/avgpool2d.cu
   void avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) override;
   void avgpool_backward(float* dx, const float* dy, int64_t N, const PoolDesc& d) override;
+  // kernels/adaptive_avgpool2d.cu
   void adaptive_avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) override;
   void adaptive_avgpool_backward(float* dx, const float* dy, int64_t N,
                                  const PoolDesc& d) override;
 
-  // kernels/loss.cu
+  // kernels/softmax_xent.cu
   void softmax_xent_forward(float* probs, double* row_loss, const float* logits,
                             const int32_t* targets, int64_t N, int64_t C,
                             float label_smoothing) override;

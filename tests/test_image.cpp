@@ -483,7 +483,7 @@ struct SplitCases {
   }
 };
 
-// What gpu::Backend::normalize_u8 computes for one sample (kernels/elementwise.cu): out (C, H, W)
+// What gpu::Backend::normalize_u8 computes for one sample (kernels/transform.cu): out (C, H, W)
 // from (H, W, C) bytes, (v / 255 - mean[c]) / std[c] rounded at each step, mirrored on flip.
 std::vector<float> normalize_u8_reference(const std::vector<uint8_t>& px, bool flip, int C, int H, int W,
                                           const std::vector<float>& mean, const std::vector<float>& sd) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "core/check.h"
+#include "core/gpu.h"
 
 namespace mpicnn {
 
@@ -95,6 +96,13 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, real alpha, const rea
   }
   cblas_gemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(Device device, bool trans_a, bool trans_b, int M, int N, int K, real alpha,
+          const real* A, int lda, const real* B, int ldb, real beta, real* C, int ldc) {
+  if (device == Device::CUDA)
+    return gpu::backend().gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace mpicnn

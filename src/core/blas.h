@@ -1,10 +1,12 @@
 // Row-major GEMM on `real` (float; double in the f64 test build): C = alpha * op(A) * op(B) + beta * C, on OpenBLAS or on
-// Eigen's GEMM. The one place the engine calls BLAS, so the backend is chosen here.
+// Eigen's GEMM, and the same call dispatched by device (CUDA: the GPU backend's cuBLAS GEMM).
+// The one place the engine calls BLAS, so the backend is chosen here.
 // Not a BLAS: only the row-major GEMM the layers need.
 #pragma once
 #include <string>
 
 #include "core/real.h"
+#include "core/tensor.h"
 
 namespace mpicnn {
 
@@ -27,5 +29,10 @@ const char* gemm_backend_name(GemmBackend backend);
 // (untransposed) matrices. Threads: the OpenMP pool (set_num_threads).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, real alpha, const real* A, int lda,
            const real* B, int ldb, real beta, real* C, int ldc);
+// The same GEMM on `device`, where A, B and C all live: the one above on the CPU, the GPU
+// backend's on CUDA (kernels/blas.cu: cuBLAS under the session's precision; float builds only,
+// the f64 test build has no GPU backend). For code whose buffers follow the model's device.
+void gemm(Device device, bool trans_a, bool trans_b, int M, int N, int K, real alpha,
+          const real* A, int lda, const real* B, int ldb, real beta, real* C, int ldc);
 
 }  // namespace mpicnn

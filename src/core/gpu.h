@@ -5,6 +5,28 @@
 // Not a tensor library: these are raw device pointers and sizes, llm.c style (outputs first,
 // then inputs, then sizes). Every call is asynchronous on the backend's one compute stream
 // unless it says it synchronises; each backward says whether it writes '=' or adds '+='.
+//
+// Where the GPU side of each piece lives: a layer's kernels are named as its CPU file, so
+// src/layers/X.cpp runs kernels/X.cu on CUDA tensors (each backend method below names its file).
+//   src/layers/conv2d.cpp              kernels/conv2d.cu   cuDNN: descriptors, algorithm search
+//   src/layers/batchnorm.cpp           kernels/batchnorm.cu
+//   src/layers/relu.cpp                kernels/relu.cu
+//   src/layers/dropout.cpp             kernels/dropout.cu
+//   src/layers/add.cpp                 kernels/add.cu      add, accumulate
+//   src/layers/linear.cpp              kernels/linear.cu   bias kernels; GEMMs in kernels/blas.cu
+//   src/layers/maxpool2d.cpp           kernels/maxpool2d.cu
+//   src/layers/avgpool2d.cpp           kernels/avgpool2d.cu
+//   src/layers/adaptive_avgpool2d.cpp  kernels/adaptive_avgpool2d.cu
+//   src/layers/pool_common.cpp         kernels/pool_common.cuh (shared by the three pools)
+//   src/layers/softmax_xent.cpp        kernels/softmax_xent.cu
+//   src/layers/concat.cpp              kernels/backend.cu  copy2d
+//   src/models/densenet.cpp            kernels/densenet.cu swap01; its GEMMs in kernels/blas.cu
+//   src/core/blas.cpp (gemm)           kernels/blas.cu     cuBLAS
+//   src/optim/sgd.cpp, adamw.cpp       kernels/optim.cu    fused steps over the slab
+//   src/data/transform.cpp (uint8)     kernels/transform.cu  normalize_u8 (InputStage::put_u8)
+//   Tensor::fill, GradSync, trainer    kernels/elementwise.cu  fill, scale, all_finite
+//   device, memory, copies, events     kernels/backend.cu; kernels/common.cuh declares the
+//                                      backend class, its context and the check macros
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +34,10 @@
 #include <string>
 
 #include "core/real.h"
+
+namespace mpicnn {
+struct ConvGeometry;  // layers/im2col.h: a convolution's planes, kernel, stride, padding, ...
+}
 
 namespace mpicnn::gpu {
 
@@ -22,13 +48,6 @@ namespace mpicnn::gpu {
 enum class Precision { FP32, TF32, BF16, FP16 };
 const char* precision_name(Precision p);
 
-// Convolution geometry (PyTorch's Conv2d on NCHW), for up to `n` images of (c, h, w).
-struct ConvDesc {
-  int n = 0, c = 0, h = 0, w = 0;  // planned input (N, C, H, W)
-  int oc = 0, kh = 1, kw = 1;
-  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
-  int oh = 0, ow = 0;              // output size (the caller computed it)
-};
 // Pooling geometry (PyTorch's MaxPool2d / AvgPool2d): window, stride, padding, dilation, and
 // the output size the caller computed (ceil_mode is already in oh/ow).
 struct PoolDesc {
@@ -38,7 +57,7 @@ struct PoolDesc {
   int divisor_override = 0;  // 0: none
 };
 // Per-shape cuDNN state of one convolution (descriptors, chosen algorithms, workspace). Opaque
-// here; made by Backend::conv_plan outside the training step.
+// here (kernels/conv2d.cu); made by Backend::conv_plan outside the training step.
 struct ConvPlan;
 // A point on the compute stream (a CUDA event). Opaque; made by Backend::event.
 struct Event;
@@ -120,52 +139,68 @@ class Backend {
   virtual void mark_ready(int slot) = 0;
   virtual bool slot_done(int slot, bool wait) = 0;
 
-  // ---- elementwise (kernels/elementwise.cu) -------------------------------------------------
+  // ---- no layer (kernels/elementwise.cu): Tensor::fill, GradSync, the trainer -----------------
   virtual void fill(real* x, float value, int64_t n) = 0;
   virtual void scale(real* x, float a, int64_t n) = 0;
-  virtual void add(real* out, const real* a, const real* b, int64_t n) = 0;  // may alias
-  virtual void accumulate(real* dst, const real* src, int64_t n) = 0;        // dst += src
-  // dst (B, A, inner) = src (A, B, inner) transposed in its first two dimensions.
-  virtual void swap01(real* dst, const real* src, int64_t A, int64_t B, int64_t inner) = 0;
   // Whether every one of the n floats is finite. Synchronises.
   virtual bool all_finite(const real* x, int64_t n) = 0;
+
+  // ---- Add (kernels/add.cu) -------------------------------------------------------------------
+  virtual void add(real* out, const real* a, const real* b, int64_t n) = 0;  // may alias
+  virtual void accumulate(real* dst, const real* src, int64_t n) = 0;        // dst += src
+
+  // ---- ReLU (kernels/relu.cu) -----------------------------------------------------------------
   virtual void relu_forward(real* y, const real* x, int64_t n) = 0;  // may alias
   // dx = dy * (y > 0) ('='; dx may alias dy).
   virtual void relu_backward(real* dx, const real* dy, const real* y, int64_t n) = 0;
+
+  // ---- Dropout (kernels/dropout.cu) -----------------------------------------------------------
   // Dropout mask of Dropout::keep (Philox on (seed, stream, index) with index
   // (first_sample + sample) * per_sample + i, kept when uniform >= p): y = keep ? x * scale : 0.
   // Used for forward (x = in) and backward (x = dout) alike; y may alias x.
   virtual void dropout(real* y, const real* x, int64_t n_samples, int64_t per_sample,
                        uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
                        float scale) = 0;
+
+  // ---- DenseNet's layout swap (kernels/densenet.cu) -------------------------------------------
+  // dst (B, A, inner) = src (A, B, inner) transposed in its first two dimensions.
+  virtual void swap01(real* dst, const real* src, int64_t A, int64_t B, int64_t inner) = 0;
+
+  // ---- input batches (kernels/transform.cu) ---------------------------------------------------
   // Input batches: out (N, C, H, W) float = (in (N, H, W, C) uint8 / 255 - mean[c]) / std[c],
   // mirrored left-right where flip[n] != 0 (flip may be null). mean and std are host arrays of
   // C floats.
   virtual void normalize_u8(real* out, const uint8_t* in, const uint8_t* flip, int64_t N,
                             int C, int H, int W, const real* mean, const real* std) = 0;
 
-  // ---- GEMM (kernels/gemm.cu, cuBLAS) -------------------------------------------------------
+  // ---- GEMM (kernels/blas.cu, cuBLAS): core/blas.h's gemm on the GPU --------------------------
   // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, as core/blas.h gemm.
   virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                     const real* A, int lda, const real* B, int ldb, float beta, real* C,
                     int ldc) = 0;
+
+  // ---- Linear's bias (kernels/linear.cu) ------------------------------------------------------
   // db (cols) += sum over rows of dy (rows, cols): bias gradients of Linear.
   virtual void sum_rows(real* db, const real* dy, int64_t rows, int64_t cols) = 0;
   // y (rows, cols) += bias (cols) broadcast over rows.
   virtual void add_bias_rows(real* y, const real* bias, int64_t rows, int64_t cols) = 0;
 
-  // ---- convolution (kernels/conv.cu, cuDNN) -------------------------------------------------
-  // Descriptors and algorithms for every batch size up to d.n, chosen once here (cuDNN's
-  // measured search at d.n; its heuristics when deterministic) with the workspace they need.
-  virtual std::shared_ptr<ConvPlan> conv_plan(const ConvDesc& d) = 0;
-  // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n <= d.n.
+  // ---- Conv2d (kernels/conv2d.cu, cuDNN) ------------------------------------------------------
+  // The plan of Conv2d's convolution: geometry g (input planes, kernel, stride, padding,
+  // dilation, output size), g.channels -> out_channels in `groups` groups, batches up to n.
+  // Descriptors and algorithms for every batch size up to n, chosen once here (cuDNN's measured
+  // search at n; its heuristics when deterministic) with the workspace they need.
+  virtual std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n,
+                                              int out_channels, int groups) = 0;
+  // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n at most
+  // the planned batch.
   virtual void conv_forward(ConvPlan& plan, real* y, const real* x, const real* w,
                             const real* bias, int n) = 0;
   // dx '=' (skipped when null), dw '+=', dbias '+=' (skipped when null).
   virtual void conv_backward(ConvPlan& plan, real* dx, real* dw, real* dbias, const real* dy,
                              const real* x, const real* w, int n) = 0;
 
-  // ---- batch norm (kernels/batchnorm.cu) ----------------------------------------------------
+  // ---- BatchNorm2d (kernels/batchnorm.cu) -----------------------------------------------------
   // Training: batch statistics (biased variance to normalise), running_mean/var updated with
   // momentum and the unbiased variance; save_mean/save_invstd (C) keep the batch's mean and
   // 1/sqrt(var + eps). Eval: running statistics, and save_* get them for backward.
@@ -180,7 +215,7 @@ class Backend {
                                   const real* save_invstd, int64_t N, int64_t C, int64_t HW,
                                   bool training) = 0;
 
-  // ---- pooling (kernels/pool.cu) ------------------------------------------------------------
+  // ---- MaxPool2d (kernels/maxpool2d.cu) -------------------------------------------------------
   // y (N, C, OH, OW) = window max; argmax (N, C, OH, OW) int32 = h * W + w of the first max,
   // -1 for a window without input cells (y = -inf there). NaN propagates.
   virtual void maxpool_forward(real* y, int32_t* argmax, const real* x, int64_t N,
@@ -188,15 +223,19 @@ class Backend {
   // dx (N, C, H, W) '=' sum of dy over the outputs whose argmax is this cell (deterministic).
   virtual void maxpool_backward(real* dx, const real* dy, const int32_t* argmax, int64_t N,
                                 const PoolDesc& d) = 0;
+
+  // ---- AvgPool2d (kernels/avgpool2d.cu) -------------------------------------------------------
   virtual void avgpool_forward(real* y, const real* x, int64_t N, const PoolDesc& d) = 0;
   virtual void avgpool_backward(real* dx, const real* dy, int64_t N, const PoolDesc& d) = 0;
+
+  // ---- AdaptiveAvgPool2d (kernels/adaptive_avgpool2d.cu) --------------------------------------
   // AdaptiveAvgPool2d bins [floor(i*H/OH), ceil((i+1)*H/OH)); d.kh etc. unused.
   virtual void adaptive_avgpool_forward(real* y, const real* x, int64_t N,
                                         const PoolDesc& d) = 0;
   virtual void adaptive_avgpool_backward(real* dx, const real* dy, int64_t N,
                                          const PoolDesc& d) = 0;
 
-  // ---- loss (kernels/loss.cu) ---------------------------------------------------------------
+  // ---- SoftmaxCrossEntropy (kernels/softmax_xent.cu) ------------------------------------------
   // probs (N, C) = softmax(logits); row_loss (N) doubles = (1-eps) * -log p[n, y_n] +
   // eps/C * sum_c -log p[n, c]. targets is device int32. The caller averages the rows in row
   // order (as the CPU does), after copying them back.

@@ -1,4 +1,4 @@
-// Residual add and gradient accumulation on CPU; CUDA tensors go to kernels/.
+// Residual add and gradient accumulation on CPU; CUDA tensors go to kernels/add.cu.
 #include "layers/add.h"
 
 #include "core/gpu.h"

@@ -117,13 +117,7 @@ void Conv2d::plan(const Shape& in) {
   planned_ = in;
   chunk_ = chunk;
   if (default_device() == Device::CUDA) {
-    gpu::ConvDesc d;
-    d.n = int(N), d.c = int(g.channels), d.h = int(g.height), d.w = int(g.width);
-    d.oc = opt_.out_channels, d.kh = opt_.kernel.h, d.kw = opt_.kernel.w;
-    d.stride_h = opt_.stride.h, d.stride_w = opt_.stride.w, d.pad_h = opt_.padding.h;
-    d.pad_w = opt_.padding.w, d.dil_h = opt_.dilation.h, d.dil_w = opt_.dilation.w;
-    d.groups = opt_.groups, d.oh = int(g.out_h), d.ow = int(g.out_w);
-    gpu_plan_ = gpu::backend().conv_plan(d);
+    gpu_plan_ = gpu::backend().conv_plan(g, N, opt_.out_channels, opt_.groups);
     col_ = rows_ = live_weight_ = live_grad_ = Tensor();
     return;
   }

@@ -1,6 +1,6 @@
 // Conv2d as torch.nn.Conv2d (zero padding, stride, dilation, groups, optional bias) on CPU:
 // im2col + OpenBLAS GEMM over chunks of images, workspaces sized once by plan().
-// On CUDA tensors it runs cuDNN (kernels/conv.cu) with algorithms chosen once by plan().
+// On CUDA tensors it runs cuDNN (kernels/conv2d.cu) with algorithms chosen once by plan().
 // Not a transposed convolution.
 #pragma once
 #include <string>

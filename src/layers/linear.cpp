@@ -1,4 +1,5 @@
-// Linear on CPU: three GEMM calls (forward, backward data, backward weight) and a bias loop.
+// Linear: three GEMM calls (forward, backward data, backward weight; core/blas.h, on the CPU or
+// the GPU) and the bias, a loop on the CPU and kernels/linear.cu on CUDA tensors.
 #include "layers/linear.h"
 
 #include <cmath>
@@ -47,9 +48,9 @@ void Linear::forward(Tensor& out, const Tensor& in) {
   const int N = int(in.size(0));
   real* y = out.data();
   if (on_gpu("Linear", {&out, &in, &weight})) {
-    gpu::Backend& g = gpu::backend();
-    g.gemm(false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, 0.f, y, out_);
-    if (has_bias_) g.add_bias_rows(y, bias.data(), N, out_);
+    gemm(Device::CUDA, false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, 0.f,
+         y, out_);
+    if (has_bias_) gpu::backend().add_bias_rows(y, bias.data(), N, out_);
     return;
   }
   if (has_bias_) {
@@ -67,20 +68,14 @@ void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   const int N = int(in.size(0));
   CHECK_SHAPE(dout, {N, out_});
   if (din.defined()) CHECK_SHAPE(din, {N, in_});
-  if (on_gpu("Linear backward", {&din, &dout, &in, &weight})) {
-    gpu::Backend& g = gpu::backend();
-    g.gemm(true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
-           grad_weight.data(), in_);
-    if (has_bias_) g.sum_rows(grad_bias.data(), dout.data(), N, out_);
-    if (din.defined())
-      g.gemm(false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f,
-             din.data(), in_);
-    return;
-  }
+  const Device dev =
+      on_gpu("Linear backward", {&din, &dout, &in, &weight}) ? Device::CUDA : Device::CPU;
   // grad_weight (out, in) += dy^T (out, N) * x (N, in)
-  gemm(true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
-        grad_weight.data(), in_);
-  if (has_bias_) {
+  gemm(dev, true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
+       grad_weight.data(), in_);
+  if (has_bias_ && dev == Device::CUDA) {
+    gpu::backend().sum_rows(grad_bias.data(), dout.data(), N, out_);
+  } else if (has_bias_) {
     const real* dy = dout.data();
     real* gb = grad_bias.data();
     for (int n = 0; n < N; ++n)
@@ -89,8 +84,8 @@ void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   }
   if (din.defined()) {
     // dx (N, in) = dy (N, out) * W (out, in)
-    gemm(false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f, din.data(),
-          in_);
+    gemm(dev, false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f,
+         din.data(), in_);
   }
 }
 

@@ -1,4 +1,4 @@
-// ReLU forward/backward on CPU (OpenMP, vectorisable loops); CUDA tensors go to kernels/.
+// ReLU forward/backward on CPU (OpenMP, vectorisable loops); CUDA tensors go to kernels/relu.cu.
 #include "layers/relu.h"
 
 #include "core/gpu.h"

@@ -1,5 +1,5 @@
 // Softmax cross-entropy on CPU: max-shifted log-sum-exp per row, double accumulation; CUDA
-// logits go to kernels/loss.cu, which does the same per row.
+// logits go to kernels/softmax_xent.cu, which does the same per row.
 #include "layers/softmax_xent.h"
 
 #include <cmath>

@@ -30,14 +30,6 @@ void swap01(Device device, real* dst, const real* src, int64_t A, int64_t B, int
       std::memcpy(dst + (b * A + a) * HW, src + (a * B + b) * HW, size_t(HW) * sizeof(real));
 }
 
-// Row-major GEMM (core/blas.h's gemm) on `device`.
-void device_gemm(Device device, bool ta, bool tb, int M, int N, int K, real alpha, const real* A,
-                 int lda, const real* B, int ldb, real beta, real* C, int ldc) {
-  if (device == Device::CUDA)
-    return gpu::backend().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 }  // namespace
 
 // One torchvision _DenseLayer. norm1, relu1 and conv1 act on the block's channel-major
@@ -159,8 +151,8 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
     l.norm1.forward(a1, prefix);
     l.relu1.forward(a1, a1);
     // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW)
-    device_gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(), int(cin),
-          a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
+    gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(),
+         int(cin), a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
     Tensor c1 = l.c1.head({n, bottleneck_, h_, w_});
     swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
     const Tensor& fresh = l.conv2.forward(l.relu2.forward(l.norm2.forward(c1)));
@@ -191,11 +183,11 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     swap01(dev, gc, gb.data(), n, bottleneck_, hw_);
     const Tensor a1 = l.a1.head({1, cin, n, hw_});
     // conv1 weight gradient '+=' gc (bottleneck, n*HW) * a1^T; input gradient W^T * gc.
-    device_gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
-          int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
+    gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
+         int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
     Tensor g_prefix = g_prefix_.head({1, cin, n, hw_});
-    device_gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(), int(cin),
-          gc, int(cols), 0.f, g_prefix.data(), int(cols));
+    gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(),
+         int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
     l.relu1.backward(g_prefix, g_prefix, a1, a1);
     const Tensor prefix = feat_.head({1, cin, n, hw_});
     l.norm1.backward(g_prefix, g_prefix, prefix, a1);

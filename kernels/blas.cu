@@ -1,6 +1,6 @@
-// GEMM on cuBLAS with core/blas.h's row-major semantics, and the two bias kernels of Linear
-// (bias broadcast over rows, bias gradient summed over rows). Not a GEMM kernel of our own:
-// only the K == 0 case (C = beta * C) is done here, by hand.
+// GEMM on cuBLAS with core/blas.h's row-major semantics: the GPU side of core/blas.h's gemm,
+// for Linear (kernels/linear.cu has its bias kernels) and DenseNet's 1x1 convolutions. Not a
+// GEMM kernel of our own: only the K == 0 case (C = beta * C) is done here, by hand.
 #include "common.cuh"
 
 namespace mpicnn::gpu {
@@ -17,27 +17,6 @@ __global__ void scale_rows_kernel(float* C, float beta, int64_t M, int64_t N, in
     float* c = C + i * ldc + j;
     *c = beta == 0.f ? 0.f : beta * *c;
   }
-}
-
-// db (cols) += sum over rows of dy (rows, cols): one thread per column adding the rows in
-// order 0..rows-1 into a float that starts at db[j], exactly as the CPU loop in
-// src/layers/linear.cpp does, so the result is the same bits. Neighbouring threads read
-// neighbouring columns of a row, so the loads coalesce; rows is a batch size (small).
-__global__ void sum_rows_kernel(float* db, const float* dy, int64_t rows, int64_t cols) {
-  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
-       j += int64_t(gridDim.x) * blockDim.x) {
-    float acc = db[j];
-    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + j];
-    db[j] = acc;
-  }
-}
-
-// y (rows, cols) += bias (cols).
-__global__ void add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
-  const int64_t total = rows * cols;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x)
-    y[idx] += bias[idx % cols];
 }
 
 // cuBLAS compute type for the session's precision. FP32 is CUBLAS_COMPUTE_32F, which stays
@@ -73,19 +52,6 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int M, int N, int K, float al
   CUBLAS_CHECK(cublasGemmEx(c.cublas, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
                             CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
                             compute_type(c.precision), CUBLAS_GEMM_DEFAULT));
-}
-
-void CudaBackend::sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) {
-  if (rows == 0 || cols == 0) return;
-  sum_rows_kernel<<<blocks_for(cols), kThreads, 0, ctx().stream>>>(db, dy, rows, cols);
-  KERNEL_CHECK();
-}
-
-void CudaBackend::add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
-  if (rows == 0 || cols == 0) return;
-  add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, ctx().stream>>>(y, bias, rows,
-                                                                                cols);
-  KERNEL_CHECK();
 }
 
 }  // namespace mpicnn::gpu

@@ -1,0 +1,33 @@
+// Add and accumulate of the CUDA backend (src/layers/add.cpp): the residual add and the
+// gradient sum of a tensor with two consumers, IEEE-rounded adds as on the CPU. Not Concat
+// (its copies are copy2d in backend.cu).
+#include "common.cuh"
+
+namespace mpicnn::gpu {
+
+namespace {
+
+// out may alias a or b: each element is read before it is written, by the same thread.
+__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) out[i] = __fadd_rn(a[i], b[i]);
+}
+
+__global__ void accumulate_kernel(float* dst, const float* src, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+}  // namespace
+
+void CudaBackend::add(float* out, const float* a, const float* b, int64_t n) {
+  if (n <= 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(out, a, b, n);
+  KERNEL_CHECK();
+}
+
+void CudaBackend::accumulate(float* dst, const float* src, int64_t n) {
+  if (n <= 0) return;
+  accumulate_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(dst, src, n);
+  KERNEL_CHECK();
+}
+
+}  // namespace mpicnn::gpu

@@ -1,0 +1,463 @@
+// Conv2d on cuDNN 9's legacy convolution API (NCHW float32, PyTorch Conv2d semantics): the
+// per-shape plan (descriptors, chosen algorithms) and forward/backward, the GPU side of
+// src/layers/conv2d.cpp. Not a convolution of our own, and not the CPU path (im2col + GEMM).
+//
+// Algorithms: conv_plan measures every forward / backward-data / backward-filter algorithm once
+// at the planned batch d.n (cudnnFind*AlgorithmEx on temporary buffers, with a workspace cap of
+// max(256 MiB, the current workspace)) and keeps the fastest that succeeded (under FP32 never
+// TF32). Under set_deterministic it measures nothing: it takes cuDNN's heuristic order (fixed,
+// unlike timings) and the first deterministic algorithm that fits the cap. A smaller batch
+// (the last partial batch of an evaluation) gets its descriptors on first use, with algorithms
+// from cuDNN's heuristics that fit the workspace already there: no measuring, no allocation.
+// The search is written once, over a traits struct per direction (Forward, BackwardData,
+// BackwardFilter: cuDNN's algorithm and result types, its count / heuristic / Find / workspace
+// calls with their descriptor order, and where the choice is kept).
+// Workspace: the one shared ctx().workspace, grown by conv_plan (ensure_workspace) to what the
+// chosen algorithms need; convolutions run one at a time on ctx().stream, so sharing is safe.
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "common.cuh"
+#include "layers/im2col.h"
+
+namespace mpicnn::gpu {
+
+// The convolution in cuDNN's int sizes (PyTorch's Conv2d on NCHW), for up to `n` images of
+// (c, h, w); made from Conv2d's geometry by conv_plan.
+struct ConvDesc {
+  int n = 0, c = 0, h = 0, w = 0;  // planned input (N, C, H, W)
+  int oc = 0, kh = 1, kw = 1;
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
+  int oh = 0, ow = 0;              // output size (the layer computed it)
+};
+
+struct ConvPlan {
+  // Descriptors and algorithms for one batch size. Each algorithm keeps the math type cuDNN
+  // reported with it: since cuDNN 7.4 the algorithm and the math type together pick the
+  // kernel, so the convolution descriptor is set to that math type before each call.
+  struct Shape {
+    cudnnTensorDescriptor_t x = nullptr;  // (n, c, h, w)
+    cudnnTensorDescriptor_t y = nullptr;  // (n, oc, oh, ow)
+    cudnnConvolutionFwdAlgo_t fwd{};
+    cudnnMathType_t fwd_math = CUDNN_DEFAULT_MATH;
+    cudnnConvolutionBwdDataAlgo_t bwd_data{};
+    cudnnMathType_t bwd_data_math = CUDNN_DEFAULT_MATH;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+    cudnnMathType_t bwd_filter_math = CUDNN_DEFAULT_MATH;
+    size_t workspace = 0;  // bytes the three algorithms need at most
+  };
+
+  ConvDesc d;
+  Precision precision = Precision::FP32;  // settings the algorithms were chosen under
+  bool deterministic = false;
+  cudnnFilterDescriptor_t w = nullptr;          // (oc, c / groups, kh, kw)
+  cudnnConvolutionDescriptor_t conv = nullptr;  // padding, stride, dilation, groups
+  cudnnTensorDescriptor_t bias = nullptr;       // (1, oc, 1, 1)
+  std::map<int, Shape> shapes;                  // by batch size; d.n is the measured one
+
+  ConvPlan() = default;
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+  // Destroys every descriptor (statuses ignored: a destructor must not throw, and destroying a
+  // descriptor cannot fail on a valid one).
+  ~ConvPlan() {
+    for (auto& [n, s] : shapes) {
+      if (s.x) cudnnDestroyTensorDescriptor(s.x);
+      if (s.y) cudnnDestroyTensorDescriptor(s.y);
+    }
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (w) cudnnDestroyFilterDescriptor(w);
+  }
+};
+
+namespace {
+
+constexpr size_t kFindWorkspaceCap = size_t(256) << 20;
+
+// The math type conv_plan asks cuDNN for. FP32 forbids TF32 (FMA only). TF32 is cuDNN's default
+// for float tensors. BF16 runs TF32 too: cuDNN has no math mode converting fp32 tensors to bf16
+// (ALLOW_CONVERSION converts to fp16 only), so the nearest it offers is TF32. FP16 lets the
+// tensor cores run on fp16 conversions of the fp32 data.
+cudnnMathType_t requested_math(Precision p) {
+  switch (p) {
+    case Precision::FP32: return CUDNN_FMA_MATH;
+    case Precision::TF32: return CUDNN_DEFAULT_MATH;
+    case Precision::BF16: return CUDNN_DEFAULT_MATH;
+    case Precision::FP16: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+  return CUDNN_FMA_MATH;
+}
+
+// Whether a Find / heuristic result may be used under the plan's settings. Under FP32 no
+// tensor-op results (asked for FMA math, cuDNN should report FMA; a result it labels DEFAULT
+// still runs under FMA math, see exec_math).
+template <typename Perf>
+bool acceptable(const Perf& r, const ConvPlan& p) {
+  if (r.status != CUDNN_STATUS_SUCCESS) return false;
+  if (p.deterministic && r.determinism != CUDNN_DETERMINISTIC) return false;
+  if (p.precision == Precision::FP32 && r.mathType != CUDNN_FMA_MATH &&
+      r.mathType != CUDNN_DEFAULT_MATH)
+    return false;
+  return true;
+}
+
+// The math type a chosen result runs under: the one it reports, except that FP32 always runs
+// FMA (DEFAULT would permit TF32).
+cudnnMathType_t exec_math(const ConvPlan& p, cudnnMathType_t reported) {
+  return p.precision == Precision::FP32 ? CUDNN_FMA_MATH : reported;
+}
+
+// The fastest acceptable measured result, or null.
+template <typename Perf>
+const Perf* fastest(const std::vector<Perf>& results, int count, const ConvPlan& p,
+                    size_t cap) {
+  const Perf* best = nullptr;
+  for (int i = 0; i < count; ++i) {
+    const Perf& r = results[size_t(i)];
+    if (!acceptable(r, p) || r.memory > cap) continue;
+    if (!best || r.time < best->time) best = &r;
+  }
+  return best;
+}
+
+void set_math(const ConvPlan& p, cudnnMathType_t m) {
+  CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, m));
+}
+
+// The temporary operands the measured search runs on (device memory of the planned sizes).
+struct Operands {
+  void* x;  // (n, c, h, w)
+  void* y;  // (n, oc, oh, ow)
+  void* w;  // (oc, c / groups, kh, kw)
+};
+
+// One direction of the convolution as the algorithm search sees it: cuDNN's algorithm and
+// result types, its calls that count, rank (heuristics), measure (Find) and size (workspace)
+// the algorithms, and the Shape fields that keep the choice. The search below is written once
+// over these; the three directions differ only in which descriptors go where.
+struct Forward {
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  static constexpr const char* kName = "forward";
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* count) {
+    return cudnnGetConvolutionForwardAlgorithmMaxCount(h, count);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 int max_count, int* count, Perf* results) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, s.x, p.w, p.conv, s.y, max_count, count,
+                                                  results);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                            const Operands& o, int max_count, int* count, Perf* results,
+                            void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, s.x, o.x, p.w, o.w, p.conv, s.y, o.y,
+                                                  max_count, count, results, ws, ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, s.x, p.w, p.conv, s.y, algo, bytes);
+  }
+  static Algo& algo(ConvPlan::Shape& s) { return s.fwd; }
+  static cudnnMathType_t& math(ConvPlan::Shape& s) { return s.fwd_math; }
+};
+
+struct BackwardData {
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  static constexpr const char* kName = "backward-data";
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* count) {
+    return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, count);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 int max_count, int* count, Perf* results) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, s.y, p.conv, s.x, max_count,
+                                                       count, results);
+  }
+  // dx is written into the x buffer: scratch.
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                            const Operands& o, int max_count, int* count, Perf* results,
+                            void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, o.w, s.y, o.y, p.conv, s.x, o.x,
+                                                       max_count, count, results, ws,
+                                                       ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, s.y, p.conv, s.x, algo, bytes);
+  }
+  static Algo& algo(ConvPlan::Shape& s) { return s.bwd_data; }
+  static cudnnMathType_t& math(ConvPlan::Shape& s) { return s.bwd_data_math; }
+};
+
+struct BackwardFilter {
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  static constexpr const char* kName = "backward-filter";
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* count) {
+    return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, count);
+  }
+  static cudnnStatus_t heuristic(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 int max_count, int* count, Perf* results) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s.x, s.y, p.conv, p.w, max_count,
+                                                         count, results);
+  }
+  // dw is written into the w buffer: scratch.
+  static cudnnStatus_t find(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                            const Operands& o, int max_count, int* count, Perf* results,
+                            void* ws, size_t ws_bytes) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, s.x, o.x, s.y, o.y, p.conv, p.w,
+                                                         o.w, max_count, count, results, ws,
+                                                         ws_bytes);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, const ConvPlan::Shape& s,
+                                 Algo algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, s.x, s.y, p.conv, p.w, algo,
+                                                          bytes);
+  }
+  static Algo& algo(ConvPlan::Shape& s) { return s.bwd_filter; }
+  static cudnnMathType_t& math(ConvPlan::Shape& s) { return s.bwd_filter_math; }
+};
+
+// Workspace bytes of direction Dir's algorithm under math type m; false where cuDNN refuses
+// the combination (heuristic candidates are skipped then, not fatal).
+template <typename Dir>
+bool workspace(const ConvPlan& p, const ConvPlan::Shape& s, typename Dir::Algo algo,
+               cudnnMathType_t m, size_t* bytes) {
+  set_math(p, m);
+  return Dir::workspace(ctx().cudnn, p, s, algo, bytes) == CUDNN_STATUS_SUCCESS;
+}
+
+std::string shape_str(const ConvDesc& d, int n) {
+  return detail::concat("conv (", n, ", ", d.c, ", ", d.h, ", ", d.w, ") -> (", n, ", ", d.oc,
+                        ", ", d.oh, ", ", d.ow, "), kernel ", d.kh, "x", d.kw, ", stride ",
+                        d.stride_h, "x", d.stride_w, ", groups ", d.groups);
+}
+
+// Creates s.x and s.y for batch n (s is already in the plan, so a throw leaves nothing leaked).
+void make_tensors(const ConvPlan& p, ConvPlan::Shape& s, int n) {
+  const ConvDesc& d = p.d;
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&s.x));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.c, d.h,
+                                         d.w));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&s.y));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.oc, d.oh,
+                                         d.ow));
+}
+
+// Direction Dir's algorithm from cuDNN's heuristics (best first): the first acceptable one
+// whose workspace fits in `room` bytes.
+template <typename Dir>
+void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n, size_t room) {
+  cudnnHandle_t h = ctx().cudnn;
+  int max_count = 0, count = 0;
+  CUDNN_CHECK(Dir::max_count(h, &max_count));
+  std::vector<typename Dir::Perf> results(size_t(std::max(max_count, 1)));
+  set_math(p, requested_math(p.precision));
+  CUDNN_CHECK(Dir::heuristic(h, p, s, max_count, &count, results.data()));
+  bool found = false;
+  for (int i = 0; i < count && !found; ++i) {
+    const auto& r = results[size_t(i)];
+    const cudnnMathType_t m = exec_math(p, r.mathType);
+    size_t bytes = 0;
+    if (!acceptable(r, p) || !workspace<Dir>(p, s, r.algo, m, &bytes) || bytes > room) continue;
+    Dir::algo(s) = r.algo, Dir::math(s) = m, s.workspace = std::max(s.workspace, bytes);
+    found = true;
+  }
+  CHECK(found, "cuDNN: no usable ", Dir::kName, " algorithm for ", shape_str(p.d, n),
+        " within ", room, " workspace bytes");
+}
+
+// All three directions from the heuristics, forward first.
+void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n, size_t room) {
+  choose_heuristic<Forward>(p, s, n, room);
+  choose_heuristic<BackwardData>(p, s, n, room);
+  choose_heuristic<BackwardFilter>(p, s, n, room);
+}
+
+// Direction Dir's algorithms measured by cudnnFind*Ex at the planned batch on the operands o
+// (workspace ws of cap bytes): the fastest acceptable result.
+template <typename Dir>
+typename Dir::Perf find_fastest(const ConvPlan& p, const ConvPlan::Shape& s, const Operands& o,
+                                void* ws, size_t cap) {
+  cudnnHandle_t h = ctx().cudnn;
+  int max_count = 0, count = 0;
+  CUDNN_CHECK(Dir::max_count(h, &max_count));
+  std::vector<typename Dir::Perf> results(size_t(std::max(max_count, 1)));
+  set_math(p, requested_math(p.precision));
+  CUDNN_CHECK(Dir::find(h, p, s, o, max_count, &count, results.data(), ws, cap));
+  const auto* best = fastest(results, count, p, cap);
+  CHECK(best, "cuDNN: no usable ", Dir::kName, " algorithm for ", shape_str(p.d, p.d.n),
+        p.deterministic ? " (deterministic)" : "");
+  return *best;
+}
+
+// Keeps a measured result in s, and returns the workspace it needs: as reported by Find and
+// as asked again under its own math type (the larger, to be safe).
+template <typename Dir>
+size_t keep_measured(const ConvPlan& p, ConvPlan::Shape& s, const typename Dir::Perf& r) {
+  Dir::algo(s) = r.algo, Dir::math(s) = exec_math(p, r.mathType);
+  size_t bytes = 0;
+  CHECK(workspace<Dir>(p, s, Dir::algo(s), Dir::math(s), &bytes), "cuDNN: ", Dir::kName,
+        " workspace size for ", shape_str(p.d, p.d.n));
+  return std::max(r.memory, bytes);
+}
+
+// The descriptors and algorithms for batch n: measured at d.n, made on first use below it.
+ConvPlan::Shape& shape_for(ConvPlan& p, int n) {
+  const Context& c = ctx();
+  CHECK(n > 0 && n <= p.d.n, "conv: batch ", n, " outside the planned 1..", p.d.n);
+  CHECK(p.precision == c.precision && p.deterministic == c.deterministic,
+        "conv: plan made under precision ", precision_name(p.precision),
+        p.deterministic ? " (deterministic)" : "", ", used under ", precision_name(c.precision),
+        c.deterministic ? " (deterministic)" : "",
+        ": set precision and determinism before planning");
+  auto it = p.shapes.find(n);
+  if (it != p.shapes.end()) return it->second;
+  ConvPlan::Shape& s = p.shapes[n];
+  try {
+    make_tensors(p, s, n);
+    // A batch below the planned one: the shared workspace as it is (a step may not grow it).
+    choose_heuristic(p, s, n, ctx().workspace_bytes);
+  } catch (...) {  // leave no half-made entry for the next call to find
+    if (s.x) cudnnDestroyTensorDescriptor(s.x);
+    if (s.y) cudnnDestroyTensorDescriptor(s.y);
+    p.shapes.erase(n);
+    throw;
+  }
+  return s;
+}
+
+// Measures the three directions at the planned batch (not deterministic: see conv_plan) and
+// sizes s.workspace for the fastest of each.
+void choose_measured(const ConvPlan& p, ConvPlan::Shape& s, size_t cap) {
+  const ConvDesc& d = p.d;
+  const Context& c = ctx();
+  // Temporary operands of the planned sizes, zeroed so no NaN or denormal skews the timings.
+  // Backward-data writes its dx into the x buffer and backward-filter its dw into the w
+  // buffer: the contents are scratch either way. Freed when this returns.
+  const size_t x_bytes = size_t(d.n) * d.c * d.h * d.w * sizeof(float);
+  const size_t y_bytes = size_t(d.n) * d.oc * d.oh * d.ow * sizeof(float);
+  const size_t w_bytes = size_t(d.oc) * (d.c / d.groups) * d.kh * d.kw * sizeof(float);
+  std::shared_ptr<void> xb = backend().alloc(x_bytes), yb = backend().alloc(y_bytes),
+                        wb = backend().alloc(w_bytes);
+  CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, x_bytes, c.stream));
+  CUDA_CHECK(cudaMemsetAsync(yb.get(), 0, y_bytes, c.stream));
+  CUDA_CHECK(cudaMemsetAsync(wb.get(), 0, w_bytes, c.stream));
+  void* find_ws = ensure_workspace(cap);
+  const Operands o{xb.get(), yb.get(), wb.get()};
+
+  const auto f = find_fastest<Forward>(p, s, o, find_ws, cap);
+  const auto b = find_fastest<BackwardData>(p, s, o, find_ws, cap);
+  const auto g = find_fastest<BackwardFilter>(p, s, o, find_ws, cap);
+  const size_t fb = keep_measured<Forward>(p, s, f);
+  const size_t bb = keep_measured<BackwardData>(p, s, b);
+  const size_t gb = keep_measured<BackwardFilter>(p, s, g);
+  s.workspace = std::max({fb, bb, gb});
+  // Find ran on the stream: let it finish before the workspace may move and the temporaries
+  // go back.
+  CUDA_CHECK(cudaStreamSynchronize(c.stream));
+}
+
+// The filter, convolution and bias descriptors of p.d (owned by p as soon as they exist).
+void make_descriptors(ConvPlan& p) {
+  const ConvDesc& d = p.d;
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.oc,
+                                         d.c / d.groups, d.kh, d.kw));
+  CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p.conv));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, d.pad_h, d.pad_w, d.stride_h, d.stride_w,
+                                              d.dil_h, d.dil_w, CUDNN_CROSS_CORRELATION,
+                                              CUDNN_DATA_FLOAT));
+  CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, d.groups));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.bias));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d.oc, 1,
+                                         1));
+}
+
+}  // namespace
+
+std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t n,
+                                                  int out_channels, int groups) {
+  Context& c = ctx();
+  ConvDesc d;  // g in the int sizes of cuDNN's descriptors
+  d.n = int(n), d.c = int(g.channels), d.h = int(g.height), d.w = int(g.width);
+  d.oc = out_channels, d.kh = int(g.kernel_h), d.kw = int(g.kernel_w);
+  d.stride_h = int(g.stride_h), d.stride_w = int(g.stride_w), d.pad_h = int(g.pad_h);
+  d.pad_w = int(g.pad_w), d.dil_h = int(g.dilation_h), d.dil_w = int(g.dilation_w);
+  d.groups = groups, d.oh = int(g.out_h), d.ow = int(g.out_w);
+  CHECK(d.n > 0 && d.c > 0 && d.h > 0 && d.w > 0 && d.oc > 0 && d.oh > 0 && d.ow > 0,
+        "conv_plan: empty shape, ", shape_str(d, d.n));
+  CHECK(d.groups > 0 && d.c % d.groups == 0 && d.oc % d.groups == 0, "conv_plan: groups ",
+        d.groups, " must divide ", d.c, " input and ", d.oc, " output channels");
+  auto plan = std::make_shared<ConvPlan>();  // owns each descriptor as soon as it exists
+  ConvPlan& p = *plan;
+  p.d = d;
+  p.precision = c.precision;
+  p.deterministic = c.deterministic;
+  make_descriptors(p);
+  ConvPlan::Shape& s = p.shapes[d.n];
+  make_tensors(p, s, d.n);
+
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p.conv, s.x, p.w, &on, &oc, &oh, &ow));
+  CHECK(on == d.n && oc == d.oc && oh == d.oh && ow == d.ow, "conv_plan: cuDNN gives output (",
+        on, ", ", oc, ", ", oh, ", ", ow, ") for ", shape_str(d, d.n));
+
+  const size_t cap = std::max(kFindWorkspaceCap, c.workspace_bytes);
+  if (p.deterministic) {
+    // Bit-identical reruns: Find's timings may rank two deterministic algorithms (which round
+    // differently) either way from one run to the next; the heuristics' order is fixed.
+    choose_heuristic(p, s, d.n, cap);
+  } else {
+    choose_measured(p, s, cap);
+  }
+  ensure_workspace(s.workspace);
+  return plan;
+}
+
+void CudaBackend::conv_forward(ConvPlan& plan, float* y, const float* x, const float* w,
+                               const float* bias, int n) {
+  if (n == 0) return;
+  const Context& c = ctx();
+  const ConvPlan::Shape& s = shape_for(plan, n);
+  CHECK(s.workspace <= c.workspace_bytes, "conv: workspace of ", c.workspace_bytes,
+        " bytes, the algorithms need ", s.workspace);
+  const float one = 1.f, zero = 0.f;
+  set_math(plan, s.fwd_math);
+  // y (n, oc, oh, ow) = conv(x (n, c, h, w), w (oc, c / groups, kh, kw))
+  CUDNN_CHECK(cudnnConvolutionForward(c.cudnn, &one, s.x, x, plan.w, w, plan.conv, s.fwd,
+                                      c.workspace, c.workspace_bytes, &zero, s.y, y));
+  // y += bias (1, oc, 1, 1) broadcast
+  if (bias) CUDNN_CHECK(cudnnAddTensor(c.cudnn, &one, plan.bias, bias, &one, s.y, y));
+}
+
+void CudaBackend::conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias,
+                                const float* dy, const float* x, const float* w, int n) {
+  if (n == 0) return;  // dx is empty, and dw / dbias gain nothing
+  const Context& c = ctx();
+  const ConvPlan::Shape& s = shape_for(plan, n);
+  CHECK(s.workspace <= c.workspace_bytes, "conv: workspace of ", c.workspace_bytes,
+        " bytes, the algorithms need ", s.workspace);
+  const float one = 1.f, zero = 0.f;
+  // dbias (1, oc, 1, 1) += sum of dy (n, oc, oh, ow) over n, oh, ow
+  if (dbias)
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(c.cudnn, &one, s.y, dy, &one, plan.bias, dbias));
+  // dw (oc, c / groups, kh, kw) += correlation of x with dy
+  if (dw) {
+    set_math(plan, s.bwd_filter_math);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(c.cudnn, &one, s.x, x, s.y, dy, plan.conv,
+                                               s.bwd_filter, c.workspace, c.workspace_bytes,
+                                               &one, plan.w, dw));
+  }
+  // dx (n, c, h, w) = transposed convolution of dy with w
+  if (dx) {
+    set_math(plan, s.bwd_data_math);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(c.cudnn, &one, plan.w, w, s.y, dy, plan.conv,
+                                             s.bwd_data, c.workspace, c.workspace_bytes, &zero,
+                                             s.x, dx));
+  }
+}
+
+}  // namespace mpicnn::gpu

@@ -1,0 +1,35 @@
+// ReLU of the CUDA backend (src/layers/relu.cpp): forward and backward, either in place. Not
+// cuDNN's activation: a plain grid-stride loop with the CPU's NaN rule.
+#include "common.cuh"
+
+namespace mpicnn::gpu {
+
+namespace {
+
+// As ReLU::forward: `x > 0 ? x : 0`, so NaN becomes 0 like on the CPU.
+__global__ void relu_forward_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    y[i] = v > 0.f ? v : 0.f;
+  }
+}
+
+__global__ void relu_backward_kernel(float* dx, const float* dy, const float* y, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+}
+
+}  // namespace
+
+void CudaBackend::relu_forward(float* y, const float* x, int64_t n) {
+  if (n <= 0) return;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(y, x, n);
+  KERNEL_CHECK();
+}
+
+void CudaBackend::relu_backward(float* dx, const float* dy, const float* y, int64_t n) {
+  if (n <= 0) return;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(dx, dy, y, n);
+  KERNEL_CHECK();
+}
+
+}  // namespace mpicnn::gpu
