@@ -161,9 +161,9 @@ JpegStep jpeg_start(JpegDecoder& d, std::span<const std::uint8_t> bytes) {
   d.cinfo.err = jpeg_std_error(&d.err);
   d.err.error_exit = jpeg_error_exit;
   d.err.output_message = jpeg_output_message;
-  d.created = true;  // jpeg_destroy_decompress copes with a half-created object
+  d.cinfo.client_data = &d;  // kept by jpeg_create_decompress, and read by jpeg_error_exit
+  d.created = true;          // jpeg_destroy_decompress copes with a half-created object
   jpeg_create_decompress(&d.cinfo);
-  d.cinfo.client_data = &d;
   d.src.init_source = jpeg_init_source;
   d.src.fill_input_buffer = jpeg_fill_input_buffer;
   d.src.skip_input_data = jpeg_skip_input_data;
