@@ -302,7 +302,8 @@ TEST_CASE("image decode: damaged JPEGs fail or decode exactly where PIL does") {
   // Both outcomes must occur, or the comparison above proves little.
   CHECK(decoded > 12);  // the intact files and those PIL decodes past damage
   CHECK(truncated >= 12);  // every cut file
-  MESSAGE(files.size(), " files: PIL decodes ", decoded, ", raises on ", failed, " (", truncated, " truncated)");
+  MESSAGE(files.size(), " files: PIL decodes ", decoded, ", raises on ", failed, " (", truncated,
+          " truncated)");
 }
 
 // ---- resize and crops vs PIL / torchvision -----------------------------------------------------
