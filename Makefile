@@ -36,7 +36,7 @@ LDFLAGS  := -fopenmp
 # BLAS, idle threads of one pool no longer spin on the cores the other needs (measured in
 # bench/RESULTS.md: the pthreads build halved 3x3 conv throughput on 2 cores).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lboost_program_options -lz -lpthread
+LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lboost_program_options -ljpeg -lz -lpthread
 # MPI (OpenMPI from `make deps`): flags from its C wrapper, so the compiler stays $(CXX); the
 # deprecated C++ bindings are skipped (we call the C API), system includes keep -Wall quiet.
 CPPFLAGS += -DOMPI_SKIP_MPICXX=1 $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/null))
@@ -53,8 +53,8 @@ endif
 
 # Debian packages the project and its tests need (installed by `make deps`).
 DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
-  libboost-program-options-dev doctest-dev libstb-dev nlohmann-json3-dev zlib1g-dev \
-  python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
+  libboost-program-options-dev doctest-dev libstb-dev libjpeg62-turbo-dev nlohmann-json3-dev \
+  zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
   slurm-wlm iproute2
 
 LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*' ! -name gpu_absent.cpp))

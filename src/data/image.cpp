@@ -1,7 +1,9 @@
-// Image decode (stb_image: JPEG, PNG, BMP), channel conversion and PNG writing.
-// stb_image's implementation is compiled here, once for the whole library.
+// Image decode (JPEG: libjpeg-turbo as PIL drives it; PNG, BMP: stb_image), channel conversion
+// and PNG writing. stb_image's implementation is compiled here, once for the whole library.
 #include "data/image.h"
 
+#include <algorithm>
+#include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -13,12 +15,12 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #endif
+#include <jpeglib.h>
 
 #include "core/check.h"
 #include "io/atomic_file.h"
 
 #define STB_IMAGE_IMPLEMENTATION
-#define STBI_ONLY_JPEG
 #define STBI_ONLY_PNG
 #define STBI_ONLY_BMP
 #define STBI_NO_STDIO
@@ -53,9 +55,8 @@ inline std::uint8_t luma(const std::uint8_t* p) {
   return static_cast<std::uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
 }
 
-// Keeps the first `kept` of every `c` bytes (drops alpha). RGBA -> RGB is the hot case (colour
-// JPEGs are decoded as RGBA, see decode_image): 16 pixels per AVX-512 byte permute, or 4 per
-// SSSE3 shuffle.
+// Keeps the first `kept` of every `c` bytes (drops alpha). RGBA -> RGB (PNGs with alpha) takes
+// 16 pixels per AVX-512 byte permute, or 4 per SSSE3 shuffle.
 void drop_channels(std::uint8_t* dst, const std::uint8_t* src, std::size_t n, int c, int kept) {
   std::size_t i = 0;
 #ifdef __AVX512VBMI__
@@ -102,6 +103,140 @@ void check_bmp_size(std::span<const std::uint8_t> b, const std::string& name) {
   const std::uint64_t need = std::uint64_t(offset) + row * std::uint64_t(h < 0 ? -h : h);
   CHECK(b.size() >= need, name, ": truncated BMP (", b.size(), " of ", need, " bytes)");
 }
+
+// ---- JPEG: libjpeg-turbo with the settings PIL uses -------------------------------------------
+// torchvision's loader is Image.open(f).convert("RGB"), and PIL (Debian's python3-pil) decodes
+// with the same libjpeg-turbo: called the same way it gives the same bytes. What PIL's
+// JpegDecoder does when not in draft mode (JpegDecode.c, JpegImagePlugin.py):
+// - libjpeg's defaults: JDCT_ISLOW integer IDCT, fancy (triangle-filter) chroma upsampling, no
+//   scaling; the file's colour space as libjpeg infers it from the JFIF/Adobe markers;
+// - the output colour space from the component count: 1 -> JCS_GRAYSCALE (mode L), 3 -> JCS_RGB,
+//   4 -> JCS_CMYK (CMYK or YCCK files), read as Adobe's inverted CMYK (rawmode "CMYK;I"), which
+//   convert("RGB") turns into RGB with cmyk2rgb; other counts are errors;
+// - a suspending source: when the data ends before the last scanline is out PIL raises "image
+//   file is truncated" (after it, a missing EOI is accepted); libjpeg's warnings (corrupt data
+//   it decodes past) are silent. jpeg_mem_src would instead pad a truncated file with a fake
+//   EOI and return gray rows, so the source here suspends at the end of the data as PIL's does;
+// - EXIF orientation is not applied (PIL applies it only through ImageOps.exif_transpose).
+// libjpeg's default error_exit prints and calls exit(): ours longjmps back into the function
+// that called libjpeg, which returns the message; the caller throws. The setjmp functions hold
+// no objects with destructors, and the decoder state they change lives in the caller's frame.
+struct JpegDecoder {
+  jpeg_decompress_struct cinfo{};
+  jpeg_error_mgr err{};
+  jpeg_source_mgr src{};
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX] = {};
+  bool created = false;
+  JpegDecoder() = default;
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+  ~JpegDecoder() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+};
+
+enum class JpegStep { ok, truncated, failed };
+
+JpegDecoder& decoder_of(j_common_ptr cinfo) { return *static_cast<JpegDecoder*>(cinfo->client_data); }
+
+[[noreturn]] void jpeg_error_exit(j_common_ptr cinfo) {
+  JpegDecoder& d = decoder_of(cinfo);
+  cinfo->err->format_message(cinfo, d.message);
+  std::longjmp(d.jump, 1);
+}
+void jpeg_output_message(j_common_ptr) {}  // warnings are silent, as in PIL
+void jpeg_init_source(j_decompress_ptr) {}
+boolean jpeg_fill_input_buffer(j_decompress_ptr) { return FALSE; }  // the whole file is in the buffer
+void jpeg_skip_input_data(j_decompress_ptr cinfo, long n) {
+  jpeg_source_mgr* s = cinfo->src;
+  const std::size_t k = std::min(n > 0 ? std::size_t(n) : 0, s->bytes_in_buffer);
+  s->next_input_byte += k;
+  s->bytes_in_buffer -= k;
+}
+
+// Reads the header, chooses the output colour space and starts decompression.
+JpegStep jpeg_start(JpegDecoder& d, std::span<const std::uint8_t> bytes) {
+  if (setjmp(d.jump)) return JpegStep::failed;
+  d.cinfo.err = jpeg_std_error(&d.err);
+  d.err.error_exit = jpeg_error_exit;
+  d.err.output_message = jpeg_output_message;
+  d.cinfo.client_data = &d;  // kept by jpeg_create_decompress, and read by jpeg_error_exit
+  d.created = true;          // jpeg_destroy_decompress copes with a half-created object
+  jpeg_create_decompress(&d.cinfo);
+  d.src.init_source = jpeg_init_source;
+  d.src.fill_input_buffer = jpeg_fill_input_buffer;
+  d.src.skip_input_data = jpeg_skip_input_data;
+  d.src.resync_to_restart = jpeg_resync_to_restart;
+  d.src.term_source = jpeg_init_source;
+  d.src.next_input_byte = bytes.data();
+  d.src.bytes_in_buffer = bytes.size();
+  d.cinfo.src = &d.src;
+  if (jpeg_read_header(&d.cinfo, TRUE) != JPEG_HEADER_OK) return JpegStep::truncated;
+  switch (d.cinfo.num_components) {
+    case 1: d.cinfo.out_color_space = JCS_GRAYSCALE; break;
+    case 3: d.cinfo.out_color_space = JCS_RGB; break;
+    case 4: d.cinfo.out_color_space = JCS_CMYK; break;
+    default:
+      std::snprintf(d.message, sizeof d.message, "cannot handle %d-component images (PIL reads 1, 3 or 4)",
+                    d.cinfo.num_components);
+      return JpegStep::failed;
+  }
+  return jpeg_start_decompress(&d.cinfo) ? JpegStep::ok : JpegStep::truncated;
+}
+
+// Decodes every scanline into `out` (sized by the caller: 1 channel for gray, 3 otherwise).
+JpegStep jpeg_read(JpegDecoder& d, Image& out) {
+  if (setjmp(d.jump)) return JpegStep::failed;
+  jpeg_decompress_struct& c = d.cinfo;
+  const bool cmyk = c.out_color_space == JCS_CMYK;
+  JSAMPARRAY scratch = cmyk ? c.mem->alloc_sarray(reinterpret_cast<j_common_ptr>(&c), JPOOL_IMAGE,
+                                                  c.output_width * 4, 1)
+                            : nullptr;
+  JSAMPROW rows[16];
+  while (c.output_scanline < c.output_height) {
+    const JDIMENSION y = c.output_scanline;
+    JDIMENSION got;
+    if (cmyk) {
+      got = jpeg_read_scanlines(&c, scratch, 1);
+      if (got == 1) {
+        // PIL's "CMYK;I" unpack and cmyk2rgb: the file holds 255 - ink; with ink C and
+        // k = 255 - ink K, R = k - C * k / 255 rounded as PIL's MULDIV255 (never below 0).
+        const JSAMPLE* s = scratch[0];
+        std::uint8_t* o = out.row(int(y));
+        for (JDIMENSION x = 0; x < c.output_width; ++x, s += 4, o += 3) {
+          const unsigned k = s[3];
+          for (int i = 0; i < 3; ++i) {
+            const unsigned t = (255u - s[i]) * k + 128;
+            o[i] = std::uint8_t(k - (((t >> 8) + t) >> 8));
+          }
+        }
+      }
+    } else {
+      const JDIMENSION n = std::min<JDIMENSION>(16, c.output_height - y);
+      for (JDIMENSION i = 0; i < n; ++i) rows[i] = out.row(int(y + i));
+      got = jpeg_read_scanlines(&c, rows, n);
+    }
+    if (got == 0) return JpegStep::truncated;  // suspended: the data ended
+  }
+  // Suspending here means only the EOI marker is missing, which PIL accepts; an error still fails.
+  jpeg_finish_decompress(&c);
+  return JpegStep::ok;
+}
+
+void decode_jpeg(Image& out, std::span<const std::uint8_t> bytes, const std::string& name) {
+  JpegDecoder d;
+  JpegStep step = jpeg_start(d, bytes);
+  if (step == JpegStep::ok) {
+    const int c = d.cinfo.output_components == 1 ? 1 : 3;
+    out.height = int(d.cinfo.output_height), out.width = int(d.cinfo.output_width), out.channels = c;
+    out.pixels.resize(std::size_t(out.height) * out.width * c);
+    step = jpeg_read(d, out);
+  }
+  if (step == JpegStep::truncated)
+    FAIL(name, ": truncated JPEG (the data ends before the image does; PIL: image file is truncated)");
+  if (step == JpegStep::failed) FAIL(name, ": cannot decode JPEG (", d.message, ")");
+}
 }  // namespace
 
 void convert_channels(Image& out, const Image& in, int channels) {
@@ -133,6 +268,15 @@ void decode_image(Image& out, std::span<const std::uint8_t> bytes, int channels,
   CHECK(channels == 0 || channels == 1 || channels == 3, name, ": cannot decode to ", channels,
         " channels (1 or 3)");
   CHECK(!bytes.empty(), name, ": empty file");
+  // JPEG by PIL's test of the signature (SOI and the next marker's 0xFF).
+  if (bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
+    decode_jpeg(out, bytes, name);
+    if (channels != 0 && out.channels != channels) {
+      const Image decoded = std::move(out);
+      convert_channels(out, decoded, channels);
+    }
+    return;
+  }
   CHECK(bytes.size() <= 0x7fffffffu, name, ": file too large to decode (", bytes.size(), " bytes)");
   const int len = static_cast<int>(bytes.size());
   int w = 0, h = 0, c = 0;
@@ -141,17 +285,12 @@ void decode_image(Image& out, std::span<const std::uint8_t> bytes, int channels,
     FAIL(name, ": cannot decode image (", why ? why : "unknown reason", ")");
   }
   if (bytes.size() >= 2 && bytes[0] == 'B' && bytes[1] == 'M') check_bmp_size(bytes, name);
-  // stb_image converts YCbCr to RGB with SSE2 only when asked for 4 channels (its 3-channel path
-  // is scalar, and gives the same bytes): asking for RGBA and dropping alpha below is ~25% faster.
-  const bool jpeg = bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8;
-  const int request = (jpeg && c == 3) ? 4 : 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> data(
-      stbi_load_from_memory(bytes.data(), len, &w, &h, &c, request), stbi_image_free);
+  std::unique_ptr<stbi_uc, void (*)(void*)> data(stbi_load_from_memory(bytes.data(), len, &w, &h, &c, 0),
+                                                 stbi_image_free);
   if (!data) {
     const char* why = stbi_failure_reason();
     FAIL(name, ": cannot decode image (", why ? why : "unknown reason", ")");
   }
-  if (request) c = request;
   CHECK(w > 0 && h > 0 && c >= 1 && c <= 4, name, ": decoded to an invalid image ", w, "x", h, "x", c);
   // Drop alpha (PIL's convert("RGB") / convert("L") of LA and RGBA ignore it).
   const int kept = c <= 2 ? 1 : 3;

@@ -3,10 +3,15 @@ itself: it writes what PIL and torchvision produce (and a torchvision model's pr
 the C++ test compares and decides.
 
 Usage: preprocess_torch.py MODE DIR
-  encode  DIR/encode.txt lines "NAME FORMAT MODE": DIR/inputs.safetensors[NAME] (U8, H x W x C)
-          is saved by PIL as DIR/NAME.FORMAT in PIL mode MODE (L, LA, RGB, RGBA, P); PIL then
-          reopens the file and writes its convert("RGB") and convert("L") pixels to
-          DIR/decoded.safetensors as NAME.rgb and NAME.l.
+  encode  DIR/encode.txt lines "NAME FORMAT MODE [OPTION...]": DIR/inputs.safetensors[NAME] (U8,
+          H x W x C) is saved by PIL as DIR/NAME.FORMAT in PIL mode MODE (L, LA, RGB, RGBA, P,
+          CMYK); JPEG options: progressive, 444 (no chroma subsampling), exif6 (an EXIF
+          orientation tag "rotate 90", which PIL's open ignores). PIL then reopens the file and
+          writes its convert("RGB") and convert("L") pixels to DIR/decoded.safetensors as
+          NAME.rgb and NAME.l.
+  decode  DIR/decode.txt lines "FILE" (in DIR): PIL's Image.open(f).convert("RGB") of each, as
+          torchvision's loader does, to DIR/pil_decoded.safetensors as FILE.rgb, or where PIL
+          raises, its message as FILE.error (U8 text).
   resize  DIR/resize.txt lines "ID OP ARGS...": input DIR/inputs.safetensors[ID]; output
           DIR/outputs.safetensors[ID] (U8, H x W x C):
             resize OH OW       Image.resize((OW, OH), BILINEAR)
@@ -21,7 +26,10 @@ Usage: preprocess_torch.py MODE DIR
           a torchvision model (mobilenet_v3_small, torch.manual_seed(0), eval mode, random
           weights: no pretrained weights exist offline) on both tensor sets. Writes
           DIR/eval.safetensors: per image max and mean |ours - torchvision| in 8-bit levels
-          (difference * std * 255) per set, and the predicted classes per set.
+          (difference * std * 255) per set, and the predicted classes per set. If
+          DIR/ours_decoded.safetensors exists (our decoded JPEGs, as stored, keyed by file
+          name), also jpg.decoded_max: per JPEG the max |ours - PIL| of the 8-bit pixels of
+          Image.open(f) before any resize (-1 where the shapes differ).
 """
 import os
 import sys
@@ -54,7 +62,7 @@ def encode(root):
     inputs = st.load(os.path.join(root, "inputs.safetensors"))
     out = {}
     for line in open(os.path.join(root, "encode.txt")):
-        name, fmt, mode = line.split()
+        name, fmt, mode, *options = line.split()
         a = inputs[name].numpy()
         if mode == "L":
             im = Image.fromarray(a[..., 0], "L")
@@ -66,17 +74,38 @@ def encode(root):
             im = Image.fromarray(a, "RGBA")
         elif mode == "P":
             im = Image.fromarray(a[..., :3], "RGB").quantize(64)
+        elif mode == "CMYK":
+            im = Image.fromarray(a, "CMYK")  # saved with Adobe's inverted CMYK, as PIL writes it
         else:
             sys.exit(f"preprocess_torch.py: unknown mode {mode}")
         path = os.path.join(root, f"{name}.{fmt}")
         if fmt == "jpg":
-            im.save(path, quality=95)
+            extra = {}
+            if "exif6" in options:
+                exif = Image.Exif()
+                exif[0x0112] = 6  # Orientation
+                extra["exif"] = exif.tobytes()
+            im.save(path, quality=95, progressive="progressive" in options,
+                    subsampling=0 if "444" in options else -1, **extra)
         else:
             im.save(path)
         with Image.open(path) as back:
             out[name + ".rgb"] = from_pil(back.convert("RGB"))
             out[name + ".l"] = from_pil(back.convert("L"))
     st.save(os.path.join(root, "decoded.safetensors"), out)
+
+
+def decode(root):
+    out = {}
+    for line in open(os.path.join(root, "decode.txt")):
+        name = line.strip()
+        try:
+            with Image.open(os.path.join(root, name)) as im:
+                out[name + ".rgb"] = from_pil(im.convert("RGB"))
+        except Exception as e:  # noqa: BLE001 -- any failure is the answer
+            out[name + ".error"] = torch.frombuffer(bytearray(f"{type(e).__name__}: {e}".encode()),
+                                                    dtype=torch.uint8)
+    st.save(os.path.join(root, "pil_decoded.safetensors"), out)
 
 
 def resize(root):
@@ -119,6 +148,17 @@ def evaluate(root):
         ref[fmt] = torch.stack([tf(Image.open(f).convert("RGB")) for f in files])
     pngs = [os.path.join(root, n) for n in names if n.endswith(".png")]
     ref["gray"] = torch.stack([tf_gray(Image.open(f).convert("L")) for f in pngs])
+    decoded_path = os.path.join(root, "ours_decoded.safetensors")
+    if os.path.exists(decoded_path):
+        ours_decoded, worst = st.load(decoded_path), []
+        for n in names:
+            if n.endswith(".jpg"):
+                with Image.open(os.path.join(root, n)) as im:
+                    theirs = from_pil(im)
+                mine = ours_decoded[n]
+                worst.append(float((mine.int() - theirs.int()).abs().max()) if mine.shape == theirs.shape
+                             else -1.0)
+        result["jpg.decoded_max"] = torch.tensor(worst, dtype=torch.float32)
     ours = {k: st.load(os.path.join(root, f"ours_{k}.safetensors"))["x"] for k in ("png", "jpg", "gray")}
     for k in ("png", "jpg", "gray"):
         if ours[k].shape != ref[k].shape:
@@ -143,9 +183,10 @@ def evaluate(root):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("encode", "resize", "eval"):
-        sys.exit("usage: preprocess_torch.py encode|resize|eval DIR")
-    {"encode": encode, "resize": resize, "eval": evaluate}[sys.argv[1]](sys.argv[2])
+    modes = {"encode": encode, "decode": decode, "resize": resize, "eval": evaluate}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
+        sys.exit("usage: preprocess_torch.py encode|decode|resize|eval DIR")
+    modes[sys.argv[1]](sys.argv[2])
 
 
 if __name__ == "__main__":
