@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "data/tools.h"
+#include "flags.h"
 
 namespace po = boost::program_options;
 using namespace mpicnn;
@@ -69,19 +70,9 @@ int run(int argc, char** argv) {
       ("force", "write into a non-empty DIR (an earlier create_dataset output there is replaced)")
       ("skip-bad", "when writing images: leave unreadable source images out of the sample and report them");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << kUsage << opts << kExamples;
-    return 0;
-  }
+  if (!parse_flags(argc, argv, opts, kUsage, kExamples, vm)) return 0;
 
-  check_choice(kind, {"auto", "imagefolder", "csv", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100",
-                      "synthetic"},
-               "--dataset");
-  check_choice(split, {"train", "test", "val", "all"}, "--split");
-  CHECK(!input.empty() || kind == "fashion-mnist" || kind == "synthetic",
-        "--input is required (a dataset folder or file; only --dataset fashion-mnist or synthetic go without)");
+  check_source_flags(kind, split, input);
   CHECK(!output.empty(), "--output is required (the folder to write the CSVs to)");
   CHECK(!(vm.count("size") && vm.count("fraction")), "--size and --fraction both given; choose one");
 

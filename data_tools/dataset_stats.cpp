@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "data/tools.h"
+#include "flags.h"
 #include "io/atomic_file.h"
 
 namespace po = boost::program_options;
@@ -57,20 +58,10 @@ int run(int argc, char** argv) {
       ("skip-bad", "leave unreadable images out of the statistics and report how many")
       ("threads", po::value(&threads_s)->value_name("N"), "threads decoding images (default: all cores)");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << kUsage << opts << kExamples;
-    return 0;
-  }
+  if (!parse_flags(argc, argv, opts, kUsage, kExamples, vm)) return 0;
 
-  check_choice(kind, {"auto", "imagefolder", "csv", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100",
-                      "synthetic"},
-               "--dataset");
-  check_choice(split, {"train", "test", "val", "all"}, "--split");
+  check_source_flags(kind, split, input);
   check_choice(channels_s, {"0", "1", "3"}, "--channels");
-  CHECK(!input.empty() || kind == "fashion-mnist" || kind == "synthetic",
-        "--input is required (a dataset folder or file; only --dataset fashion-mnist or synthetic go without)");
   StatsOptions opt;
   if (vm.count("limit")) {
     opt.limit = parse_u64(limit_s, "--limit");

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "data/tools.h"
+#include "flags.h"
 
 namespace po = boost::program_options;
 using namespace mpicnn;
@@ -55,12 +56,7 @@ int run(int argc, char** argv) {
        "threads writing images (default: 4 per core, 16 to 64: writes wait on the disk)")
       ("force", "write into a non-empty OUT (the split folders of an earlier export there are replaced)");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << kUsage << opts << kExamples;
-    return 0;
-  }
+  if (!parse_flags(argc, argv, opts, kUsage, kExamples, vm)) return 0;
 
   if (kind.empty()) kind = input.empty() ? "fashion-mnist" : "auto";
   check_choice(kind, {"auto", "idx", "mnist", "fashion-mnist", "cifar10", "cifar100"}, "--dataset");
