@@ -95,19 +95,9 @@ int run(int argc, char** argv) {
   opt.absolute_paths = vm.count("absolute-paths") > 0;
   opt.force = vm.count("force") > 0;
   opt.skip_bad = vm.count("skip-bad") > 0;
-  if (vm.count("threads")) {
-    const uint64_t t = parse_u64(threads_s, "--threads");
-    CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
-    opt.threads = int(t);
-  }
-  const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
-  CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
+  opt.threads = threads_flag(vm, threads_s);
 
-  DatasetSpec spec;
-  spec.kind = kind;
-  spec.path = input;
-  spec.split = split;
-  spec.idx_num_classes = int(idx_classes);
+  DatasetSpec spec = source_spec(kind, input, split, idx_classes_s);
   spec.check_files = true;  // a CSV must not name files that are not there
   const std::unique_ptr<Dataset> ds = open_dataset(spec);
   std::cout << format_report(create_dataset(*ds, opt));

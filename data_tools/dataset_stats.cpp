@@ -71,21 +71,10 @@ int run(int argc, char** argv) {
   opt.skip_bad = vm.count("skip-bad") > 0;
   if (vm.count("resize")) opt.resize = parse_resize(resize_s, "--resize");
   opt.channels = std::stoi(channels_s);
-  if (vm.count("threads")) {
-    const uint64_t t = parse_u64(threads_s, "--threads");
-    CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
-    opt.threads = int(t);
-  }
+  opt.threads = threads_flag(vm, threads_s);
   CHECK(!vm.count("json") || !json.empty(), "--json: empty file name");
-  const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
-  CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
 
-  DatasetSpec spec;
-  spec.kind = kind;
-  spec.path = input;
-  spec.split = split;
-  spec.idx_num_classes = int(idx_classes);
-  const std::unique_ptr<Dataset> ds = open_dataset(spec);
+  const std::unique_ptr<Dataset> ds = open_dataset(source_spec(kind, input, split, idx_classes_s));
   const DatasetStats stats = dataset_stats(*ds, opt);
   if (!json.empty()) {
     const std::string text = stats_json(stats);

@@ -70,13 +70,8 @@ int run(int argc, char** argv) {
     opt.limit = parse_u64(limit_s, "--limit");
     CHECK(opt.limit > 0, "--limit: must be at least 1");
   }
-  if (vm.count("threads")) {
-    const uint64_t t = parse_u64(threads_s, "--threads");
-    CHECK(t >= 1 && t <= 1024, "--threads: ", threads_s, " is outside [1, 1024]");
-    opt.threads = int(t);
-  }
-  const uint64_t idx_classes = parse_u64(idx_classes_s, "--idx-classes");
-  CHECK(idx_classes >= 1 && idx_classes <= 256, "--idx-classes: ", idx_classes_s, " is outside [1, 256]");
+  opt.threads = threads_flag(vm, threads_s);
+  const int idx_classes = idx_classes_flag(idx_classes_s);
   if (kind == "auto") {
     kind = detect_dataset_kind(input);
     CHECK(kind != "imagefolder" && kind != "csv", input, ": is ", kind == "csv" ? "a CSV" : "an image folder",
@@ -91,7 +86,7 @@ int run(int argc, char** argv) {
     spec.kind = kind;
     spec.path = input;
     spec.split = s;
-    spec.idx_num_classes = int(idx_classes);
+    spec.idx_num_classes = idx_classes;
     sets.push_back(open_dataset(spec));
     splits.emplace_back(s, sets.back().get());
   }

@@ -33,4 +33,30 @@ inline void check_source_flags(const std::string& kind, const std::string& split
         "--input is required (a dataset folder or file; only --dataset fashion-mnist or synthetic go without)");
 }
 
+// --threads N within [1, 1024]; 0 (the tool's default count) when the flag is not given.
+inline int threads_flag(const boost::program_options::variables_map& vm, const std::string& text) {
+  if (!vm.count("threads")) return 0;
+  const uint64_t t = parse_u64(text, "--threads");
+  CHECK(t >= 1 && t <= 1024, "--threads: ", text, " is outside [1, 1024]");
+  return int(t);
+}
+
+// --idx-classes N within [1, 256]: the classes of plain IDX data.
+inline int idx_classes_flag(const std::string& text) {
+  const uint64_t n = parse_u64(text, "--idx-classes");
+  CHECK(n >= 1 && n <= 256, "--idx-classes: ", text, " is outside [1, 256]");
+  return int(n);
+}
+
+// The dataset the source flags name (--dataset, --input, --split, --idx-classes).
+inline DatasetSpec source_spec(const std::string& kind, const std::string& input, const std::string& split,
+                               const std::string& idx_classes) {
+  DatasetSpec spec;
+  spec.kind = kind;
+  spec.path = input;
+  spec.split = split;
+  spec.idx_num_classes = idx_classes_flag(idx_classes);
+  return spec;
+}
+
 }  // namespace mpicnn::data
