@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
+#include "data/holdout.h"
 #include "data/loader.h"
 
 namespace mpicnn::dist {
@@ -16,11 +18,20 @@ std::vector<uint64_t> identity(size_t n) {
 }
 }  // namespace
 
-SplitData::SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distribute)
+SplitData::SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distribute,
+                     const std::optional<Holdout>& holdout)
     : comm_(comm), distribute_(distribute) {
   std::unique_ptr<data::Dataset> opened;
   comm.on_root([&] {
     opened = data::open_dataset(spec);
+    if (holdout) {
+      const std::vector<uint64_t> held = data::holdout_indices(*opened, holdout->fraction, holdout->seed);
+      info_.held_out = held.size();
+      CHECK(!held.empty(), opened->describe(), ": too few samples per class to hold out a validation split");
+      opened = data::subset_dataset(*opened, holdout->held_out_side
+                                                 ? std::vector<uint64_t>(held)
+                                                 : data::complement(opened->size(), held));
+    }
     CHECK(opened->size() > 0, opened->describe(), ": no samples");
     info_.kind = spec.kind == "auto" ? data::detect_dataset_kind(spec.path) : spec.kind;
     info_.description = opened->describe();
@@ -31,7 +42,9 @@ SplitData::SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distr
     info_.size = opened->size();
   });
   share_info();
-  if (info_.kind == "synthetic") {  // every rank generates samples itself: nothing to send
+  if (info_.kind == "synthetic") {
+    // every rank generates samples itself: nothing to send
+    CHECK(!holdout, "SplitData: no hold-out of synthetic data");
     local_ = comm.root() ? std::move(opened) : data::open_dataset(spec);
     return;
   }
@@ -86,7 +99,7 @@ void SplitData::share_info() {
   if (comm_.root())
     text = json{{"kind", info_.kind}, {"description", info_.description},
                 {"classes", info_.class_names}, {"c", info_.channels}, {"h", info_.height},
-                {"w", info_.width}, {"n", info_.size}}.dump();
+                {"w", info_.width}, {"n", info_.size}, {"held_out", info_.held_out}}.dump();
   comm_.broadcast(text);
   const json j = json::parse(text);
   info_.kind = j["kind"];
@@ -96,6 +109,7 @@ void SplitData::share_info() {
   info_.height = j["h"];
   info_.width = j["w"];
   info_.size = j["n"];
+  info_.held_out = j["held_out"];
 }
 
 }  // namespace mpicnn::dist

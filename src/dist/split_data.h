@@ -21,6 +21,16 @@ struct SplitInfo {
   std::vector<std::string> class_names;
   int channels = 0, height = 0, width = 0;  // 0: sizes vary (image files)
   uint64_t size = 0;
+  uint64_t held_out = 0;  // with a Holdout: the samples of the whole dataset held out
+};
+
+// A dataset of one split cut in two by data::holdout_indices: the training side (everything
+// but the held-out samples) or the validation side (those samples only). Sample ids stay the
+// whole dataset's indices.
+struct Holdout {
+  double fraction = 0;
+  uint64_t seed = 0;
+  bool held_out_side = false;
 };
 
 // Where the samples live:
@@ -31,7 +41,9 @@ struct SplitInfo {
 class SplitData {
  public:
   // Collective. Rank 0 opens the split; a failure there is a SharedError on every rank.
-  SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distribute);
+  // With `holdout`, the split is the given side of the opened dataset's hold-out.
+  SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distribute,
+            const std::optional<Holdout>& holdout = std::nullopt);
 
   const SplitInfo& info() const { return info_; }
 

@@ -2,6 +2,7 @@
 // the report. See evaluate.h.
 #include "eval/evaluate.h"
 
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/threads.h"
+#include "data/holdout.h"
 #include "dist/messenger.h"
 #include "eval/pipeline.h"
 #include "eval/plan.h"
@@ -59,7 +61,13 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   comm.on_root([&] {
     const EvalOptions eo = resolve_data(o);
     plan = make_plan(eo, dataset);
-    if (eo.run_data) plan.dataset += " (" + eo.split + " split of the data the run trained on)";
+    if (eo.run_test_data)
+      plan.dataset += " (the run's --test-data)";
+    else if (eo.val_held_out > 0)
+      plan.dataset += " (the run's validation split: " + data::describe_holdout(eo.val_fraction, eo.val_held_out) +
+                      ", never trained on)";
+    else if (eo.run_data)
+      plan.dataset += " (" + eo.split + " split of the data the run trained on)";
     text = plan_to_json(plan);
   });
   comm.broadcast(text);

@@ -245,17 +245,31 @@ EvalOptions with_run_data(EvalOptions o, const TrainerState& st, const std::stri
         "--checkpoint: ", record, " records dataset '", kind->second, "', which ./pipeline_eval ",
         "does not know", pass);
   o.dataset = kind->second;
+  std::error_code ec;
+  if (!st.test_data_path.empty()) {  // the run evaluated on --test-data: so does this
+    CHECK(fs::exists(st.test_data_path, ec), "--checkpoint: the run's --test-data ", st.test_data_path,
+          " is not there", pass);
+    o.dataset = "auto";
+    o.data = st.test_data_path;
+    o.run_data = o.run_test_data = true;
+    return o;
+  }
   if (o.dataset != "synthetic") {
     const auto given = st.config.find("data");
     o.data = !st.data_path.empty() ? st.data_path : given != st.config.end() ? given->second : "";
     CHECK(!o.data.empty(), "--checkpoint: ", record, " records dataset '", o.dataset,
           "' but not its path", pass);
-    std::error_code ec;
     CHECK(fs::exists(o.data, ec), "--checkpoint: the run trained on ", o.data,
           fs::path(o.data).is_relative() ? " (relative to the folder ./train ran in)" : "",
           ", which is not there", pass);
   }
   o.synthetic_seed = st.seed;  // the trainer draws synthetic samples with the run's seed
+  if (st.val_held_out > 0 && o.split == "auto") {  // the held-out samples of its one split
+    o.split = "train";
+    o.val_fraction = st.val_fraction;
+    o.val_seed = st.seed;
+    o.val_held_out = st.val_held_out;
+  }
   if (o.split == "auto") o.split = "test";  // never the training samples by default
   o.run_data = true;
   return o;

@@ -50,6 +50,11 @@ struct EvalOptions {
   // Not flags: filled by with_run_data when the data is the checkpoint's run's own.
   bool run_data = false;        // data, dataset and split came from the checkpoint's record
   uint64_t synthetic_seed = 0;  // --dataset synthetic: the seed its samples are drawn with
+  // The validation split the run held out of data without a test split (data/holdout.h), taken
+  // again from the data with the run's seed and fraction; val_held_out = 0: none.
+  double val_fraction = 0;
+  uint64_t val_seed = 0, val_held_out = 0;
+  bool run_test_data = false;  // data is the run's --test-data
 
   bool operator==(const EvalOptions&) const = default;
 };
@@ -66,7 +71,8 @@ bool wants_run_data(const EvalOptions& o);
 // The options with the data the run trained on, as its checkpoint's trainer.json records it
 // (`st`, read from `record`): its dataset kind and path (the absolute path newer runs record,
 // else the path as ./train was given it), its seed for synthetic data, and the test split unless
-// --split says otherwise. `o` itself unless wants_run_data(o). What the record lacks, or a path
+// --split says otherwise; the run's --test-data instead when it had one; and when the run held
+// out a validation split (data without a test split), exactly those held-out samples. `o` itself unless wants_run_data(o). What the record lacks, or a path
 // that is not there, is one line naming -d/--data, the flag to pass instead.
 EvalOptions with_run_data(EvalOptions o, const TrainerState& st, const std::string& record);
 

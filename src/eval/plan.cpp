@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "data/holdout.h"
 #include "data/image.h"
 #include "io/checkpoint.h"
 #include "models/registry.h"
@@ -110,6 +111,13 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
   const std::string kind = ds.kind == "auto" ? data::detect_dataset_kind(ds.path) : ds.kind;
   ds.split = o.split == "auto" ? auto_split(kind, ds.path) : o.split;
   dataset = data::open_dataset(ds);
+  if (o.val_held_out > 0) {  // the run's validation split, drawn again as ./train drew it
+    const std::vector<uint64_t> held = data::holdout_indices(*dataset, o.val_fraction, o.val_seed);
+    CHECK(held.size() == o.val_held_out, "--checkpoint: the run held out ", o.val_held_out,
+          " validation images of ", ds.path, ", which now yields ", held.size(),
+          " (the data changed); pass -d/--data PATH to name the data");
+    dataset = data::subset_dataset(*dataset, held);
+  }
   const data::Dataset& d = *dataset;
   const ModelSpec& spec = model_spec(p.model);
   if (o.checkpoint.empty()) p.preprocess = default_recipe(kind, p.in_channels, d, spec);

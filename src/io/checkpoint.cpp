@@ -103,6 +103,9 @@ json state_to_json(const TrainerState& s) {
   j["ranks"] = s.ranks;
   j["config"] = s.config;
   if (!s.data_path.empty()) j["data_path"] = s.data_path;
+  if (s.val_held_out > 0)
+    j["validation"] = {{"fraction", s.val_fraction}, {"held_out", s.val_held_out}, {"stratified", true}};
+  if (!s.test_data_path.empty()) j["test_data_path"] = s.test_data_path;
   j["run_started"] = s.run_started;
   if (!s.input.geometry.empty()) {
     const InputRecord& in = s.input;
@@ -157,6 +160,15 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   s.ranks = field<int>(j, "ranks", path);
   s.config = field<std::map<std::string, std::string>>(j, "config", path);
   if (j.contains("data_path")) s.data_path = field<std::string>(j, "data_path", path);
+  if (j.contains("validation")) {
+    const json v = field<json>(j, "validation", path);
+    CHECK(v.is_object(), path, ": field 'validation' is not an object");
+    s.val_fraction = field<double>(v, "fraction", path + " validation");
+    s.val_held_out = field<uint64_t>(v, "held_out", path + " validation");
+    CHECK(s.val_fraction > 0 && s.val_fraction < 1, path, ": validation fraction ", s.val_fraction,
+          " is not in (0, 1)");
+  }
+  if (j.contains("test_data_path")) s.test_data_path = field<std::string>(j, "test_data_path", path);
   s.run_started = field<std::string>(j, "run_started", path);
   if (j.contains("input")) {
     const json in = field<json>(j, "input", path);

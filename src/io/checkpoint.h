@@ -44,6 +44,12 @@ struct TrainerState {
   // The dataset's absolute path (optional; older checkpoints lack it, and their config's "data"
   // is the path as ./train was given it, perhaps relative to the folder it ran in).
   std::string data_path;
+  // The evaluation data (optional): the automatic validation split held out of data without a
+  // test split (data/holdout.h: `val_fraction` of each class, drawn from `seed`; val_held_out
+  // samples, 0 when none was held out), or --test-data's absolute path.
+  double val_fraction = 0;
+  uint64_t val_held_out = 0;
+  std::string test_data_path;
   std::string run_started;  // ISO 8601 UTC, when the run (not this process) started
   InputRecord input;        // optional (older checkpoints lack it)
   // fp16 dynamic loss scaling (optional; absent, loss_scale = 0, outside fp16 runs): the

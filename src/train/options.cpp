@@ -40,6 +40,16 @@ const cli::Program& program() {
        "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100 or synthetic; "
        "auto detects the format from --data. Without --data and --dataset: fashion-mnist; "
        "with --data only: auto"},
+      {"val-split", "", "F", cli::Kind::Value,
+       "data without a test split (an image folder without train/ and test/, a CSV without a "
+       "split column): hold out this fraction, in [0, 1), of each class as the validation "
+       "split (round(F x class size), at least 1 of a class with >= 2 images, drawn from --seed, "
+       "never trained on); 0 = no hold-out (then only --eval-every 0 trains such data). "
+       "Ignored when the data has a test split or --test-data is given; a resume keeps it"},
+      {"test-data", "", "PATH", cli::Kind::Value,
+       "a separate evaluation set in any supported format (kind auto-detected; its test split "
+       "if it has one, else all of it) instead of the data's test split; its class names must "
+       "match the training data's"},
       {"batch-size", "b", "N", cli::Kind::Value, "images per step on each rank (>= 1)"},
       {"epochs", "e", "N", cli::Kind::Value, "passes over the training data (>= 1)"},
       {"learning-rate", "lr", "LR", cli::Kind::Value,
@@ -263,6 +273,10 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
   });
   set("data", o.data, text);
   set("dataset", o.dataset, [](const Given& g) { return to_choice(g, kDatasets); });
+  set("val-split", o.val_split, [](const Given& g) {
+    return to_double(g, [](double x) { return x >= 0 && x < 1; }, "a fraction in [0, 1)");
+  });
+  set("test-data", o.test_data, text);
   set("batch-size", o.batch_size, int_from(1));
   set("epochs", o.epochs, int_from(1));
   set("learning-rate", o.learning_rate, [](const Given& g) {
@@ -324,6 +338,8 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"model", o.model},
       {"data", o.data},
       {"dataset", o.dataset},
+      {"val-split", cli::format_double(o.val_split)},
+      {"test-data", o.test_data},
       {"batch-size", i(o.batch_size)},
       {"epochs", i(o.epochs)},
       {"learning-rate", cli::format_double(o.learning_rate)},
@@ -386,6 +402,8 @@ std::string train_help() {
          "  mpiexec -n 4 ./train -m resnet18 -d data/faces --epochs 10 -b 64 -lr 0.1 -s runs/r18\n"
          "  mpiexec -n 2 ./train -m resnet20 --dataset cifar10 -d data/cifar-10-batches-bin \\\n"
          "      --augment crop-flip -e 100 -lr 0.1 --weight-decay 1e-4 --schedule warmup:5+cosine\n"
+         "  ./train -d photos/                          class subfolders only: 10% of each class held out\n"
+         "                                              for validation (--val-split), or --test-data DIR\n"
          "  ./train --config runs/r18.cfg -lr=0.2        the file's options, another lr\n"
          "  ./train --resume runs/r18                    continue runs/r18 from its latest checkpoint\n"
          "  ./train --dataset synthetic --distribute-data=false --check-sync 10 --progress plain\n";

@@ -18,6 +18,11 @@ struct TrainOptions {
   std::string model = "lenet";            // a name from models/registry.h
   std::string data;                       // dataset path; the Debian package's for fashion-mnist
   std::string dataset = "fashion-mnist";  // kind; "auto" (= detect from the path) when only -d
+  // Data without a test split (an image folder without train/ and test/, a CSV without a split
+  // column): the fraction held out of it as a stratified validation split (data/holdout.h),
+  // drawn from --seed. 0: no hold-out (such data then trains only with --eval-every 0).
+  double val_split = 0.1;
+  std::string test_data;  // a separate evaluation set (any format, kind auto-detected); empty = none
   int64_t batch_size = 64;                // per rank
   int64_t epochs = 10;
 

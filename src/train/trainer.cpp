@@ -17,6 +17,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "data/holdout.h"
 #include "data/loader.h"
 #include "data/transform.h"
 #include "dist/grad_sync.h"
@@ -144,21 +145,61 @@ void Trainer::choose_same_device() {
   fp16_ = dev_.device == Device::CUDA && dev_.precision == gpu::Precision::FP16;
 }
 
-// The train split (and the test split unless --eval-every 0) and their preprocessing.
+// The train split and the evaluation data (unless --eval-every 0) and their preprocessing. The
+// evaluation data is --test-data, else the data's test split, else (data of one split only) a
+// stratified validation split of --val-split held out of it, which the training side never sees.
 void Trainer::open_data() {
   data::DatasetSpec spec;
   spec.kind = o_.dataset;
   spec.path = o_.data;
   spec.synthetic.seed = o_.seed;
   spec.split = "train";
-  train_.emplace(comm_, spec, o_.distribute_data);
-  if (o_.eval_every > 0) {
+  bool one_split = false;
+  if (o_.test_data.empty() && o_.val_split > 0 && o_.dataset != "synthetic")
+    comm_.on_root([&] { one_split = data::holds_one_split(spec); });
+  comm_.broadcast(one_split);
+  std::optional<dist::Holdout> holdout;
+  if (one_split) holdout = dist::Holdout{o_.val_split, o_.seed, false};
+  train_.emplace(comm_, spec, o_.distribute_data, holdout);
+  if (holdout) {
+    state_.val_fraction = o_.val_split;
+    state_.val_held_out = train_->info().held_out;
+  }
+  if (!o_.test_data.empty()) {
+    state_.test_data_path = fs::absolute(o_.test_data).lexically_normal().string();
+    if (o_.eval_every > 0) {
+      data::DatasetSpec ts;
+      ts.kind = "auto";
+      ts.path = o_.test_data;
+      bool whole = false;
+      comm_.on_root([&] { whole = data::holds_one_split(ts); });
+      comm_.broadcast(whole);
+      ts.split = whole ? "all" : "test";
+      try {
+        test_.emplace(comm_, ts, /*distribute=*/true);
+      } catch (const dist::SharedError& e) {
+        throw dist::SharedError("--test-data: " + e.message());
+      }
+      const std::vector<std::string>& a = test_->info().class_names;
+      const std::vector<std::string>& b = train_->info().class_names;
+      if (a != b) {  // known to every rank
+        size_t k = 0;
+        while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+        throw dist::SharedError(detail::concat(
+            "--test-data: ", o_.test_data, " has ", a.size(), " classes, the training data ", b.size(),
+            k < a.size() && k < b.size() ? detail::concat("; class ", k, " is '", a[k], "' there, '", b[k], "' here")
+                                         : std::string("; the class names must be the same, in the same order")));
+      }
+    }
+  } else if (o_.eval_every > 0) {
     spec.split = "test";
     spec.kind = train_->info().kind;
+    if (holdout) holdout->held_out_side = true, spec.split = "train";
     try {
-      test_.emplace(comm_, spec, /*distribute=*/true);
+      test_.emplace(comm_, spec, /*distribute=*/true, holdout);
     } catch (const dist::SharedError& e) {
-      throw dist::SharedError(e.message() + " (--eval-every 0 trains without a test split)");
+      throw dist::SharedError(e.message() + " (--eval-every 0 trains without a test split; --val-split F "
+                              "holds out a validation split, --test-data PATH names one)");
     }
   }
   const SplitInfo& info = train_->info();
@@ -250,6 +291,13 @@ ResumePoint Trainer::load_resume_point() {
   state_.run_started = saved.run_started;
   CHECK(saved.seed == o_.seed, "--seed: ", o_.seed, " differs from the checkpoint's ", saved.seed,
         " (", ck.trainer, ")");
+  // The validation split is part of what the run trains on: another one would train on
+  // samples it held out before. Checkpoints without the key predate it and held out none.
+  const auto vs = saved.config.find("val-split");
+  const std::string saved_split = vs == saved.config.end() ? "0" : vs->second;
+  CHECK(saved_split == to_config(o_).at("val-split") && saved.val_held_out == state_.val_held_out,
+        "--val-split: ", to_config(o_).at("val-split"), " differs from the run's ", saved_split, " (",
+        ck.trainer, "); a resumed run keeps its validation split");
   CHECK(saved.epoch < o_.epochs || (saved.epoch == o_.epochs && saved.step_in_epoch == 0),
         "--resume: ", ck.dir, " is past --epochs ", o_.epochs);
   if (run_dir_.empty()) {
@@ -286,8 +334,14 @@ void Trainer::open_run() {
     ri.global_batch = int(o_.batch_size * comm_.size());
     ri.epochs = int(o_.epochs);
     ri.params = state_.config;
+    if (state_.val_held_out > 0)
+      ri.params["validation"] = data::describe_holdout(state_.val_fraction, state_.val_held_out);
     ri.resume = !resumed_from_.empty() && fs::exists(fs::path(run_dir_) / "summary.json");
     tracker_.emplace(run_dir_, ri);
+    if (state_.val_held_out > 0)
+      tracker_->set_summary("validation", {{"fraction", state_.val_fraction}, {"held_out", state_.val_held_out},
+                                           {"stratified", true}});
+    if (!state_.test_data_path.empty()) tracker_->set_summary("test_data", state_.test_data_path);
     mode = resolve_progress_mode(parse_progress_mode(o_.progress), stdout_is_terminal());
     print_header();
   });
@@ -304,6 +358,9 @@ void Trainer::print_header() const {
        << (threads_ > 1 ? "s" : "") << " per rank; batch " << b << " per rank, " << b * K
        << " global; " << plan_.steps << " steps per epoch"
        << (plan_.padded > 0 ? " (" + std::to_string(plan_.padded) + " samples repeated to even out the ranks)" : "")
+       << (state_.val_held_out > 0 ? "\n  validation: " + data::describe_holdout(state_.val_fraction, state_.val_held_out)
+                                   : std::string())
+       << (o_.test_data.empty() || !test_ ? std::string() : "\n  test data: " + test_->info().description)
        << "\n  device " << dev_.description
        << "\n  " << opt_->name() << ", " << schedule_->describe() << "\n  run directory " << run_dir_
        << (resumed_from_.empty() ? "" : ", resumed from " + resumed_from_ + " (epoch " +
@@ -321,6 +378,7 @@ TrainOptions resume_options(const std::vector<std::string>& args) {
   Config base = st.config;
   base.erase("resume");
   base.erase("save-dir");
+  base.emplace("val-split", "0");  // checkpoints without it predate the hold-out: none was held out
   return parse_train_options(args, &base, ck.trainer);
 }
 
