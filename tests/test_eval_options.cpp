@@ -253,6 +253,26 @@ TEST_CASE("eval options: --checkpoint without -d evaluates the run's own data, t
   const EvalOptions y = with_run_data(parse({"-c", "r"}), synth, record);
   CHECK((y.dataset == "synthetic" && y.data.empty() && y.synthetic_seed == 123 && y.split == "test"));
 
+  // A run that held out a validation split: its one split ("train"), cut to exactly the
+  // held-out samples with the run's seed and fraction; --split overrides it.
+  TrainerState val = moved;
+  val.val_fraction = 0.1;
+  val.val_held_out = 21;
+  const EvalOptions v = with_run_data(parse({"-c", "r"}), val, record);
+  CHECK((v.split == "train" && v.val_fraction == 0.1 && v.val_seed == 7 && v.val_held_out == 21));
+  const EvalOptions all = with_run_data(parse({"-c", "r", "--split", "all"}), val, record);
+  CHECK((all.split == "all" && all.val_held_out == 0));
+  CHECK(with_run_data(parse({"-c", "r"}), st, record).val_held_out == 0);
+  // A run with --test-data: that data, its own kind and split.
+  TrainerState td = val;
+  td.val_held_out = 0;
+  td.test_data_path = data;
+  const EvalOptions t = with_run_data(parse({"-c", "r"}), td, record);
+  CHECK((t.data == data && t.dataset == "auto" && t.split == "auto" && t.run_test_data && t.val_held_out == 0));
+  td.test_data_path = (dir.path / "gone").string();
+  mpicnn::testing::expect_error([&] { with_run_data(parse({"-c", "r"}), td, record); },
+                                "--checkpoint: the run's --test-data " + td.test_data_path + " is not there");
+
   // What the record lacks is one line naming the flag to pass instead.
   auto expect_error = [&](TrainerState bad, const std::string& part) {
     mpicnn::testing::expect_error([&] { with_run_data(parse({"-c", "r"}), bad, record); }, part);

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "data/dataset.h"
+#include "data/holdout.h"
 #include "eval/pipeline.h"
 #include "eval/plan.h"
 #include "recipes.h"
@@ -185,6 +187,77 @@ TEST_CASE("pipeline eval: --checkpoint alone evaluates the test split of the dat
   CHECK_MESSAGE(gone.output.find("pipeline_eval: --checkpoint: the run trained on " + d / "moved" +
                                  ", which is not there; pass -d/--data PATH") != std::string::npos,
                 gone.output);
+}
+
+TEST_CASE("pipeline eval: a run with a validation split is evaluated on exactly its held-out images") {
+  Fixture& f = fixture();
+  TempDir d;
+  // png/train is a folder of class subfolders only: ./train holds out 10% of each class.
+  const std::string photos = f.png + "/train", run = d / "run";
+  const std::vector<std::string> common = {"--model", "lenet", "--image-size", "32", "--batch-size", "16",
+                                           "--threads", "1", "--workers", "1", "--progress", "none", "--seed", "3"};
+  std::vector<std::string> args = {"-d", photos, "--epochs", "1", "-s", run};
+  args.insert(args.end(), common.begin(), common.end());
+  const auto trained = run_program("train", args);
+  REQUIRE_MESSAGE(trained.rc == 0, trained.output);
+  data::DatasetSpec spec;
+  spec.path = photos;
+  const auto whole = data::open_dataset(spec);
+  const std::vector<uint64_t> held = data::holdout_indices(*whole, 0.1, 3);
+  REQUIRE(!held.empty());
+  const std::string note = "validation: 10% held out, " + std::to_string(held.size()) + " images, stratified";
+  CHECK_MESSAGE(trained.output.find("  " + note + "\n") != std::string::npos, trained.output);
+  std::multiset<std::string> want;
+  for (const uint64_t i : held) want.insert(whole->source(i));
+
+  for (int K = 1; K <= 3; ++K) {
+    CAPTURE(K);
+    const std::string out = d / ("eval" + std::to_string(K));
+    const auto r = run_mpi(K, "pipeline_eval", {"--checkpoint", run, "--threads", "1", "-o", out});
+    REQUIRE_MESSAGE(r.rc == 0, r.output);
+    CHECK_MESSAGE(r.output.find("  data: " + photos + ": " + std::to_string(held.size()) +
+                                " samples, 10 classes (the run's validation split: 10% held out, " +
+                                std::to_string(held.size()) + " images, stratified, never trained on)") !=
+                      std::string::npos,
+                  r.output);
+    const json rep = read_json(out + "/report.json");
+    CHECK(rep["evaluated"] == held.size());
+    // Exactly the held-out files: none the run trained on.
+    std::istringstream csv(read_text(out + "/predictions.csv"));
+    std::string line;
+    std::getline(csv, line);  // header
+    std::multiset<std::string> got;
+    while (std::getline(csv, line)) {
+      const size_t a = line.find(','), b = line.find(',', a + 1);
+      got.insert(line.substr(a + 1, b - a - 1));
+    }
+    CHECK(got == want);
+    const json summary = read_json(run + "/summary.json");  // ./train measured the same images
+    CHECK(rep["top1"].get<double>() == doctest::Approx(summary["test_top1"].get<double>()).epsilon(1e-9));
+  }
+
+  // A resume with another --val-split is refused in one line.
+  testing::expect_cli_error("train", {"--resume", run, "--epochs", "2", "--val-split", "0.2"},
+                            "--val-split: 0.2 differs from the run's 0.1");
+  // --test-data with other classes: one line naming the flag. With the same classes its run
+  // is evaluated on that data.
+  std::vector<std::string> bad = {"-d", photos, "--epochs", "1", "-s", d / "bad", "--test-data", d / "nowhere"};
+  bad.insert(bad.end(), common.begin(), common.end());
+  testing::expect_cli_error("train", bad, "--test-data: ");
+  fs::create_directories(d / "few/cat");
+  fs::copy_file(whole->source(0), d / "few/cat/a.png");
+  bad[7] = d / "few";  // the --test-data value
+  testing::expect_cli_error("train", bad, "--test-data: " + (d / "few") + " has 1 classes, the training data 10");
+  std::vector<std::string> good = {"-d", photos, "--epochs", "1", "-s", d / "good", "--test-data", f.png};
+  good.insert(good.end(), common.begin(), common.end());
+  const auto g = run_program("train", good);
+  REQUIRE_MESSAGE(g.rc == 0, g.output);
+  CHECK(g.output.find("validation:") == std::string::npos);  // nothing held out
+  const auto e = run_mpi(2, "pipeline_eval", {"--checkpoint", d / "good", "--threads", "1"});
+  REQUIRE_MESSAGE(e.rc == 0, e.output);
+  CHECK_MESSAGE(e.output.find("  data: " + f.png + "/test: 200 samples, 10 classes (the run's --test-data)") !=
+                    std::string::npos,
+                e.output);
 }
 
 TEST_CASE("pipeline eval: a corrupt image stops the job with one line naming it, or --skip-bad skips it") {

@@ -40,7 +40,8 @@ struct TempConfig {
 
 // Options that differ from every default, as long flags.
 const std::vector<std::string> kAllLong = {
-    "--model", "resnet20", "--data", "/tmp/cifar", "--dataset", "cifar10", "--batch-size", "128",
+    "--model", "resnet20", "--data", "/tmp/cifar", "--dataset", "cifar10", "--val-split", "0.25",
+    "--test-data", "/tmp/cifar-test", "--batch-size", "128",
     "--epochs", "30", "--learning-rate", "0.2", "--momentum", "0.8", "--weight-decay", "1e-4",
     "--optimizer", "sgd", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
     "--scale-lr", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
@@ -57,6 +58,8 @@ TEST_CASE("train options: defaults") {
   CHECK(o.model == "lenet");
   CHECK(o.dataset == "fashion-mnist");
   CHECK(o.data == mpicnn::data::kFashionMnistDefaultPath);
+  CHECK(o.val_split == 0.1);
+  CHECK(o.test_data.empty());
   CHECK(o.batch_size == 64);
   CHECK(o.epochs == 10);
   CHECK(o.learning_rate == 0.05);
@@ -97,6 +100,8 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.model == "resnet20");
   CHECK(o.data == "/tmp/cifar");
   CHECK(o.dataset == "cifar10");
+  CHECK(o.val_split == 0.25);
+  CHECK(o.test_data == "/tmp/cifar-test");
   CHECK(o.batch_size == 128);
   CHECK(o.epochs == 30);
   CHECK(o.learning_rate == 0.2);
@@ -310,6 +315,9 @@ TEST_CASE("train options: value errors") {
   expect_parse_error({"-b", "12x"}, "-b/--batch-size: '12x' is not an integer >= 1");
   expect_parse_error({"--batch-size=99999999999999999999"}, "is not an integer >= 1");
   expect_parse_error({"-e", "0"}, "-e/--epochs: '0' is not an integer >= 1");
+  expect_parse_error({"--val-split", "1"}, "--val-split: '1' is not a fraction in [0, 1)");
+  expect_parse_error({"--val-split=-0.1"}, "--val-split: '-0.1' is not a fraction in [0, 1)");
+  expect_parse_error({"--val-split=x"}, "--val-split: 'x' is not a fraction in [0, 1)");
   expect_parse_error({"--momentum=1"}, "--momentum: '1' is not a number in [0, 1)");
   expect_parse_error({"--momentum=nan"}, "--momentum: 'nan' is not a number in [0, 1)");
   expect_parse_error({"--weight-decay=-1"}, "--weight-decay: '-1' is not a number >= 0");

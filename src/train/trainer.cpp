@@ -172,7 +172,13 @@ void Trainer::open_data() {
       ts.kind = "auto";
       ts.path = o_.test_data;
       bool whole = false;
-      comm_.on_root([&] { whole = data::holds_one_split(ts); });
+      comm_.on_root([&] {
+        try {
+          whole = data::holds_one_split(ts);
+        } catch (const Error& e) {
+          FAIL("--test-data: ", e.message());
+        }
+      });
       comm_.broadcast(whole);
       ts.split = whole ? "all" : "test";
       try {

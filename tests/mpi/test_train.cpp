@@ -2,20 +2,27 @@
 // where one process with batch K*b on the same samples ends (no BatchNorm); with BatchNorm,
 // statistics are per rank as in DDP; uneven datasets finish; same seed twice is bit-identical;
 // a run stopped by a signal (after an epoch, and mid-epoch) and resumed ends bit-identical to
-// an uninterrupted one; errors on rank 0 reach every rank. The references are computed here
-// with the library's pieces directly, not with the trainer.
+// an uninterrupted one; errors on rank 0 reach every rank; data without a test split holds out
+// a stratified validation split that no rank trains on; --test-data must match the classes.
+// The references are computed here with the library's pieces directly, not with the trainer.
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/threads.h"
+#include "data/holdout.h"
 #include "data/idx.h"
+#include "data/image.h"
 #include "data/loader.h"
 #include "data/transform.h"
 #include "dist/comm.h"
 #include "dist/shard.h"
+#include "dist/split_data.h"
 #include "layers/softmax_xent.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
@@ -346,4 +353,141 @@ TEST_CASE("train: errors on rank 0 reach every rank as one shared error") {
   o.resume = dir / "nowhere";
   o.save_dir = "";
   CHECK_THROWS_AS(run(o), dist::SharedError);
+}
+
+namespace {
+
+// A folder of class subfolders only (one split, no train/ and test/), gray 28x28 PNGs (rank 0).
+void write_flat_folder(const std::string& dir, const std::vector<std::string>& classes,
+                       const std::vector<int>& counts) {
+  if (comm().root())
+    for (size_t c = 0; c < classes.size(); ++c)
+      for (int j = 0; j < counts[c]; ++j) {
+        data::Image img(28, 28, 1);
+        for (size_t p = 0; p < img.pixels.size(); ++p) img.pixels[p] = uint8_t((c * 60 + p * (j + 1)) & 0xff);
+        fs::create_directories(fs::path(dir) / classes[c]);
+        data::write_png((fs::path(dir) / classes[c] / (std::to_string(j) + ".png")).string(), img);
+      }
+  comm().barrier();
+}
+
+// Every rank's sample ids of one epoch of `split`, gathered on every rank.
+std::multiset<uint64_t> epoch_ids(dist::SplitData& split, uint64_t seed, uint64_t epoch, bool shuffle) {
+  const auto [ds, order] = split.epoch(seed, epoch, shuffle);
+  std::string mine;
+  for (const uint64_t i : order) mine += std::to_string(ds->id(size_t(i))) + " ";
+  std::multiset<uint64_t> all;
+  for (const std::string& s : comm().allgather(mine)) {
+    std::istringstream in(s);
+    for (uint64_t id; in >> id;) all.insert(id);
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("train: data without a test split holds out a stratified validation split, never trained on") {
+  SharedDir dir;
+  const std::string photos = dir / "photos";
+  write_flat_folder(photos, {"ant", "bee", "cat", "dog"}, {20, 13, 3, 1});
+  data::DatasetSpec spec;
+  spec.kind = "imagefolder";
+  spec.path = photos;
+  // The expected hold-out, drawn here from the labels alone: per class round(0.25 * n), at
+  // least 1 of a class of >= 2, none of a class of 1.
+  const auto whole = data::open_dataset(spec);
+  const std::vector<uint64_t> held = data::holdout_indices(*whole, 0.25, 11);
+  std::map<int, int> per_class;
+  for (const uint64_t i : held) ++per_class[whole->label(i)];
+  CHECK(per_class == std::map<int, int>{{0, 5}, {1, 3}, {2, 1}});
+  const std::vector<uint64_t> rest = data::complement(whole->size(), held);
+
+  // The two sides as the trainer opens them, on K ranks, scattered or whole on every rank.
+  for (const bool distribute : {true, false}) {
+    CAPTURE(distribute);
+    dist::SplitData tr(comm(), spec, distribute, dist::Holdout{0.25, 11, false});
+    dist::SplitData va(comm(), spec, true, dist::Holdout{0.25, 11, true});
+    CHECK(tr.info().held_out == held.size());
+    CHECK(tr.info().size == rest.size());
+    CHECK(va.info().size == held.size());
+    for (uint64_t e = 0; e < 3; ++e) {
+      const std::multiset<uint64_t> seen = epoch_ids(tr, 11, e, true);
+      const std::set<uint64_t> trained(seen.begin(), seen.end());
+      CHECK(std::vector<uint64_t>(trained.begin(), trained.end()) == rest);  // every training sample
+      for (const uint64_t h : held) CHECK(trained.count(h) == 0);           // never a held-out one
+    }
+    const std::multiset<uint64_t> v = epoch_ids(va, 0, 0, false);
+    const std::set<uint64_t> evaluated(v.begin(), v.end());
+    CHECK(std::vector<uint64_t>(evaluated.begin(), evaluated.end()) == held);
+  }
+
+  // The trainer: the hold-out recorded in the result, trainer.json and summary.json.
+  train::TrainOptions o = small_run(photos, "lenet", 4, 1);
+  o.dataset = "auto";
+  o.image_size = 28;
+  o.val_split = 0.25;
+  o.save_dir = dir / "val";
+  const train::TrainResult r = run(o);
+  CHECK(r.state.val_held_out == held.size());
+  CHECK(r.state.val_fraction == 0.25);
+  CHECK(std::isfinite(r.top1));
+  if (comm().root()) {
+    std::ifstream in(dir / "val/latest/trainer.json");
+    const nlohmann::json st = nlohmann::json::parse(in);
+    CHECK(st["validation"]["held_out"] == held.size());
+    CHECK(st["config"]["val-split"] == "0.25");
+    std::ifstream sin(dir / "val/summary.json");
+    const nlohmann::json s = nlohmann::json::parse(sin);
+    CHECK(s["validation"]["fraction"] == 0.25);
+    CHECK(s["params"]["val-split"] == "0.25");
+  }
+
+  // A resume with another --val-split is refused; with the same one it continues.
+  train::TrainOptions again = o;
+  again.save_dir = "";
+  again.resume = dir / "val";
+  again.epochs = 2;
+  again.val_split = 0.5;
+  try {
+    (void)run(again);
+    FAIL_CHECK("a resume with another --val-split must fail");
+  } catch (const dist::SharedError& e) {
+    CHECK(std::string(e.message()).find("--val-split: 0.5 differs from the run's 0.25") != std::string::npos);
+  }
+  again.val_split = 0.25;
+  CHECK(run(again).state.epoch == 2);
+
+  // --val-split 0: no hold-out, so the data has no test split (today's error) ...
+  o.val_split = 0;
+  o.save_dir = dir / "none";
+  try {
+    (void)run(o);
+    FAIL_CHECK("data without a test split and --val-split 0 must fail");
+  } catch (const dist::SharedError& e) {
+    CHECK(std::string(e.message()).find("--eval-every 0 trains without a test split") != std::string::npos);
+  }
+  o.eval_every = 0;  // ... unless it trains on everything without evaluation
+  CHECK(run(o).state.val_held_out == 0);
+
+  // --test-data: a separate evaluation set, whose classes must be the training data's.
+  write_flat_folder(dir / "other", {"ant", "bee", "cow", "dog"}, {2, 2, 2, 2});
+  write_flat_folder(dir / "same", {"ant", "bee", "cat", "dog"}, {2, 2, 2, 2});
+  o = small_run(photos, "lenet", 4, 1);
+  o.dataset = "auto";
+  o.image_size = 28;
+  o.test_data = dir / "other";
+  o.save_dir = dir / "other_run";
+  try {
+    (void)run(o);
+    FAIL_CHECK("--test-data with other classes must fail");
+  } catch (const dist::SharedError& e) {
+    CHECK(std::string(e.message()).find("--test-data: " + (dir / "other") + " has 4 classes, the training data 4; "
+                                        "class 2 is 'cow' there, 'cat' here") != std::string::npos);
+  }
+  o.test_data = dir / "same";
+  o.save_dir = dir / "same_run";
+  const train::TrainResult t = run(o);
+  CHECK(t.state.val_held_out == 0);  // all of photos/ trained on
+  CHECK(t.state.test_data_path == fs::absolute(dir / "same").lexically_normal().string());
+  CHECK(std::isfinite(t.top1));
 }
