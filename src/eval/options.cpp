@@ -51,7 +51,8 @@ const cli::Program& program() {
        "dataset path: IDX folder, image folder (class subfolders, optional train/ and test/), "
        "CSV file, CIFAR binary folder; with --dataset fashion-mnist it may be left out (the "
        "Debian package's files, /usr/share/datasets/fashion-mnist); with --checkpoint and "
-       "neither -d nor --dataset: the data the run trained on (its test split by default)"},
+       "neither -d nor --dataset: the run's evaluation data (its data's test split, else "
+       "exactly the validation images it held out, or its --test-data)"},
       {"dataset", "", "KIND", cli::Kind::Value,
        "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100 or synthetic; auto "
        "detects the format from --data"},
