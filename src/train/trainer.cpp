@@ -301,9 +301,11 @@ ResumePoint Trainer::load_resume_point() {
   // samples it held out before. Checkpoints without the key predate it and held out none.
   const auto vs = saved.config.find("val-split");
   const std::string saved_split = vs == saved.config.end() ? "0" : vs->second;
-  CHECK(saved_split == to_config(o_).at("val-split") && saved.val_held_out == state_.val_held_out,
-        "--val-split: ", to_config(o_).at("val-split"), " differs from the run's ", saved_split, " (",
-        ck.trainer, "); a resumed run keeps its validation split");
+  CHECK(saved_split == to_config(o_).at("val-split"), "--val-split: ", to_config(o_).at("val-split"),
+        " differs from the run's ", saved_split, " (", ck.trainer, "); a resumed run keeps its validation split");
+  CHECK(saved.val_held_out == state_.val_held_out, "--resume: the run held out ", saved.val_held_out,
+        " validation images, this one ", state_.val_held_out, " (--test-data or the data changed; ", ck.trainer,
+        "); a resumed run keeps its validation split");
   CHECK(saved.epoch < o_.epochs || (saved.epoch == o_.epochs && saved.step_in_epoch == 0),
         "--resume: ", ck.dir, " is past --epochs ", o_.epochs);
   if (run_dir_.empty()) {
