@@ -2,7 +2,6 @@
 // the report. See evaluate.h.
 #include "eval/evaluate.h"
 
-
 #include <unistd.h>
 
 #include <filesystem>

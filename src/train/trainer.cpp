@@ -145,6 +145,39 @@ void Trainer::choose_same_device() {
   fp16_ = dev_.device == Device::CUDA && dev_.precision == gpu::Precision::FP16;
 }
 
+// --test-data: its test split, or all of it when it holds one split only; its classes must be the
+// training data's, in the same order.
+void Trainer::open_test_data() {
+  data::DatasetSpec ts;
+  ts.kind = "auto";
+  ts.path = o_.test_data;
+  bool whole = false;
+  comm_.on_root([&] {
+    try {
+      whole = data::holds_one_split(ts);
+    } catch (const Error& e) {
+      FAIL("--test-data: ", e.message());
+    }
+  });
+  comm_.broadcast(whole);
+  ts.split = whole ? "all" : "test";
+  try {
+    test_.emplace(comm_, ts, /*distribute=*/true);
+  } catch (const dist::SharedError& e) {
+    throw dist::SharedError("--test-data: " + e.message());
+  }
+  const std::vector<std::string>& a = test_->info().class_names;
+  const std::vector<std::string>& b = train_->info().class_names;
+  if (a != b) {  // known to every rank
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    throw dist::SharedError(detail::concat(
+        "--test-data: ", o_.test_data, " has ", a.size(), " classes, the training data ", b.size(),
+        k < a.size() && k < b.size() ? detail::concat("; class ", k, " is '", a[k], "' there, '", b[k], "' here")
+                                     : std::string("; the class names must be the same, in the same order")));
+  }
+}
+
 // The train split and the evaluation data (unless --eval-every 0) and their preprocessing. The
 // evaluation data is --test-data, else the data's test split, else (data of one split only) a
 // stratified validation split of --val-split held out of it, which the training side never sees.
@@ -167,36 +200,7 @@ void Trainer::open_data() {
   }
   if (!o_.test_data.empty()) {
     state_.test_data_path = fs::absolute(o_.test_data).lexically_normal().string();
-    if (o_.eval_every > 0) {
-      data::DatasetSpec ts;
-      ts.kind = "auto";
-      ts.path = o_.test_data;
-      bool whole = false;
-      comm_.on_root([&] {
-        try {
-          whole = data::holds_one_split(ts);
-        } catch (const Error& e) {
-          FAIL("--test-data: ", e.message());
-        }
-      });
-      comm_.broadcast(whole);
-      ts.split = whole ? "all" : "test";
-      try {
-        test_.emplace(comm_, ts, /*distribute=*/true);
-      } catch (const dist::SharedError& e) {
-        throw dist::SharedError("--test-data: " + e.message());
-      }
-      const std::vector<std::string>& a = test_->info().class_names;
-      const std::vector<std::string>& b = train_->info().class_names;
-      if (a != b) {  // known to every rank
-        size_t k = 0;
-        while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
-        throw dist::SharedError(detail::concat(
-            "--test-data: ", o_.test_data, " has ", a.size(), " classes, the training data ", b.size(),
-            k < a.size() && k < b.size() ? detail::concat("; class ", k, " is '", a[k], "' there, '", b[k], "' here")
-                                         : std::string("; the class names must be the same, in the same order")));
-      }
-    }
+    if (o_.eval_every > 0) open_test_data();
   } else if (o_.eval_every > 0) {
     spec.split = "test";
     spec.kind = train_->info().kind;

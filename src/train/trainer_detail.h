@@ -77,6 +77,7 @@ class Trainer {
  private:
   void choose_same_device();
   void open_data();
+  void open_test_data();
   void build_replica();
   void resume_or_start();
   ResumePoint load_resume_point();
