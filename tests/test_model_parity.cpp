@@ -25,7 +25,10 @@
 // except that every BatchNorm must see at least 16 values per channel: with fewer, its backward
 // cancels almost completely (with 2 values its input gradient is exactly zero in exact
 // arithmetic), so the float32 comparison would be of noise.
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -111,16 +114,28 @@ using parity::cases;
 using parity::kSteps;
 using parity::rel_err;
 
-// The reference script runs once, as a server (model_parity.py --serve): reference_files(c)
-// asks it for one case and waits for TAG.done; the caller deletes the case's files after
-// checking them (drop). At most two models' files at a time (VGG's are ~1.5 GB, all cases
-// ~14 GB), in /dev/shm when there is one, so nothing is written to disk.
+// The reference script runs once, as a server (model_parity.py --serve): request(c) asks it
+// for one case and waits for TAG.done; the caller deletes the case's files after checking them
+// (drop). The files live in /dev/shm when there is one, so nothing is written to disk; that is
+// memory, and so is what both processes hold, so memory bounds the overlap:
+// - the next case is computed while this one is checked only when this one's files are under
+//   kOverlapBelow bytes, which leaves out the VGGs (2.7-2.8 GB). Checking vgg19 while the
+//   script computed vgg19_bn, the two processes and /dev/shm held 22 of this machine's 23 GiB
+//   (measured 2026-11-23), and one leftover directory more made the kernel kill the run; with
+//   the VGGs one at a time the peak was 16 GiB, and the parity tests took 9.7 minutes instead
+//   of 7.3;
+// - a run that was killed leaves its directory behind (no destructor runs), GBs of memory that
+//   stay until reboot. The directory's name holds its owner's pid, and every run first removes
+//   the directories whose owner is gone.
 class ReferenceServer {
  public:
+  static constexpr uintmax_t kOverlapBelow = uintmax_t(2) << 30;
+
   ReferenceServer() {
     const fs::path base = fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK) == 0
                               ? fs::path("/dev/shm") : fs::temp_directory_path();
-    std::string tmpl = (base / "mpicnn-parity-XXXXXX").string();
+    remove_orphans(base);
+    std::string tmpl = (base / (kPrefix + std::to_string(::getpid()) + "-XXXXXX")).string();
     REQUIRE(mkdtemp(tmpl.data()) != nullptr);
     dir_ = tmpl;
     std::ofstream js(dir_ / "cases.json");
@@ -157,14 +172,59 @@ class ReferenceServer {
   }
 
   // The directory holding TAG.init.safetensors and TAG.ref.safetensors of case `c`. The
-  // next case is asked for too, so the script computes it while this one is checked.
+  // next case is asked for too, so that the script computes it while this one is checked,
+  // unless this one's files are large (then drop(c) asks for it).
   std::string request(const Case& c) {
+    ask(c.tag);
+    wait_for(c);
+    if (case_bytes(c) < kOverlapBelow) ask_next(c);
+    return dir_.string();
+  }
+  void drop(const Case& c) {
+    for (const char* suffix : {".init.safetensors", ".ref.safetensors", ".done"})
+      fs::remove(dir_ / (c.tag + suffix));
+    ask_next(c);
+  }
+
+ private:
+  static constexpr const char* kPrefix = "mpicnn-parity-";
+
+  // Directories named kPrefix + PID + "-" of a process that no longer exists, or in the
+  // pid-less naming of earlier versions.
+  static void remove_orphans(const fs::path& base) {
+    std::error_code ec;
+    for (const fs::directory_entry& d : fs::directory_iterator(base, ec)) {
+      const std::string name = d.path().filename().string();
+      if (name.rfind(kPrefix, 0) != 0) continue;
+      const std::string rest = name.substr(std::char_traits<char>::length(kPrefix));
+      const size_t dash = rest.find('-');
+      const bool has_pid = dash != std::string::npos && dash > 0 &&
+                           rest.find_first_not_of("0123456789") == dash;
+      if (has_pid && (::kill(std::stoi(rest.substr(0, dash)), 0) == 0 || errno != ESRCH))
+        continue;
+      std::fprintf(stderr, "parity tests: removing %s, left by a run that was killed\n",
+                   d.path().c_str());
+      fs::remove_all(d.path(), ec);
+    }
+  }
+
+  uintmax_t case_bytes(const Case& c) const {
+    std::error_code ec;
+    uintmax_t n = 0;
+    for (const char* suffix : {".init.safetensors", ".ref.safetensors"}) {
+      const uintmax_t size = fs::file_size(dir_ / (c.tag + suffix), ec);
+      if (!ec) n += size;
+    }
+    return n;
+  }
+
+  void ask_next(const Case& c) {
     const std::vector<Case>& all = cases();
-    for (size_t i = 0; i < all.size(); ++i)
-      if (all[i].tag == c.tag) {
-        ask(c.tag);
-        if (i + 1 < all.size()) ask(all[i + 1].tag);
-      }
+    for (size_t i = 0; i + 1 < all.size(); ++i)
+      if (all[i].tag == c.tag) ask(all[i + 1].tag);
+  }
+
+  void wait_for(const Case& c) {
     const fs::path done = dir_ / (c.tag + ".done"), failed = dir_ / (c.tag + ".failed");
     for (int ms = 0; !fs::exists(done); ms += 20) {
       if (fs::exists(failed)) {
@@ -176,14 +236,8 @@ class ReferenceServer {
       REQUIRE_MESSAGE(ms < 1800 * 1000, "reference script: no answer for ", c.tag, " in 30 min");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    return dir_.string();
-  }
-  void drop(const Case& c) {
-    for (const char* suffix : {".init.safetensors", ".ref.safetensors", ".done"})
-      fs::remove(dir_ / (c.tag + suffix));
   }
 
- private:
   void ask(const std::string& tag) {
     if (!asked_.insert(tag).second) return;
     std::fprintf(pipe_, "%s\n", tag.c_str());

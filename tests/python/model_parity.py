@@ -5,8 +5,9 @@ usage: model_parity.py OUT_DIR CASES.json          every case
 
 With --serve, each tag read from stdin (one per line) runs that case, then TAG.done appears
 in OUT_DIR (TAG.failed with the error when it fails): the test asks for one case at a time and
-deletes its files after checking them, so at most two models' files exist at once and they can
-live in memory (/dev/shm) instead of being written to disk.
+deletes its files after checking them, so at most two models' files exist at once (one of the
+large ones: the test asks for the next case only after dropping a large one) and they can live
+in memory (/dev/shm) instead of being written to disk.
 
 For each case ({"tag", "model", "batch", "size", "classes", "in_channels", "optimizer", "lr",
 "momentum", "weight_decay", "nesterov", "exclude_bn_bias", "steps", "seed"}) the PyTorch model
