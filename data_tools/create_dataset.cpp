@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "core/check.h"
+#include "data/holdout.h"
 #include "data/tools.h"
 #include "flags.h"
 
@@ -32,6 +33,7 @@ Examples:
   create_dataset -i data/faces -o data/faces_small --size 1000
   create_dataset -i data/faces -o data/faces_64 --fraction 0.5 --resize 64 --seed 3
   create_dataset -d fashion-mnist -o data/fmnist_5k --size 5000 --test-fraction 0.1
+  create_dataset -d fashion-mnist --classes 5-9 --size 500 --test-fraction 0 -o data/fmnist_b
   create_dataset -i data/all.csv --split all -o data/split --single-csv
   create_dataset -i data/cifar-10-batches-bin -o data/cifar_2k --size 2000 --resize 64x64
 Read the result back as a CSV dataset by naming the file, e.g.
@@ -41,7 +43,7 @@ Read the result back as a CSV dataset by naming the file, e.g.
 // Parses the flags and runs the tool; errors are thrown, and run_tool reports them.
 int run(int argc, char** argv) {
   std::string input, kind, split, output, size_s, fraction_s, test_fraction_s, seed_s, resize_s, threads_s,
-      idx_classes_s;
+      idx_classes_s, classes_s;
   po::options_description opts("Options", 110, 55);
   opts.add_options()
       ("help,h", "show this help")
@@ -58,6 +60,9 @@ int run(int argc, char** argv) {
        "fraction of the source to sample, in (0, 1] (default 1: all; not with --size)")
       ("test-fraction,t", po::value(&test_fraction_s)->default_value("0.2")->value_name("F"),
        "share of the sample that goes to test, in [0, 1]")
+      ("classes", po::value(&classes_s)->value_name("LIST"),
+       "keep only these classes, relabelled 0.. in the order given: indices, ranges and names, "
+       "e.g. 0-4 or Sandal,Bag (the class split of a transfer experiment)")
       ("seed", po::value(&seed_s)->default_value("0")->value_name("S"), "random seed of the sample and split")
       ("single-csv", "write one data.csv with a split column (train/test) instead of train.csv and test.csv")
       ("resize", po::value(&resize_s)->value_name("S|HxW"),
@@ -99,7 +104,8 @@ int run(int argc, char** argv) {
 
   DatasetSpec spec = source_spec(kind, input, split, idx_classes_s);
   spec.check_files = true;  // a CSV must not name files that are not there
-  const std::unique_ptr<Dataset> ds = open_dataset(spec);
+  std::unique_ptr<Dataset> ds = open_dataset(spec);
+  if (vm.count("classes")) ds = class_subset(*ds, parse_class_list(classes_s, ds->class_names(), "--classes"));
   std::cout << format_report(create_dataset(*ds, opt));
   return 0;
 }

@@ -313,6 +313,19 @@ TEST_CASE("data tools: run_tool turns every error into one line naming the tool,
   CHECK(other.err == "tool_x: disk full\n");
 }
 
+TEST_CASE("data tools: parse_class_list takes indices, ranges and names, and names the flag") {
+  const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal"};
+  CHECK(parse_class_list("0-2", names, "--classes") == std::vector<int>{0, 1, 2});
+  CHECK(parse_class_list("5,3-4,0", names, "--classes") == std::vector<int>{5, 3, 4, 0});
+  CHECK(parse_class_list("T-shirt/top,Coat", names, "--classes") == std::vector<int>{0, 4});
+  expect_error([&] { parse_class_list("6", names, "--classes"); }, "--classes: class 6 is out of range");
+  expect_error([&] { parse_class_list("3-1", names, "--classes"); }, "--classes: range 3-1 runs backwards");
+  expect_error([&] { parse_class_list("0-2,Trouser", names, "--classes"); },
+               "--classes: class 1 (Trouser) is listed twice");
+  expect_error([&] { parse_class_list("Shirt", names, "--classes"); }, "--classes: 'Shirt' is neither");
+  expect_error([&] { parse_class_list("1-2-3", names, "--classes"); }, "--classes: '1-2-3' is neither");
+}
+
 // ---- create_dataset ---------------------------------------------------------------------------
 
 TEST_CASE("data tools: create_dataset from an image folder reads back through the CSV dataset") {

@@ -114,3 +114,30 @@ TEST_CASE("holdout: which data holds one split only") {
   synth.kind = "synthetic";
   CHECK_FALSE(holds_one_split(synth));
 }
+
+TEST_CASE("holdout: class_subset keeps the listed classes, relabelled in the order given") {
+  InMemoryData m;
+  m.name = "mem";
+  m.channels = m.height = m.width = 1;
+  m.class_names = {"a", "b", "c", "d"};
+  m.files = {"f"};
+  for (int i = 0; i < 12; ++i) {
+    m.pixels.push_back(uint8_t(i));
+    m.labels.push_back(i % 4);
+    m.file_index.push_back(0);
+    m.record.push_back(uint64_t(i));
+  }
+  const InMemoryDataset ds(m);
+  const std::vector<int> keep = {3, 1};
+  const auto sub = class_subset(ds, keep);
+  CHECK(sub->class_names() == std::vector<std::string>{"d", "b"});
+  REQUIRE(sub->size() == 6);
+  for (size_t k = 0; k < sub->size(); ++k) {
+    const uint64_t i = sub->id(k);  // the full dataset's index
+    CHECK(sub->label(k) == (m.labels[i] == 3 ? 0 : 1));
+    CHECK(sub->load(k, 1).pixels[0] == uint8_t(i));
+  }
+  CHECK(sub->describe().find("mem (classes 3,1)") == 0);
+  testing::expect_error([&] { (void)class_subset(ds, std::vector<int>{1, 1}); }, "class 1 is listed twice");
+  testing::expect_error([&] { (void)class_subset(ds, std::vector<int>{4}); }, "no class 4 (it has 4)");
+}

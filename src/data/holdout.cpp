@@ -71,6 +71,47 @@ std::unique_ptr<Dataset> subset_dataset(const Dataset& d, std::span<const uint64
   FAIL(d.describe(), ": cannot take a subset of this kind of dataset");
 }
 
+namespace {
+
+// data's samples of `classes`, relabelled by position in `classes`.
+template <class Data>
+Data relabelled_subset(const Data& data, std::span<const int> classes) {
+  std::vector<int32_t> new_label(data.class_names.size(), -1);
+  std::vector<std::string> names;
+  for (size_t k = 0; k < classes.size(); ++k) {
+    const int c = classes[k];
+    CHECK(c >= 0 && size_t(c) < new_label.size(), data.name, ": no class ", c, " (it has ",
+          new_label.size(), ")");
+    CHECK(new_label[size_t(c)] < 0, data.name, ": class ", c, " is listed twice");
+    new_label[size_t(c)] = int32_t(k);
+    names.push_back(data.class_names[size_t(c)]);
+  }
+  std::vector<uint64_t> keep;
+  for (size_t i = 0; i < data.size(); ++i)
+    if (new_label[size_t(data.labels[i])] >= 0) keep.push_back(i);
+  Data out = data.subset(keep);
+  for (int32_t& l : out.labels) l = new_label[size_t(l)];
+  std::string list;
+  for (const int c : classes) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(c);
+  }
+  out.name += " (classes " + list + ")";
+  out.class_names = std::move(names);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> class_subset(const Dataset& d, std::span<const int> classes) {
+  CHECK(!classes.empty(), d.describe(), ": no classes to keep");
+  if (const auto* m = dynamic_cast<const InMemoryDataset*>(&d))
+    return std::make_unique<InMemoryDataset>(relabelled_subset(m->data(), classes));
+  if (const auto* f = dynamic_cast<const FileListDataset*>(&d))
+    return std::make_unique<FileListDataset>(relabelled_subset(f->data(), classes));
+  FAIL(d.describe(), ": cannot take a class subset of this kind of dataset");
+}
+
 bool holds_one_split(const DatasetSpec& spec) {
   const std::string kind = spec.kind == "auto" ? detect_dataset_kind(spec.path) : spec.kind;
   std::error_code ec;

@@ -31,6 +31,11 @@ std::vector<uint64_t> complement(uint64_t n, std::span<const uint64_t> held);
 // indices); an Error for other datasets.
 std::unique_ptr<Dataset> subset_dataset(const Dataset& d, std::span<const uint64_t> indices);
 
+// The samples of `classes` only (indices into d's classes, each once, in any order), relabelled
+// 0 .. k-1 in that order and named after them; ids keep the full dataset's indices. The class
+// split of a transfer experiment (create_dataset --classes). In-memory and file-list datasets.
+std::unique_ptr<Dataset> class_subset(const Dataset& d, std::span<const int> classes);
+
 // True when the data at spec.path holds one split only (an image folder without train/, test/
 // and val/ folders; a CSV without a split column and without a test.csv beside it), so that
 // asking for its test split would fail. Reads a CSV's header line only.

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <mutex>
 #include <numeric>
+#include <sstream>
 
 #include "core/check.h"
 #include "core/rng.h"
@@ -188,6 +189,39 @@ uint64_t parse_u64(const std::string& text, const std::string& flag) {
   CHECK(!text.empty() && err == std::errc() && end == text.data() + text.size(), flag, ": '", text,
         "' is not a non-negative integer");
   return v;
+}
+
+std::vector<int> parse_class_list(const std::string& text, const std::vector<std::string>& class_names,
+                                  const std::string& flag) {
+  const int K = int(class_names.size());
+  auto index = [&](const std::string& s) {
+    const uint64_t v = parse_u64(s, flag);
+    CHECK(v < uint64_t(K), flag, ": class ", s, " is out of range (the data has ", K, " classes, 0-", K - 1, ")");
+    return int(v);
+  };
+  std::vector<int> out;
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    const auto named = std::find(class_names.begin(), class_names.end(), item);
+    const size_t dash = item.find('-');
+    const bool digits = !item.empty() && item.find_first_not_of("0123456789-") == std::string::npos;
+    if (named != class_names.end()) {
+      out.push_back(int(named - class_names.begin()));
+    } else if (digits && dash == std::string::npos) {
+      out.push_back(index(item));
+    } else if (digits && dash > 0 && item.find('-', dash + 1) == std::string::npos) {
+      const int lo = index(item.substr(0, dash)), hi = index(item.substr(dash + 1));
+      CHECK(lo <= hi, flag, ": range ", item, " runs backwards");
+      for (int c = lo; c <= hi; ++c) out.push_back(c);
+    } else {
+      FAIL(flag, ": '", item, "' is neither a class index, a range like 0-4, nor a class name");
+    }
+  }
+  CHECK(!out.empty(), flag, ": no classes listed");
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      CHECK(out[i] != out[j], flag, ": class ", out[i], " (", class_names[size_t(out[i])], ") is listed twice");
+  return out;
 }
 
 double parse_double(const std::string& text, const std::string& flag) {

@@ -60,6 +60,11 @@ ResizeSpec parse_resize(const std::string& text, const std::string& flag);
 
 // Flag values given as text (boost's unsigned parsing wraps "-1" round): errors name `flag`.
 uint64_t parse_u64(const std::string& text, const std::string& flag);
+// A comma list of class indices ("3"), ranges ("0-4") and class names ("Sandal"; a name is
+// matched first, so "T-shirt/top" is a name), into indices of `class_names` in the order given.
+// Errors name `flag`: an unknown item, an index out of range, a class listed twice.
+std::vector<int> parse_class_list(const std::string& text, const std::vector<std::string>& class_names,
+                                  const std::string& flag);
 double parse_double(const std::string& text, const std::string& flag);
 
 // One folder name per class, the folders sorting in label order, so an image folder written
