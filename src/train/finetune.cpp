@@ -2,6 +2,7 @@
 #include "train/finetune.h"
 
 #include <filesystem>
+#include <sstream>
 
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -135,6 +136,13 @@ std::string describe_frozen(const Model& model) {
     }
   return "frozen: " + std::to_string(frozen) + " of " + std::to_string(all) + " parameters (" +
          join(tops, ", ") + ")";
+}
+
+std::string describe_head_lr(const Model& model, double mult) {
+  if (mult == 1) return "";
+  std::ostringstream s;
+  s << ", head " << join(model.head(), "/") << " lr x" << mult;
+  return s.str();
 }
 
 }  // namespace mpicnn::train

@@ -39,5 +39,7 @@ std::string describe(const InitWeightsReport& r, int num_classes);
 void apply_finetune(Model& model, const TrainOptions& o);
 // "frozen: 11176512 of 11179077 parameters (conv1, bn1, layer1, ...)", empty when none is.
 std::string describe_frozen(const Model& model);
+// ", head fc lr x10" for the optimizer's header line; empty when mult is 1.
+std::string describe_head_lr(const Model& model, double mult);
 
 }  // namespace mpicnn::train

@@ -383,7 +383,9 @@ void Trainer::print_header() const {
        << (init_line_.empty() ? std::string() : "\n  " + init_line_)
        << (frozen_line.empty() ? std::string() : "\n  " + frozen_line)
        << "\n  device " << dev_.description
-       << "\n  " << opt_->name() << ", " << schedule_->describe() << "\n  run directory " << run_dir_
+       << "\n  " << opt_->name() << ", " << schedule_->describe()
+       << describe_head_lr(*model_, o_.head_lr_mult)
+       << "\n  run directory " << run_dir_
        << (resumed_from_.empty() ? "" : ", resumed from " + resumed_from_ + " (epoch " +
                                              std::to_string(state_.epoch) + ", step " +
                                              std::to_string(state_.step_in_epoch) + ")")
