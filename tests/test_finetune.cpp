@@ -6,6 +6,7 @@
 // Multi-rank behaviour (gradient sync bytes, identical replicas) is in tests/mpi.
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "layers/batchnorm.h"
 #include "layers/linear.h"
@@ -289,4 +290,23 @@ TEST_CASE("finetune: --freeze-backbone, --freeze-bn, and nothing left to train")
   train::TrainOptions all;
   all.freeze = {"conv1", "bn1", "layer1", "layer2", "layer3", "fc"};
   expect_error([&] { train::apply_finetune(*resnet20(10, 3), all); }, "--freeze: nothing left to train");
+}
+
+TEST_CASE("finetune: every model's parameterised layers are known to their Model (has params, trainable)") {
+  // Sequential::backward skips children without a trainable layer: a layer whose parameters
+  // the Model did not attribute to it would silently get no gradient.
+  for (const ModelSpec& spec : model_specs()) {
+    CAPTURE(spec.name);
+    const auto m = build_model(spec.name, {.num_classes = 10, .in_channels = 3}, 1);
+    std::set<std::string> layers;  // prefixes of the layers that own parameters
+    for (const StateEntry& e : m->params().entries())
+      if (e.kind == StateKind::Param) layers.insert(e.name.substr(0, e.name.rfind('.') + 1));
+    size_t trainable = 0;
+    m->root().for_each_layer([&](Layer& l, const std::string& prefix) {
+      CHECK_MESSAGE(l.trainable() == (layers.count(prefix) == 1), prefix);
+      trainable += l.trainable() ? 1 : 0;
+    });
+    CHECK(trainable == layers.size());
+    CHECK(!m->head().empty());
+  }
 }
