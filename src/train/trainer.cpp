@@ -271,6 +271,7 @@ void Trainer::resume_or_start() {
   comm_.on_root([&] {
     if (!o_.resume.empty()) {
       at = load_resume_point();
+      if (!o_.init_weights.empty()) init_line_ = "init weights: not reloaded (the checkpoint's weights continue)";
     } else {
       // Fine-tuning starts from --init-weights; a resume continues from its checkpoint instead.
       if (!o_.init_weights.empty())

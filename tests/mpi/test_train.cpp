@@ -527,6 +527,23 @@ TEST_CASE("train: --init-weights from a run directory, frozen layers and head-lr
     CHECK_MESSAGE(same == (e.name.rfind("conv", 0) == 0), e.name);  // conv1/conv2 frozen, fc trained
   }
 
+  // A resume continues from its checkpoint: --init-weights is not read again (here it names a
+  // missing file), and the frozen layers stay the base run's.
+  train::TrainOptions g = f;
+  g.resume = dir / "tuned";
+  g.save_dir.clear();
+  g.epochs = 2;
+  g.init_weights = dir / "missing.safetensors";
+  std::ostringstream log2;
+  const train::TrainResult resumed = train::run_training(g, comm(), log2);
+  CHECK(resumed.state.epoch == 2);
+  if (comm().root()) CHECK(log2.str().find("init weights: not reloaded") != std::string::npos);
+  for (const StateEntry& e : resumed.model->params().entries()) {
+    const StateEntry* b = base.model->params().find(e.name);
+    const bool same = std::memcmp(e.value->data(), b->value->data(), size_t(e.shape.numel()) * 4) == 0;
+    CHECK_MESSAGE(same == (e.name.rfind("conv", 0) == 0), e.name);
+  }
+
   // An error in the file reaches every rank as one shared error, before any training.
   f.save_dir = dir / "bad";
   f.init_weights = dir / "missing.safetensors";
