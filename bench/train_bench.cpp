@@ -4,6 +4,9 @@
 //   build/release/bench/train_bench --model resnet18 --size 32 --batch 64 --mode train
 //                                   [--steps 10] [--warmup 3] [--threads N]
 //                                   [--device cpu|cuda] [--precision fp32|tf32|bf16|fp16]
+//                                   [--freeze-backbone 0|1]
+// --freeze-backbone 1 times a fine-tuning step: everything but the model's head frozen (no
+// parameter gradients, backward stops at the head, no optimizer update of the backbone).
 // On the GPU each timed step ends with a device synchronise (bench/gpu_train.sh).
 #include <sys/resource.h>
 #include <time.h>
@@ -30,6 +33,7 @@ int main(int argc, char** argv) {
   try {
     std::string model_name = "resnet18", mode = "train", device = "cpu", precision = "auto";
     int size = 32, batch = 64, steps = 10, warmup = 3, threads = default_num_threads();
+    bool freeze_backbone = false;
     for (int i = 1; i < argc; ++i) {
       const std::string k = argv[i];
       CHECK(i + 1 < argc, k, " needs a value");
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
       else if (k == "--threads") threads = std::stoi(v);
       else if (k == "--device") device = v;
       else if (k == "--precision") precision = v;
+      else if (k == "--freeze-backbone") freeze_backbone = v == "1" || v == "true";
       else FAIL("unknown option ", k);
     }
     CHECK(mode == "train" || mode == "infer", "--mode must be train or infer, got '", mode, "'");
@@ -63,6 +68,12 @@ int main(int argc, char** argv) {
     x.copy_from(host_x);
     std::vector<int32_t> targets;
     for (int n = 0; n < batch; ++n) targets.push_back(int32_t(rng.below(uint64_t(n), classes)));
+    if (freeze_backbone) {
+      std::vector<std::string> backbone;
+      for (const StateEntry& e : model->params().entries())
+        if (e.kind == StateKind::Param && !model->in_head(e.name)) backbone.push_back(e.name);
+      model->freeze(backbone);
+    }
     SGD opt(model->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
     SoftmaxCrossEntropy loss;
     loss.plan(batch, classes, dc.device);
@@ -100,10 +111,10 @@ int main(int argc, char** argv) {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     std::printf("engine=mpicnn model=%s mode=%s size=%d batch=%d threads=%d images_per_s=%.2f "
-                "peak_rss_mb=%.1f cpu_ms_per_step=%.1f gemm=%s device=%s\n",
+                "peak_rss_mb=%.1f cpu_ms_per_step=%.1f gemm=%s device=%s frozen_backbone=%d\n",
                 model_name.c_str(), mode.c_str(), size, batch, threads, batch / median,
                 ru.ru_maxrss / 1024.0, cpu_median * 1e3,
-                gemm_backend_name(gemm_backend()), dc.description.c_str());
+                gemm_backend_name(gemm_backend()), dc.description.c_str(), int(freeze_backbone));
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "train_bench: %s\n", e.message().c_str());

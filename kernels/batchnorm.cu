@@ -195,8 +195,10 @@ __global__ void bn_backward_finish_kernel(float* dweight, float* dbias, float* m
   for (int64_t j = global_index(); j < cnt; j += grid_stride()) {
     const int64_t c = c0 + j;
     const double sdy = partial_total(a_part, j, S), sdyx = partial_total(b_part, j, S);
-    dbias[c] = __fadd_rn(dbias[c], float(sdy));
-    dweight[c] = __fadd_rn(dweight[c], float(sdyx));
+    if (dweight) {  // null for frozen parameters
+      dbias[c] = __fadd_rn(dbias[c], float(sdy));
+      dweight[c] = __fadd_rn(dweight[c], float(sdyx));
+    }
     if (mstats) {
       mstats[j] = training ? float(sdy / double(M)) : 0.f;
       mstats[cnt + j] = training ? float(sdyx / double(M)) : 0.f;

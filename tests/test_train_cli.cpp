@@ -49,6 +49,16 @@ TEST_CASE("train CLI: --help, and one clear line for bad options and data") {
   expect_cli_error("train", {"-d", dir / "missing"}, dir / "missing");
   expect_cli_error("train", {"--model", "resnet18", "-s", dir / "r"}, "--image-size");
   expect_cli_error("train", {"--resume", dir / "nothing"}, dir / "nothing");
+  const std::vector<std::string> syn = {"--dataset", "synthetic", "-m", "resnet20", "-e", "1", "-s", dir / "r"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), syn.begin(), syn.end());
+    return extra;
+  };
+  expect_cli_error("train", with({"--freeze", "conv1,layer9"}), "--freeze: 'layer9' matches no parameter of resnet20");
+  expect_cli_error("train", with({"--freeze", "conv1,bn1,layer1,layer2,layer3,fc"}), "--freeze: nothing left to train");
+  expect_cli_error("train", with({"--head-lr-mult", "0"}), "--head-lr-mult: '0'");
+  expect_cli_error("train", with({"--init-weights", dir / "w.safetensors"}),
+                   "--init-weights: " + (dir / "w.safetensors") + " does not exist");
   CHECK(!fs::exists(dir / "r"));  // nothing written by a run that could not start
 }
 

@@ -48,7 +48,9 @@ const std::vector<std::string> kAllLong = {
     "--augment", "crop-flip", "--image-size", "36", "--skip-bad", "--distribute-data=false",
     "--save-dir", "runs/x", "--resume", "runs/y", "--seed", "18446744073709551615", "--threads",
     "6", "--eval-every", "2", "--checkpoint-every", "5", "--keep-checkpoints", "0", "--progress",
-    "plain", "--check-sync", "100", "--bucket-mb", "12.5", "--device", "cpu"};
+    "plain", "--check-sync", "100", "--bucket-mb", "12.5", "--device", "cpu",
+    "--init-weights", "r20.safetensors", "--init-weights-partial", "fc,bn1.weight",
+    "--freeze", "conv1,bn1,layer1", "--freeze-backbone", "--freeze-bn", "--head-lr-mult", "10"};
 
 }  // namespace
 
@@ -130,6 +132,12 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.check_sync == 100);
   CHECK(o.bucket_mb == 12.5);
   CHECK(o.device == "cpu");
+  CHECK(o.init_weights == "r20.safetensors");
+  CHECK(o.init_weights_partial == std::vector<std::string>{"fc", "bn1.weight"});
+  CHECK(o.freeze == std::vector<std::string>{"conv1", "bn1", "layer1"});
+  CHECK(o.freeze_backbone);
+  CHECK(o.freeze_bn);
+  CHECK(o.head_lr_mult == 10);
 
   const TrainOptions a = parse({"--optimizer=adamw", "--progress=none", "--augment=imagenet",
                                 "--dataset=synthetic", "--schedule=multistep:3,6:0.1"});
@@ -370,6 +378,23 @@ TEST_CASE("train options: model, schedule and cross-option errors") {
   expect_parse_error({"--nesterov", "--optimizer", "adamw"},
                      "--nesterov: Nesterov momentum needs --optimizer sgd and --momentum > 0");
   expect_parse_error({"--nesterov", "--momentum", "0"}, "--nesterov: Nesterov momentum needs");
+}
+
+TEST_CASE("train options: fine-tuning defaults and errors") {
+  const TrainOptions o = parse({});
+  CHECK(o.init_weights.empty());
+  CHECK(o.freeze.empty());
+  CHECK(!o.freeze_backbone);
+  CHECK(!o.freeze_bn);
+  CHECK(o.head_lr_mult == 1);
+  CHECK(to_config(o).at("freeze") == "");
+  CHECK(to_config(parse({"--freeze", "conv1,layer1"})).at("freeze") == "conv1,layer1");
+  expect_parse_error({"--head-lr-mult", "0"}, "--head-lr-mult: '0' is not a number > 0");
+  expect_parse_error({"--head-lr-mult", "-2"}, "--head-lr-mult");
+  expect_parse_error({"--freeze", "conv1,,bn1"}, "--freeze: 'conv1,,bn1' is not a comma list");
+  expect_parse_error({"--freeze", "conv1,"}, "--freeze: 'conv1,' ends with a comma");
+  expect_parse_error({"--init-weights-partial", "fc"}, "--init-weights-partial: needs --init-weights FILE");
+  CHECK(parse({"--freeze-backbone", "--freeze-bn"}).freeze_bn);  // together: fine
 }
 
 TEST_CASE("train options: help text") {

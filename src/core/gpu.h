@@ -196,7 +196,7 @@ class Backend {
   // the planned batch.
   virtual void conv_forward(ConvPlan& plan, real* y, const real* x, const real* w,
                             const real* bias, int n) = 0;
-  // dx '=' (skipped when null), dw '+=', dbias '+=' (skipped when null).
+  // dx '=' (skipped when null), dw '+=' and dbias '+=' (each skipped when null: frozen).
   virtual void conv_backward(ConvPlan& plan, real* dx, real* dw, real* dbias, const real* dy,
                              const real* x, const real* w, int n) = 0;
 
@@ -208,8 +208,8 @@ class Backend {
                                  real* running_mean, real* running_var, const real* x,
                                  const real* weight, const real* bias, int64_t N, int64_t C,
                                  int64_t HW, float eps, float momentum, bool training) = 0;
-  // dx '=' (may alias dy; skipped when null), dweight and dbias '+='. training: through the
-  // batch statistics; eval: the affine map only.
+  // dx '=' (may alias dy; skipped when null), dweight and dbias '+=' (skipped when null: frozen
+  // parameters). training: through the batch statistics; eval: the affine map only.
   virtual void batchnorm_backward(real* dx, real* dweight, real* dbias, const real* dy,
                                   const real* x, const real* weight, const real* save_mean,
                                   const real* save_invstd, int64_t N, int64_t C, int64_t HW,

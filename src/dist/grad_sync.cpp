@@ -22,9 +22,17 @@ std::vector<Bucket> make_buckets(ParamStore& store, int64_t bucket_bytes) {
     return out;
   }
   const int64_t want = (bucket_bytes + int64_t(sizeof(float)) - 1) / int64_t(sizeof(float));
-  Bucket cur{0, slab, 0, params.back()};
+  Bucket cur;
+  bool open = false;
   for (size_t k = params.size(); k-- > 0;) {
     const StateEntry& e = entries[size_t(params[k])];
+    if (e.frozen) {  // a frozen entry ends the bucket below it: its range is never summed
+      if (open) out.push_back(cur);
+      open = false;
+      continue;
+    }
+    if (!open) cur = Bucket{0, k + 1 < params.size() ? entries[size_t(params[k + 1])].offset : slab, 0, params[k]};
+    open = true;
     // The first entry starts the slab at 0: the last bucket covers down to 0 whatever it holds.
     cur.begin = k == 0 ? 0 : e.offset;
     cur.first_entry = params[k];
@@ -32,7 +40,7 @@ std::vector<Bucket> make_buckets(ParamStore& store, int64_t bucket_bytes) {
       CHECK(cur.end - cur.begin < INT_MAX, "gradient sync: entry '", e.name,
             "' makes a bucket over 2^31 floats");
       out.push_back(cur);
-      cur = Bucket{0, cur.begin, 0, k > 0 ? params[k - 1] : 0};
+      open = false;
     }
   }
   return out;
@@ -42,6 +50,7 @@ GradSync::GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options)
     : comm_(comm), store_(store), options_(options),
       buckets_(make_buckets(store, options.bucket_bytes)),
       requests_(buckets_.size(), MPI_REQUEST_NULL) {
+  for (const Bucket& b : buckets_) synced_floats_ += b.end - b.begin;
   gpu_ = store.device() == Device::CUDA;
   if (gpu_ && !mpi_cuda_aware()) {
     staged_ = true;
@@ -120,6 +129,19 @@ void GradSync::launch_ready(int64_t first_ready_offset) {
   }
 }
 
+// The summed host mirror back to the device: in one transfer when the buckets cover the slab,
+// else bucket by bucket (the mirror holds nothing for frozen ranges).
+void GradSync::copy_back() {
+  Tensor& g = store_.grads();
+  if (synced_floats_ == g.numel()) {
+    gpu::backend().copy(g.data(), true, host_.get(), false, size_t(g.numel()) * sizeof(float));
+    return;
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    gpu::backend().copy(g.data() + buckets_[b].begin, true, bucket_data(b), false,
+                        size_t(buckets_[b].end - buckets_[b].begin) * sizeof(float));
+}
+
 void GradSync::finish() {
   CHECK(active_, "gradient sync: finish() without begin_step()");
   active_ = false;
@@ -129,8 +151,11 @@ void GradSync::finish() {
     launch_ready(0);  // whatever backward did not report (all of it without the hook)
     while (next_ < buckets_.size()) start(next_++);
     MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
-    if (staged_)
-      gpu::backend().copy(g.data(), true, host_.get(), false, size_t(g.numel()) * sizeof(float));
+    if (staged_) copy_back();
+  } else if (synced_floats_ < g.numel()) {  // frozen ranges: bucket by bucket, without them
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bucket_data(b), int(buckets_[b].end - buckets_[b].begin),
+                              MPI_FLOAT, MPI_SUM, comm_.world()));
   } else {
     // Whole slab, in chunks below MPI's int count (a single call for any real model).
     constexpr int64_t kChunk = int64_t(1) << 30;
@@ -149,7 +174,7 @@ void GradSync::finish() {
     for (int64_t i = 0; i < n; ++i) p[i] *= scale;
   }
   stats_.steps += 1;
-  stats_.bytes += g.numel() * int64_t(sizeof(float));
+  stats_.bytes += synced_floats_ * int64_t(sizeof(float));
   stats_.step_seconds += MPI_Wtime() - step_start_;
 }
 

@@ -45,14 +45,15 @@ struct GradSyncStats {
   int64_t steps = 0;
   double step_seconds = 0;  // begin_step() .. end of finish(), summed
   double wait_seconds = 0;  // blocked on communication: final wait, blocking allreduce, Testall
-  int64_t bytes = 0;        // payload allreduced by this rank (slab bytes per step); on the
+  int64_t bytes = 0;        // payload allreduced by this rank (bucket bytes per step); on the
                             // wire a ring allreduce sends about 2 (K-1)/K times this
   double wait_share() const { return step_seconds > 0 ? wait_seconds / step_seconds : 0.0; }
 };
 
 // Buckets of whole Param entries in reverse slab order: buckets[0] ends at the slab's end,
 // the last begins at 0; together they cover the slab once. Padding between entries rides
-// along (it is zero on every rank).
+// along (it is zero on every rank). Frozen entries (fine-tuning) are left out: a bucket never
+// spans one, so only trainable gradient ranges are summed.
 std::vector<Bucket> make_buckets(ParamStore& store, int64_t bucket_bytes);
 
 class GradSync {
@@ -86,11 +87,13 @@ class GradSync {
   // ready mark queued.
   void launch_ready(int64_t first_ready_offset);
   float* bucket_data(size_t b);  // where bucket b is allreduced (slab or its host mirror)
+  void copy_back();              // staged GPU slab: the summed buckets back to the device
 
   const Comm& comm_;
   ParamStore& store_;
   GradSyncOptions options_;
   std::vector<Bucket> buckets_;
+  int64_t synced_floats_ = 0;          // the buckets' floats: the slab's less frozen ranges
   std::vector<MPI_Request> requests_;  // one per bucket; MPI_REQUEST_NULL when idle/done
   size_t next_ = 0;                    // first bucket not yet started
   // GPU slab: buckets below queued_ have their device -> host copy (staged_: without a

@@ -47,7 +47,7 @@ void BatchNorm2d::forward(Tensor& out, const Tensor& in) {
         in.shape().str());
   CHECK(weight.defined(), "BatchNorm2d: parameters not allocated (ParamStore::allocate)");
   const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3), M = N * HW;
-  const bool train = training_;
+  const bool train = training_ && !use_running_stats_;
   if (train) CHECK(M > 1, "BatchNorm2d: training needs more than one value per channel, got input ", in.shape().str());
   if (on_gpu("BatchNorm2d", {&out, &in, &weight, &saved_mean_})) {
     gpu::backend().batchnorm_forward(out.data(), saved_mean_.data(), saved_invstd_.data(),
@@ -117,9 +117,11 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
   CHECK(!din.defined() || din.shape() == in.shape(), "BatchNorm2d backward: din ",
         din.shape().str(), " vs in ", in.shape().str());
   const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3), M = N * HW;
+  if (frozen_ && !din.defined()) return;
   if (on_gpu("BatchNorm2d backward", {&din, &dout, &in, &weight})) {
-    gpu::backend().batchnorm_backward(din.defined() ? din.data() : nullptr, grad_weight.data(),
-                                      grad_bias.data(), dout.data(), in.data(), weight.data(),
+    gpu::backend().batchnorm_backward(din.defined() ? din.data() : nullptr,
+                                      frozen_ ? nullptr : grad_weight.data(),
+                                      frozen_ ? nullptr : grad_bias.data(), dout.data(), in.data(), weight.data(),
                                       saved_mean_.data(), saved_invstd_.data(), N, C, HW,
                                       saved_training_);
     return;
@@ -130,8 +132,8 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
   const real* mean_s = saved_mean_.data();
   const real* invstd_s = saved_invstd_.data();
   const real* g = weight.data();
-  real* gw = grad_weight.data();
-  real* gb = grad_bias.data();
+  real* gw = frozen_ ? nullptr : grad_weight.data();  // frozen: no parameter gradients
+  real* gb = frozen_ ? nullptr : grad_bias.data();
   const bool batch_stats = saved_training_;
 
 #pragma omp parallel for schedule(static)
@@ -151,8 +153,10 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
       sdy += a;
       sdyx += bsum;
     }
-    if constexpr (!MUTANT(2)) gb[c] += real(sdy);
-    gw[c] += real(sdyx);
+    if (gw) {
+      if constexpr (!MUTANT(2)) gb[c] += real(sdy);
+      gw[c] += real(sdyx);
+    }
     if (!dx) continue;
     const real k = g[c] * invstd;
     // Training: dx = g*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)); eval: dx = g*invstd*dy.

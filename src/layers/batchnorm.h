@@ -24,6 +24,10 @@ class BatchNorm2d : public UnaryLayer {
   int channels() const { return channels_; }
   real eps() const { return eps_; }
   real momentum() const { return momentum_; }
+  // --freeze-bn: normalise with the running statistics and leave them as they are, also in
+  // training mode (as eval mode does); the affine parameters still train unless frozen.
+  void set_use_running_stats(bool on) { use_running_stats_ = on; }
+  bool use_running_stats() const { return use_running_stats_; }
 
   Tensor weight, bias, grad_weight, grad_bias;  // (C)
   Tensor running_mean, running_var;             // (C)
@@ -36,6 +40,7 @@ class BatchNorm2d : public UnaryLayer {
   // stats in eval mode. Sized once (C) in the constructor.
   Tensor saved_mean_, saved_invstd_;  // (C)
   bool saved_training_ = true;
+  bool use_running_stats_ = false;
 };
 
 }  // namespace mpicnn

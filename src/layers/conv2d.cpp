@@ -230,17 +230,20 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
   CHECK_SHAPE(dout, {N, OC, g.out_h, g.out_w});
   if (din.defined()) CHECK_SHAPE(din, {N, g.channels, g.height, g.width});
+  if (frozen_ && !din.defined()) return;
+  const bool wgrad = !frozen_;  // frozen: no filter gradient (cuDNN backward-filter, GEMM)
   if (on_gpu("Conv2d backward", {&din, &dout, &in, &weight})) {
     CHECK(gpu_plan_, "Conv2d: planned on the CPU, called with GPU tensors");
     gpu::backend().conv_backward(*gpu_plan_, din.defined() ? din.data() : nullptr,
-                                 grad_weight.data(), opt_.bias ? grad_bias.data() : nullptr,
+                                 wgrad ? grad_weight.data() : nullptr,
+                                 wgrad && opt_.bias ? grad_bias.data() : nullptr,
                                  dout.data(), in.data(), weight.data(), int(N));
     return;
   }
-  if (opt_.bias) add_bias_grad(dout);
+  if (wgrad && opt_.bias) add_bias_grad(dout);
   const real* w = din.defined() ? gemm_weight() : nullptr;  // (OC, Kg)
   // With dead taps the GEMMs accumulate into the live columns, added to grad_weight at the end.
-  const bool live = !cols_.all_taps_live();
+  const bool live = wgrad && !cols_.all_taps_live();
   if (live) live_grad_.fill(0.f);
   real* gw = live ? live_grad_.data() : grad_weight.data();  // (OC, Kg)
   for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
@@ -258,15 +261,17 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
       rows = r;
     }
     const bool direct = g.is_pointwise() && B == 1;
-    const real* cols = x;  // (IC*T, B*P)
-    if (!direct) {
-      cols_.im2col(col_.data(), x, B);
-      cols = col_.data();
+    if (wgrad) {
+      const real* cols = x;  // (IC*T, B*P)
+      if (!direct) {
+        cols_.im2col(col_.data(), x, B);
+        cols = col_.data();
+      }
+      const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
+      for (int64_t gi = 0; gi < G; ++gi)
+        gemm(false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP, int(BP),
+              cols + gi * Kg * BP, int(BP), 1.f, gw + gi * OCg * Kg, int(Kg));
     }
-    const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
-    for (int64_t gi = 0; gi < G; ++gi)
-      gemm(false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP, int(BP),
-            cols + gi * Kg * BP, int(BP), 1.f, gw + gi * OCg * Kg, int(Kg));
     if (!din.defined()) continue;
     // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
     real* dx = din.data() + x_off;            // (B, IC, H, W)

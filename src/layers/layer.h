@@ -30,9 +30,20 @@ class Layer {
   virtual void reset_parameters(uint64_t /*seed*/) {}
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
+  // Fine-tuning (Model::freeze): a frozen layer's backward computes no parameter gradients (they
+  // stay as they are: zero) and, given an undefined din, nothing at all. Set by the Model:
+  // has_params says whether the layer registered any parameter.
+  void set_param_state(bool has_params, bool frozen) {
+    has_params_ = has_params;
+    frozen_ = has_params && frozen;
+  }
+  bool frozen() const { return frozen_; }
+  bool trainable() const { return has_params_ && !frozen_; }
 
  protected:
   bool training_ = true;
+  bool frozen_ = false;
+  bool has_params_ = true;  // until the Model says otherwise: trainable() stays conservative
 };
 
 class UnaryLayer : public Layer {

@@ -64,12 +64,8 @@ void Linear::forward(Tensor& out, const Tensor& in) {
         y, out_);
 }
 
-void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& /*out*/) {
+void Linear::add_param_grads(Device dev, const Tensor& dout, const Tensor& in) {
   const int N = int(in.size(0));
-  CHECK_SHAPE(dout, {N, out_});
-  if (din.defined()) CHECK_SHAPE(din, {N, in_});
-  const Device dev =
-      on_gpu("Linear backward", {&din, &dout, &in, &weight}) ? Device::CUDA : Device::CPU;
   // grad_weight (out, in) += dy^T (out, N) * x (N, in)
   gemm(dev, true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
        grad_weight.data(), in_);
@@ -82,6 +78,16 @@ void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
 #pragma omp simd
       for (int j = 0; j < out_; ++j) gb[j] += dy[int64_t(n) * out_ + j];
   }
+}
+
+void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& /*out*/) {
+  const int N = int(in.size(0));
+  CHECK_SHAPE(dout, {N, out_});
+  if (din.defined()) CHECK_SHAPE(din, {N, in_});
+  if (frozen_ && !din.defined()) return;
+  const Device dev =
+      on_gpu("Linear backward", {&din, &dout, &in, &weight}) ? Device::CUDA : Device::CPU;
+  if (!frozen_) add_param_grads(dev, dout, in);
   if (din.defined()) {
     // dx (N, in) = dy (N, out) * W (out, in)
     gemm(dev, false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f,

@@ -27,6 +27,8 @@ class Linear : public UnaryLayer {
   Tensor bias, grad_bias;      // (out), undefined without bias
 
  private:
+  // grad_weight and grad_bias += from dout (N, out) and in (N, in), on `dev`.
+  void add_param_grads(Device dev, const Tensor& dout, const Tensor& in);
   int in_, out_;
   bool has_bias_;
   std::string weight_name_, bias_name_;

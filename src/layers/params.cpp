@@ -1,6 +1,7 @@
 // Slab allocation and view binding for ParamStore.
 #include "layers/params.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace mpicnn {
@@ -83,6 +84,27 @@ const StateEntry* ParamStore::find(const std::string& name) const {
   for (const StateEntry& e : entries_)
     if (e.name == name) return &e;
   return nullptr;
+}
+
+void ParamStore::set_frozen(size_t i, bool frozen) {
+  CHECK(i < entries_.size() && entries_[i].kind == StateKind::Param, "ParamStore: entry ", i,
+        " is not a parameter");
+  entries_[i].frozen = frozen;
+}
+
+void ParamStore::set_lr_mult(size_t i, double mult) {
+  CHECK(i < entries_.size() && entries_[i].kind == StateKind::Param, "ParamStore: entry ", i,
+        " is not a parameter");
+  CHECK(std::isfinite(mult) && mult > 0, "ParamStore: learning-rate multiplier of '",
+        entries_[i].name, "' must be finite and > 0, got ", mult);
+  entries_[i].lr_mult = mult;
+}
+
+int64_t ParamStore::num_trainable() const {
+  int64_t n = 0;
+  for (const StateEntry& e : entries_)
+    if (e.kind == StateKind::Param && !e.frozen) n += e.shape.numel();
+  return n;
 }
 
 }  // namespace mpicnn

@@ -24,6 +24,10 @@ struct StateEntry {
   Tensor* value = nullptr; // bound to a slab view by allocate()
   Tensor* grad = nullptr;  // Param only
   int64_t* i64 = nullptr;  // BufferI64 only
+  // Param only, for fine-tuning: a frozen parameter is never updated and its gradient never
+  // computed nor summed over ranks; lr_mult scales the learning rate of this parameter.
+  bool frozen = false;
+  double lr_mult = 1;
 };
 
 class ParamStore {
@@ -55,6 +59,11 @@ class ParamStore {
   int64_t num_params() const;  // sum of parameter numels (no padding)
   const std::vector<StateEntry>& entries() const { return entries_; }
   const StateEntry* find(const std::string& name) const;
+  // Fine-tuning marks on entry i (a Param), read by optimizers and gradient sync when they are
+  // built: set them before.
+  void set_frozen(size_t i, bool frozen);
+  void set_lr_mult(size_t i, double mult);
+  int64_t num_trainable() const;  // sum of numels of parameters not frozen
 
  private:
   void check_new_name(const std::string& name) const;

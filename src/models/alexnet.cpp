@@ -55,7 +55,9 @@ std::unique_ptr<Sequential> alexnet_module(const ModelOptions& options) {
 }
 
 std::unique_ptr<Model> make_alexnet(const ModelOptions& options, uint64_t seed) {
-  return std::make_unique<Model>("alexnet", alexnet_module(options), options, init_alexnet, seed);
+  auto model = std::make_unique<Model>("alexnet", alexnet_module(options), options, init_alexnet, seed);
+  model->set_head({"classifier.6"});
+  return model;
 }
 
 }  // namespace mpicnn

@@ -182,9 +182,10 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     real* gc = bottleneck_cm_.data();
     swap01(dev, gc, gb.data(), n, bottleneck_, hw_);
     const Tensor a1 = l.a1.head({1, cin, n, hw_});
-    // conv1 weight gradient '+=' gc (bottleneck, n*HW) * a1^T; input gradient W^T * gc.
-    gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
-         int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
+    // conv1 weight gradient '+=' (unless frozen) gc (bottleneck, n*HW) * a1^T; input gradient W^T * gc.
+    if (!l.conv1.frozen())
+      gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
+           int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
     Tensor g_prefix = g_prefix_.head({1, cin, n, hw_});
     gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(),
          int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
@@ -252,7 +253,9 @@ std::unique_ptr<Model> make_densenet(const std::string& name, const ModelOptions
   root->add("avgpool", leaf<AdaptiveAvgPool2d>(1, 1));
   root->add("flatten", leaf<Flatten>());
   root->add("classifier", leaf<Linear>(channels, options.num_classes));
-  return std::make_unique<Model>(name, std::move(root), options, init_densenet, seed);
+  auto model = std::make_unique<Model>(name, std::move(root), options, init_densenet, seed);
+  model->set_head({"classifier"});
+  return model;
 }
 
 }  // namespace mpicnn

@@ -18,6 +18,65 @@ Model::Model(std::string name, std::unique_ptr<Module> root, ModelOptions option
   root_->register_state(store_, "");
   store_.allocate();
   init(*this, seed);
+  // The default head: the layer of the last parameter ("fc" of "fc.bias").
+  for (auto it = store_.entries().rbegin(); it != store_.entries().rend(); ++it)
+    if (it->kind == StateKind::Param) {
+      const size_t dot = it->name.rfind('.');
+      head_ = {dot == std::string::npos ? it->name : it->name.substr(0, dot)};
+      break;
+    }
+  refresh_layer_states();
+}
+
+bool param_under(const std::string& name, const std::string& prefix) {
+  if (prefix.empty()) return false;
+  if (prefix.back() == '.') return name.compare(0, prefix.size(), prefix) == 0;
+  return name.compare(0, prefix.size(), prefix) == 0 &&
+         (name.size() == prefix.size() || name[prefix.size()] == '.');
+}
+
+void Model::set_head(std::vector<std::string> prefixes) {
+  for (const std::string& p : prefixes) {
+    bool any = false;
+    for (const StateEntry& e : store_.entries()) any = any || (e.kind == StateKind::Param && param_under(e.name, p));
+    CHECK(any, "model ", name_, ": head prefix '", p, "' matches no parameter");
+  }
+  head_ = std::move(prefixes);
+}
+
+bool Model::in_head(const std::string& entry_name) const {
+  for (const std::string& p : head_)
+    if (param_under(entry_name, p)) return true;
+  return false;
+}
+
+void Model::freeze(const std::vector<std::string>& prefixes) {
+  const std::vector<StateEntry>& entries = store_.entries();
+  for (const std::string& p : prefixes) {
+    bool any = false;
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (entries[i].kind == StateKind::Param && param_under(entries[i].name, p)) {
+        store_.set_frozen(i, true);
+        any = true;
+      }
+    CHECK(any, "--freeze: '", p, "' matches no parameter of ", name_);
+  }
+  refresh_layer_states();
+}
+
+void Model::refresh_layer_states() {
+  std::map<std::string, std::pair<int, int>> per_layer;  // layer prefix -> (params, frozen)
+  for (const StateEntry& e : store_.entries()) {
+    if (e.kind != StateKind::Param) continue;
+    const size_t dot = e.name.rfind('.');
+    auto& [n, f] = per_layer[dot == std::string::npos ? std::string() : e.name.substr(0, dot + 1)];
+    n += 1;
+    f += e.frozen ? 1 : 0;
+  }
+  root_->for_each_layer([&](Layer& l, const std::string& prefix) {
+    const auto it = per_layer.find(prefix);
+    l.set_param_state(it != per_layer.end(), it != per_layer.end() && it->second.first == it->second.second);
+  });
 }
 
 void Model::to(Device device) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "layers/params.h"
 #include "models/module.h"
@@ -19,6 +20,10 @@ struct ModelOptions {
   // torchvision 0.14's `dropout` argument. Parity tests set 0: masks cannot match torch's.
   real dropout = 0.5f;
 };
+
+// Whether state entry `name` lies under `prefix`: the prefix is the whole name or ends at one of
+// its dots ("layer1" covers "layer1.0.conv1.weight", not "layer10.0.conv1.weight").
+bool param_under(const std::string& name, const std::string& prefix);
 
 class Model {
  public:
@@ -55,6 +60,17 @@ class Model {
   // State dict (parameters and buffers) by torchvision name. load is strict: every entry must
   // be present with its shape, and no other tensor may be in the file. On a GPU model both
   // stage through host copies.
+  // The classifier: the prefixes of its layers ("fc", "classifier.6"), what a new class count
+  // re-initialises (--init-weights) and --freeze-backbone leaves trainable. Set by the model
+  // family's make_*; by default the layer of the last registered parameter.
+  const std::vector<std::string>& head() const { return head_; }
+  void set_head(std::vector<std::string> prefixes);
+  bool in_head(const std::string& entry_name) const;
+  // Freezes the parameters under each prefix (param_under), once, before the optimizer and
+  // gradient sync are built: their layers then skip the parameter gradients in backward, and
+  // backward stops below the lowest trainable layer. Errors name a prefix that matches nothing.
+  void freeze(const std::vector<std::string>& prefixes);
+
   void save_state_dict(const std::string& path,
                        const std::map<std::string, std::string>& metadata = {}) const;
   void load_state_dict(const std::string& path);
@@ -64,6 +80,9 @@ class Model {
   std::unique_ptr<Module> root_;
   ModelOptions options_;
   ParamStore store_;
+  void refresh_layer_states();  // each layer's has-params and frozen flags from the entries
+
+  std::vector<std::string> head_;
   Shape planned_;
   bool training_ = true;
   GradReadyFn grad_ready_;

@@ -63,14 +63,25 @@ const Tensor& Sequential::forward(const Tensor& in) {
   return *x;
 }
 
+size_t Sequential::first_trainable() {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    bool trains = false;
+    children_[i].second->for_each_layer([&](Layer& l, const std::string&) { trains = trains || l.trainable(); });
+    if (trains) return i;
+  }
+  return children_.size();
+}
+
 void Sequential::backward(Tensor& din, const Tensor& dout) {
+  // Without a din to produce, the children below the lowest trainable one (all frozen, when
+  // fine-tuning) need no gradient: backward stops at that child, which gets an undefined din.
+  const size_t stop = din.defined() ? 0 : first_trainable();
   const Tensor* g = &dout;
   Tensor views[2];
   const GradReadyFn* hook = detail::grad_ready_hook;
-  for (size_t i = children_.size(); i-- > 0;) {
-    if (i == 0) {
-      children_[0].second->backward(din, *g);
-      if (hook && ready_from_[0] >= 0) (*hook)(ready_from_[0]);
+  for (size_t i = children_.size(); i-- > stop;) {
+    if (i == stop) {
+      children_[i].second->backward(din, *g);  // undefined unless stop is 0
       break;
     }
     // Gradient w.r.t. child i's input, in whichever buffer g is not using.
@@ -83,6 +94,8 @@ void Sequential::backward(Tensor& din, const Tensor& dout) {
     if (hook && ready_from_[i] >= 0) (*hook)(ready_from_[i]);
     g = &v;
   }
+  // The skipped children's gradients are final as they are.
+  if (hook && stop < children_.size() && ready_from_[0] >= 0) (*hook)(ready_from_[0]);
 }
 
 }  // namespace mpicnn

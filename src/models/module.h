@@ -133,6 +133,7 @@ class Sequential : public Module {
   void backward(Tensor& din, const Tensor& dout) override;
 
  private:
+  size_t first_trainable();  // index of the lowest child with a trainable layer, or size()
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   // ready_from_[i]: lowest grad-slab offset of the parameters of children i.., -1 when they
   // have none; reported to the gradient-ready hook once child i's backward is done.

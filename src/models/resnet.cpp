@@ -179,7 +179,9 @@ std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& 
   root->add("avgpool", leaf<AdaptiveAvgPool2d>(1, 1));
   root->add("flatten", leaf<Flatten>());
   root->add("fc", leaf<Linear>(in, options.num_classes));
-  return std::make_unique<Model>(name, std::move(root), options, init_resnet, seed);
+  auto model = std::make_unique<Model>(name, std::move(root), options, init_resnet, seed);
+  model->set_head({"fc"});
+  return model;
 }
 
 }  // namespace mpicnn

@@ -32,7 +32,9 @@ std::unique_ptr<Model> make_lenet(const ModelOptions& options, uint64_t seed) {
   auto init = [](Model& m, uint64_t s) {
     m.root().for_each_layer([s](Layer& l, const std::string&) { l.reset_parameters(s); });
   };
-  return std::make_unique<Model>("lenet", std::move(root), options, init, seed);
+  auto model = std::make_unique<Model>("lenet", std::move(root), options, init, seed);
+  model->set_head({"fc3"});
+  return model;
 }
 
 std::unique_ptr<Model> make_resnet20(const ModelOptions& options, uint64_t seed) {
@@ -55,7 +57,9 @@ std::unique_ptr<Model> make_resnet20(const ModelOptions& options, uint64_t seed)
   root->add("avgpool", leaf<AdaptiveAvgPool2d>(1, 1));
   root->add("flatten", leaf<Flatten>());
   root->add("fc", leaf<Linear>(in, options.num_classes));
-  return std::make_unique<Model>("resnet20", std::move(root), options, init_resnet, seed);
+  auto model = std::make_unique<Model>("resnet20", std::move(root), options, init_resnet, seed);
+  model->set_head({"fc"});
+  return model;
 }
 
 }  // namespace mpicnn

@@ -152,7 +152,9 @@ std::unique_ptr<Model> make_squeezenet(const std::string& name, const ModelOptio
   root->add("features", std::move(features));
   root->add("classifier", std::move(classifier));
   root->add("flatten", leaf<Flatten>());
-  return std::make_unique<Model>(name, std::move(root), options, init_squeezenet, seed);
+  auto model = std::make_unique<Model>(name, std::move(root), options, init_squeezenet, seed);
+  model->set_head({"classifier.1"});
+  return model;
 }
 
 }  // namespace mpicnn

@@ -96,7 +96,9 @@ std::unique_ptr<Sequential> vgg_module(const std::string& name, const ModelOptio
 
 std::unique_ptr<Model> make_vgg(const std::string& name, const ModelOptions& options,
                                 uint64_t seed) {
-  return std::make_unique<Model>(name, vgg_module(name, options), options, init_vgg, seed);
+  auto model = std::make_unique<Model>(name, vgg_module(name, options), options, init_vgg, seed);
+  model->set_head({"classifier.6"});
+  return model;
 }
 
 }  // namespace mpicnn

@@ -73,14 +73,19 @@ using AdamRun = void (*)(real*, const real*, real*, real*, real*, int64_t, AdamS
 
 void AdamW::step() {
   ++steps_;  // torch increments state['step'] before using it
-  // Doubles as torch computes them in Python, rounded to float where its kernels take them.
-  const double t = double(steps_);
+  for (const ChunkGroup& grp : groups_) step_group(grp);
+}
+
+void AdamW::step_group(const ChunkGroup& grp) {
+  // Doubles as torch computes them in Python, rounded to float where its kernels take them;
+  // a group's lr is lr * lr_mult, as a torch param group's would be.
+  const double t = double(steps_), lr = lr_ * grp.lr_mult;
   const double bc1 = MUTANT(4) ? 1.0 : 1 - std::pow(opt_.beta1, t);
   const double bc2 = MUTANT(4) ? 1.0 : 1 - std::pow(opt_.beta2, t);
-  const AdamScalars s{real(1 - lr_ * opt_.weight_decay),
+  const AdamScalars s{real(1 - lr * opt_.weight_decay),
                       real(opt_.beta1), real(1 - opt_.beta1),
                       real(opt_.beta2), real(1 - opt_.beta2),
-                      real(std::sqrt(bc2)), real(opt_.eps), real(-(lr_ / bc1))};
+                      real(std::sqrt(bc2)), real(opt_.eps), real(-(lr / bc1))};
   if (store_.device() == Device::CUDA) {
     const gpu::AdamScalars sc{float(s.decay_mul), float(s.b1),       float(s.keep1),
                               float(s.b2),        float(s.keep2),    float(s.bc2_sqrt),
@@ -88,8 +93,7 @@ void AdamW::step() {
                               float(grad_scale_)};
     gpu::backend().adamw_step(store_.values().data(), m_.data(), v_.data(),
                               vmax_.defined() ? vmax_.data() : nullptr, store_.grads().data(),
-                              static_cast<const gpu::SlabChunk*>(gpu_chunks_.get()),
-                              int64_t(chunks_.size()), kChunkFloats, sc);
+                              gpu_chunks(grp), grp.last - grp.first, kChunkFloats, sc);
     return;
   }
   const AdamRun with_decay = opt_.amsgrad ? adamw_run<true, true> : adamw_run<true, false>;
@@ -97,9 +101,8 @@ void AdamW::step() {
   real* p = store_.values().data();
   const real* g = store_.grads().data();
   real* vmax = vmax_.defined() ? vmax_.data() : nullptr;
-  const int64_t nchunks = int64_t(chunks_.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < nchunks; ++k) {
+  for (int64_t k = grp.first; k < grp.last; ++k) {
     const Chunk& c = chunks_[size_t(k)];
     // torch multiplies by 1 - lr*0 = 1 for groups without decay: the same as skipping it.
     const AdamRun run = c.decay ? with_decay : without_decay;

@@ -34,6 +34,7 @@ class AdamW final : public Optimizer {
   const Tensor& max_exp_avg_sq() const { return vmax_; }
 
  private:
+  void step_group(const ChunkGroup& group);  // one group's chunks at its learning rate
   std::vector<std::pair<std::string, double>> options() const override;
   AdamWOptions opt_;
   Tensor m_, v_, vmax_;

@@ -35,14 +35,24 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::build_chunks(bool exclude_no_decay) {
   chunks_.clear();
-  for (const StateEntry& e : store_.entries()) {
-    if (e.kind != StateKind::Param) continue;
-    const bool decay = e.decay || !exclude_no_decay || MUTANT(5);
-    const int64_t end = e.offset + e.shape.numel();
-    for (int64_t b = e.offset; b < end; b += kChunkFloats)
-      chunks_.push_back({b, std::min(b + kChunkFloats, end), decay});
+  groups_.clear();
+  std::vector<double> mults;  // the groups' multipliers, in order of first appearance
+  for (const StateEntry& e : store_.entries())
+    if (e.kind == StateKind::Param && !e.frozen &&
+        std::find(mults.begin(), mults.end(), e.lr_mult) == mults.end())
+      mults.push_back(e.lr_mult);
+  for (const double mult : mults) {
+    const int64_t first = int64_t(chunks_.size());
+    for (const StateEntry& e : store_.entries()) {
+      if (e.kind != StateKind::Param || e.frozen || e.lr_mult != mult) continue;
+      const bool decay = e.decay || !exclude_no_decay || MUTANT(5);
+      const int64_t end = e.offset + e.shape.numel();
+      for (int64_t b = e.offset; b < end; b += kChunkFloats)
+        chunks_.push_back({b, std::min(b + kChunkFloats, end), decay});
+    }
+    groups_.push_back({first, int64_t(chunks_.size()), mult});
   }
-  if (store_.device() == Device::CUDA) {  // the fused kernels read the table on the device
+  if (store_.device() == Device::CUDA && !chunks_.empty()) {  // the fused kernels read the table there
     std::vector<gpu::SlabChunk> table;
     for (const Chunk& c : chunks_) table.push_back({c.begin, c.end, c.decay ? 1 : 0});
     const size_t bytes = table.size() * sizeof(gpu::SlabChunk);

@@ -60,9 +60,18 @@ class Optimizer {
     bool decay;
   };
   static constexpr int64_t kChunkFloats = 16384;
-  // Builds chunks_ (and their device copy for a GPU store): an entry decays unless
-  // exclude_no_decay and its `decay` flag is false.
+  // Chunks chunks_[first, last) whose parameters take lr * lr_mult (StateEntry::lr_mult).
+  struct ChunkGroup {
+    int64_t first, last;
+    double lr_mult;
+  };
+  // Builds chunks_ and groups_ (and the chunks' device copy for a GPU store): an entry decays
+  // unless exclude_no_decay and its `decay` flag is false. Frozen entries get no chunk: they
+  // are never read nor written, and their state stays zero. Chunks are ordered by group.
   void build_chunks(bool exclude_no_decay);
+  const gpu::SlabChunk* gpu_chunks(const ChunkGroup& g) const {
+    return static_cast<const gpu::SlabChunk*>(gpu_chunks_.get()) + g.first;
+  }
 
   // A state slab with the parameter slab's layout, zeroed, saved and loaded under `slab_name`.
   // The returned handle shares the slab's memory.
@@ -72,6 +81,7 @@ class Optimizer {
 
   ParamStore& store_;
   std::vector<Chunk> chunks_;
+  std::vector<ChunkGroup> groups_;
   std::shared_ptr<void> gpu_chunks_;  // chunks_ as gpu::SlabChunk on the device (GPU store)
   real grad_scale_ = 1.f;
   double lr_ = 0;

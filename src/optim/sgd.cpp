@@ -63,36 +63,38 @@ SgdRun pick(Momentum m, bool nesterov) {
 }  // namespace
 
 void SGD::step() {
+  for (const ChunkGroup& grp : groups_) step_group(grp);
+  ++steps_;
+}
+
+void SGD::step_group(const ChunkGroup& grp) {
   const Momentum m = opt_.momentum == 0 ? kNone : steps_ == 0 ? kFirst : kLater;
   // Scalars are rounded to real where torch rounds them: each is a Python float that the
-  // float32 kernel casts, (1 - dampening) and -lr computed in double first.
+  // float32 kernel casts, (1 - dampening) and -lr computed in double first (a group's lr is
+  // lr * lr_mult, as a torch param group's would be).
   const SgdRun with_decay = pick<true>(m, opt_.nesterov);
   const SgdRun without_decay = pick<false>(m, opt_.nesterov);
   const real wd = real(opt_.weight_decay), mom = real(opt_.momentum);
-  const real keep = real(1.0 - opt_.dampening), neg_lr = real(-lr_);
+  const real keep = real(1.0 - opt_.dampening), neg_lr = real(-(lr_ * grp.lr_mult));
   const bool any_decay = opt_.weight_decay != 0;  // torch skips the add when wd is 0
   if (store_.device() == Device::CUDA) {
     const gpu::SgdScalars sc{float(wd), float(mom), float(keep), float(neg_lr), int(m),
                              opt_.nesterov, any_decay, float(grad_scale_)};
     gpu::backend().sgd_step(store_.values().data(), buf_.defined() ? buf_.data() : nullptr,
-                            store_.grads().data(),
-                            static_cast<const gpu::SlabChunk*>(gpu_chunks_.get()),
-                            int64_t(chunks_.size()), kChunkFloats, sc);
-    ++steps_;
+                            store_.grads().data(), gpu_chunks(grp), grp.last - grp.first,
+                            kChunkFloats, sc);
     return;
   }
   real* p = store_.values().data();
   const real* g = store_.grads().data();
   real* buf = buf_.defined() ? buf_.data() : nullptr;
-  const int64_t nchunks = int64_t(chunks_.size());
 #pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < nchunks; ++k) {
+  for (int64_t k = grp.first; k < grp.last; ++k) {
     const Chunk& c = chunks_[size_t(k)];
     const SgdRun run = c.decay && any_decay ? with_decay : without_decay;
     run(p + c.begin, g + c.begin, buf ? buf + c.begin : nullptr, c.end - c.begin, wd, mom, keep,
         neg_lr);
   }
-  ++steps_;
 }
 
 }  // namespace mpicnn

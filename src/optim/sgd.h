@@ -34,6 +34,7 @@ class SGD final : public Optimizer {
   const Tensor& momentum_buffer() const { return buf_; }
 
  private:
+  void step_group(const ChunkGroup& group);  // one group's chunks at its learning rate
   std::vector<std::pair<std::string, double>> options() const override;
   SgdOptions opt_;
   Tensor buf_;

@@ -4,6 +4,7 @@
 #include "train/options.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -82,6 +83,24 @@ const cli::Program& program() {
       {"distribute-data", "", "[=BOOL]", cli::Kind::Switch,
        "split each epoch's data between the ranks; --distribute-data=false: every rank trains "
        "on the whole dataset"},
+      {"init-weights", "", "PATH", cli::Kind::Value,
+       "fine-tuning: start from these weights, a safetensors state dict with torchvision names "
+       "(data_tools/export_torchvision.py) or a run directory / checkpoint of ours; every tensor "
+       "must match by name and shape, except the classifier (the model's head), which a new class "
+       "count re-initialises. A resume keeps its checkpoint's weights instead"},
+      {"init-weights-partial", "", "NAMES", cli::Kind::Value,
+       "comma list of tensor names or prefixes that --init-weights may lack or hold with "
+       "another shape (they keep their fresh initialisation), or hold when the model lacks them"},
+      {"freeze", "", "PREFIXES", cli::Kind::Value,
+       "comma list of parameter-name prefixes to freeze (e.g. conv1,bn1,layer1): no gradient, "
+       "no update, no allreduce for them; each must match a parameter"},
+      {"freeze-backbone", "", "[=BOOL]", cli::Kind::Switch,
+       "freeze every parameter except the classifier (the model's head)"},
+      {"freeze-bn", "", "[=BOOL]", cli::Kind::Switch,
+       "every BatchNorm normalises with its running statistics and keeps them during training "
+       "(eval-mode normalisation); its weight and bias still train unless frozen"},
+      {"head-lr-mult", "", "X", cli::Kind::Value,
+       "the classifier's (the model's head's) learning rate is lr x X (> 0); schedules apply on top"},
       {"save-dir", "s", "DIR", cli::Kind::Value, "run directory (default: runs/<model>-<timestamp>)"},
       {"resume", "", "PATH", cli::Kind::Value, "continue from a checkpoint or a run directory's latest"},
       {"seed", "", "N", cli::Kind::Value, "seed of every random draw (>= 0)"},
@@ -196,6 +215,28 @@ class Values {
   std::string base_name_;
 };
 
+// A comma list of parameter names or prefixes ("conv1,bn1,layer1"); empty = none. Empty items
+// and whitespace are errors naming the flag.
+std::vector<std::string> to_name_list(const Given& g) {
+  std::vector<std::string> out;
+  if (g.value.empty()) return out;
+  std::stringstream ss(g.value);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    CHECK(!item.empty() && item.find_first_of(" \t") == std::string::npos, g.label, ": '", g.value,
+          "' is not a comma list of parameter names or prefixes (e.g. conv1,bn1,layer1)");
+    out.push_back(item);
+  }
+  CHECK(g.value.back() != ',', g.label, ": '", g.value, "' ends with a comma");
+  return out;
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+
 const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
                                             "csv", "cifar10", "cifar100", "synthetic"};
 
@@ -224,6 +265,8 @@ void check_across_options(TrainOptions& o, const Values& v) {
           ": Nesterov momentum needs --optimizer sgd and --momentum > 0");
   CHECK(o.warmup_epochs == 0 || o.schedule.rfind("warmup", 0) != 0, v.label("warmup-epochs"),
         ": the schedule '", o.schedule, "' has its own warmup (use one of the two)");
+  CHECK(o.init_weights_partial.empty() || !o.init_weights.empty(), v.label("init-weights-partial"),
+        ": needs --init-weights FILE");
   try {
     (void)parse_lr_schedule(o.schedule_spec(), o.learning_rate, o.epochs);
   } catch (const Error& e) {
@@ -301,6 +344,14 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
   set("image-size", o.image_size, int32_from(0));
   set("skip-bad", o.skip_bad, to_bool);
   set("distribute-data", o.distribute_data, to_bool);
+  set("init-weights", o.init_weights, text);
+  set("init-weights-partial", o.init_weights_partial, to_name_list);
+  set("freeze", o.freeze, to_name_list);
+  set("freeze-backbone", o.freeze_backbone, to_bool);
+  set("freeze-bn", o.freeze_bn, to_bool);
+  set("head-lr-mult", o.head_lr_mult, [](const Given& g) {
+    return to_double(g, [](double x) { return x > 0 && std::isfinite(x); }, "a number > 0");
+  });
   set("save-dir", o.save_dir, text);
   set("resume", o.resume, text);
   set("seed", o.seed, to_uint64);
@@ -357,6 +408,12 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"image-size", i(o.image_size)},
       {"skip-bad", b(o.skip_bad)},
       {"distribute-data", b(o.distribute_data)},
+      {"init-weights", o.init_weights},
+      {"init-weights-partial", join_names(o.init_weights_partial)},
+      {"freeze", join_names(o.freeze)},
+      {"freeze-backbone", b(o.freeze_backbone)},
+      {"freeze-bn", b(o.freeze_bn)},
+      {"head-lr-mult", cli::format_double(o.head_lr_mult)},
       {"save-dir", o.save_dir},
       {"resume", o.resume},
       {"seed", i(o.seed)},
@@ -385,8 +442,9 @@ std::string train_help() {
   out << cli::format_options(program(), defaults);
   out << "\nModels (--model):\n";
   out << model_list();
-  out << "\nSwitches (--nesterov, --scale-lr, --skip-bad, --distribute-data) alone mean true; a\n"
-         "value sets them: --nesterov=false, --distribute-data off (true/on/yes/1, false/off/no/0).\n"
+  out << "\nSwitches (--nesterov, --scale-lr, --skip-bad, --distribute-data, --freeze-backbone,\n"
+         "--freeze-bn) alone mean true; a value sets them: --nesterov=false, --distribute-data off\n"
+         "(true/on/yes/1, false/off/no/0).\n"
          "\nConfig file (--config FILE): one 'key = value' per line, keys are the long option\n"
          "names without dashes (every option except config and help), '#' starts a comment;\n"
          "options given on the command line override the file's. For example:\n"
@@ -406,6 +464,8 @@ std::string train_help() {
          "                                              for validation (--val-split), or --test-data DIR\n"
          "  ./train --config runs/r18.cfg -lr=0.2        the file's options, another lr\n"
          "  ./train --resume runs/r18                    continue runs/r18 from its latest checkpoint\n"
+         "  ./train -m resnet18 -d data/faces --init-weights resnet18.safetensors --freeze-backbone\n"
+         "      --head-lr-mult 10 -lr 0.01              fine-tune torchvision's weights on new classes\n"
          "  ./train --dataset synthetic --distribute-data=false --check-sync 10 --progress plain\n";
   return out.str();
 }

@@ -44,6 +44,14 @@ struct TrainOptions {
   bool skip_bad = false;         // skip undecodable samples instead of stopping
   bool distribute_data = true;   // false: every rank trains on the whole dataset
 
+  // fine-tuning (train/finetune.h)
+  std::string init_weights;                       // safetensors file, checkpoint or run directory
+  std::vector<std::string> init_weights_partial;  // names / prefixes allowed to be missing or differ
+  std::vector<std::string> freeze;                // parameter-name prefixes
+  bool freeze_backbone = false;                   // everything but the model's head
+  bool freeze_bn = false;                         // BatchNorm keeps and uses its running statistics
+  double head_lr_mult = 1;                        // the head's lr = lr x this
+
   // run management
   std::string save_dir;  // empty: the caller picks runs/<model>-<timestamp>
   std::string resume;    // checkpoint or run directory; empty = fresh run

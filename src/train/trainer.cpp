@@ -31,6 +31,7 @@
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "train/finetune.h"
 #include "train/trainer_detail.h"
 
 namespace mpicnn::train {
@@ -235,6 +236,7 @@ void Trainer::build_replica() {
   mopt.in_channels = input_.channels;
   result_.model = build_model(o_.model, mopt, o_.seed);
   model_ = result_.model.get();
+  comm_.on_all([&] { apply_finetune(*model_, o_); });  // before the optimizer and gradient sync
   const int64_t b = o_.batch_size;
   model_->to(dev_.device);
   model_->plan(Shape{b, input_.channels, input_.height, input_.width});
@@ -269,7 +271,12 @@ void Trainer::resume_or_start() {
   comm_.on_root([&] {
     if (!o_.resume.empty()) {
       at = load_resume_point();
+      if (!o_.init_weights.empty()) init_line_ = "init weights: not reloaded (the checkpoint's weights continue)";
     } else {
+      // Fine-tuning starts from --init-weights; a resume continues from its checkpoint instead.
+      if (!o_.init_weights.empty())
+        init_line_ = describe(load_init_weights(*model_, o_.init_weights, o_.init_weights_partial),
+                              model_->options().num_classes);
       if (run_dir_.empty()) run_dir_ = "runs/" + o_.model + "-" + utc_now("%Y%m%d-%H%M%S");
       CHECK(!fs::exists(fs::path(run_dir_) / "summary.json") && !fs::exists(fs::path(run_dir_) / "checkpoints"),
             "--save-dir: ", run_dir_, " already holds a run; continue it with --resume ", run_dir_,
@@ -364,6 +371,7 @@ void Trainer::open_run() {
 void Trainer::print_header() const {
   const int K = comm_.size(), nodes = comm_.nodes();
   const int64_t b = o_.batch_size;
+  const std::string frozen_line = describe_frozen(*model_);
   out_ << "mpicnn train: " << o_.model << " (" << model_->params().num_params() << " parameters) on "
        << train_->info().description << "\n  " << K << " rank" << (K > 1 ? "s" : "") << " on " << nodes
        << " node" << (nodes > 1 ? "s" : "") << ", " << threads_ << " thread"
@@ -373,8 +381,12 @@ void Trainer::print_header() const {
        << (state_.val_held_out > 0 ? "\n  validation: " + data::describe_holdout(state_.val_fraction, state_.val_held_out)
                                    : std::string())
        << (o_.test_data.empty() || !test_ ? std::string() : "\n  test data: " + test_->info().description)
+       << (init_line_.empty() ? std::string() : "\n  " + init_line_)
+       << (frozen_line.empty() ? std::string() : "\n  " + frozen_line)
        << "\n  device " << dev_.description
-       << "\n  " << opt_->name() << ", " << schedule_->describe() << "\n  run directory " << run_dir_
+       << "\n  " << opt_->name() << ", " << schedule_->describe()
+       << describe_head_lr(*model_, o_.head_lr_mult)
+       << "\n  run directory " << run_dir_
        << (resumed_from_.empty() ? "" : ", resumed from " + resumed_from_ + " (epoch " +
                                              std::to_string(state_.epoch) + ", step " +
                                              std::to_string(state_.step_in_epoch) + ")")

@@ -121,6 +121,7 @@ class Trainer {
 
   TrainerState state_;
   std::string run_dir_, resumed_from_;
+  std::string init_line_;  // rank 0, a fresh run with --init-weights: what it loaded
   // d(mean loss over the global batch) / d(this rank's mean loss): the loss gradient carries the
   // average over ranks, so the gradient allreduce only sums.
   float grad_average_factor_ = 1;

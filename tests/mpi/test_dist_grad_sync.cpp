@@ -306,3 +306,49 @@ TEST_CASE("cuda dist grad sync: a GPU model's gradients averaged over ranks, ove
   }
 }
 }  // TEST_SUITE
+
+TEST_CASE("dist grad sync: frozen parameters are left out of the buckets and never summed") {
+  const int K = comm().size();
+  Net n = make_net("resnet20", 4, 8, 10, 100 + uint64_t(comm().rank()));
+  n.model->freeze({"conv1", "bn1", "layer1", "layer2.0"});
+  ParamStore& store = n.model->params();
+  int64_t trainable_floats = 0;  // with each entry's padding up to the next one
+  const auto& entries = store.entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].kind != StateKind::Param || entries[i].frozen) continue;
+    int64_t next = store.grads().numel();
+    for (size_t j = i + 1; j < entries.size(); ++j)
+      if (entries[j].kind == StateKind::Param) {
+        next = entries[j].offset;
+        break;
+      }
+    trainable_floats += next - entries[i].offset;
+  }
+  step(n);
+  const DirectAverage d = direct_average(copy_of(store.grads()), K);
+  for (const dist::SyncMode mode : {dist::SyncMode::Overlap, dist::SyncMode::Blocking}) {
+    for (int64_t bytes : {int64_t(1), int64_t(64) << 10, int64_t(1) << 40}) {
+      CAPTURE(bytes);
+      dist::GradSync sync(comm(), store, {.bucket_bytes = bytes, .mode = mode});
+      for (const dist::Bucket& b : sync.buckets())
+        for (int e = b.first_entry; e <= b.last_entry; ++e)
+          CHECK(!(entries[size_t(e)].kind == StateKind::Param && entries[size_t(e)].frozen));
+      sync.attach(*n.model);
+      sync.begin_step();
+      step(n);  // zero_grad inside, then backward with the hook
+      sync.finish();
+      CHECK(sync.stats().bytes == trainable_floats * 4);
+      CHECK(sync.stats().bytes < store.grads().numel() * 4);
+      const std::vector<float> got = copy_of(store.grads());
+      for (const StateEntry& e : entries) {
+        if (e.kind != StateKind::Param) continue;
+        bool ok = true;
+        for (int64_t i = e.offset; i < e.offset + e.shape.numel(); ++i)
+          ok = ok && (e.frozen ? got[size_t(i)] == 0.f
+                               : std::fabs(got[size_t(i)] - d.want[size_t(i)]) <= 1e-5 * (d.mag[size_t(i)] + 1e-6));
+        CHECK_MESSAGE(ok, e.name);
+      }
+      n.model->set_grad_ready({});
+    }
+  }
+}

@@ -491,3 +491,67 @@ TEST_CASE("train: data without a test split holds out a stratified validation sp
   CHECK(t.state.test_data_path == fs::absolute(dir / "same").lexically_normal().string());
   CHECK(std::isfinite(t.top1));
 }
+
+TEST_CASE("train: --init-weights from a run directory, frozen layers and head-lr-mult; ranks end identical") {
+  SharedDir dir;
+  write_fmnist_subset(dir / "fm", 64, 16);
+  const int K = comm().size();
+  train::TrainOptions o = small_run(dir / "fm", "lenet", 16 / K, 1);
+  o.save_dir = dir / "base";
+  const train::TrainResult base = run(o);  // the weights to start from
+
+  train::TrainOptions f = small_run(dir / "fm", "lenet", 16 / K, 1);
+  f.save_dir = dir / "tuned";
+  f.seed = 12;  // another seed: the loaded weights must still be every rank's
+  f.init_weights = dir / "base";
+  f.freeze = {"conv1", "conv2"};
+  f.head_lr_mult = 3;
+  std::ostringstream log;
+  const train::TrainResult r = train::run_training(f, comm(), log);
+  // Every rank holds the same weights; the frozen ones are still the base run's.
+  std::vector<float> mine = std::vector<float>(r.model->params().values().data(),
+                                               r.model->params().values().data() + r.model->params().values().numel());
+  const std::vector<float> root = [&] {
+    std::vector<float> v = mine;
+    MPI_Bcast(v.data(), int(v.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    return v;
+  }();
+  CHECK(mine == root);
+  if (comm().root()) {
+    CHECK(log.str().find("init weights: loaded 10 tensors from " + (dir / "base")) != std::string::npos);
+    CHECK(log.str().find("frozen: 2572 of 61706 parameters (conv1, conv2)") != std::string::npos);
+  }
+  for (const StateEntry& e : r.model->params().entries()) {
+    const StateEntry* b = base.model->params().find(e.name);
+    const bool same = std::memcmp(e.value->data(), b->value->data(), size_t(e.shape.numel()) * 4) == 0;
+    CHECK_MESSAGE(same == (e.name.rfind("conv", 0) == 0), e.name);  // conv1/conv2 frozen, fc trained
+  }
+
+  // A resume continues from its checkpoint: --init-weights is not read again (here it names a
+  // missing file), and the frozen layers stay the base run's.
+  train::TrainOptions g = f;
+  g.resume = dir / "tuned";
+  g.save_dir.clear();
+  g.epochs = 2;
+  g.init_weights = dir / "missing.safetensors";
+  std::ostringstream log2;
+  const train::TrainResult resumed = train::run_training(g, comm(), log2);
+  CHECK(resumed.state.epoch == 2);
+  if (comm().root()) CHECK(log2.str().find("init weights: not reloaded") != std::string::npos);
+  for (const StateEntry& e : resumed.model->params().entries()) {
+    const StateEntry* b = base.model->params().find(e.name);
+    const bool same = std::memcmp(e.value->data(), b->value->data(), size_t(e.shape.numel()) * 4) == 0;
+    CHECK_MESSAGE(same == (e.name.rfind("conv", 0) == 0), e.name);
+  }
+
+  // An error in the file reaches every rank as one shared error, before any training.
+  f.save_dir = dir / "bad";
+  f.init_weights = dir / "missing.safetensors";
+  try {
+    run(f);
+    FAIL_CHECK("no error");
+  } catch (const dist::SharedError& e) {
+    CHECK(std::string(e.what()).find("--init-weights: " + (dir / "missing.safetensors") + " does not exist") !=
+          std::string::npos);
+  }
+}
