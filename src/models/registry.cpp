@@ -4,11 +4,15 @@
 // channel (its last maps are at least 2x2). It is where torchvision's model stops raising;
 // tests/test_models.cpp checks it against PyTorch. Below it, ResNets, ResNet-20 and DenseNet
 // still run shapes-wise, with batches of two or more, but their last BatchNorms then normalise
-// 1x1 maps over the batch alone.
+// 1x1 maps over the batch alone. Inception v3's min_size (347) is above its default size (299):
+// at 299 its auxiliary head's last BatchNorm sees a 1x1 map, so training at 299 needs a batch
+// of two or more, as in torchvision.
 #include "models/registry.h"
 
 #include "models/alexnet.h"
 #include "models/densenet.h"
+#include "models/googlenet.h"
+#include "models/inception.h"
 #include "models/resnet.h"
 #include "models/small.h"
 #include "models/squeezenet.h"
@@ -49,6 +53,16 @@ const std::vector<ModelSpec>& model_specs() {
     v.push_back({"densenet121", "torchvision DenseNet-121 (growth 32, blocks 6-12-24-16)", 224,
                  61, [](const ModelOptions& o, uint64_t seed) {
                    return make_densenet("densenet121", o, seed);
+                 }});
+    v.push_back({"inception_v3",
+                 "torchvision Inception v3 (aux head AuxLogits, loss weight 0.4 in training)",
+                 299, 347, [](const ModelOptions& o, uint64_t seed) {
+                   return make_inception_v3(o, seed);
+                 }});
+    v.push_back({"googlenet",
+                 "torchvision GoogLeNet (aux heads aux1, aux2, loss weight 0.3 each in training)",
+                 224, 47, [](const ModelOptions& o, uint64_t seed) {
+                   return make_googlenet(o, seed);
                  }});
     return v;
   }();

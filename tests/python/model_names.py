@@ -83,7 +83,8 @@ def no_init():
     seconds to fill for nothing)."""
     saved = {}
     targets = [(nn.init, f) for f in ("kaiming_normal_", "kaiming_uniform_", "normal_",
-                                      "uniform_", "constant_", "zeros_", "ones_")]
+                                      "trunc_normal_", "uniform_", "constant_", "zeros_",
+                                      "ones_")]
     targets += [(c, "reset_parameters") for c in (nn.Conv2d, nn.Linear)]
     for owner, attr in targets:
         saved[(owner, attr)] = getattr(owner, attr)
