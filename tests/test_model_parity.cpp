@@ -278,7 +278,7 @@ void check_f32(const Case& c, const std::string& dir) {
     const Tensor& logits = run.forward_backward();
     if (step == 0) {
       const double want = ref.read_f64("loss.0")[0];
-      expect(c, ref, "loss.0", std::fabs(run.loss.loss() - want) / std::fabs(want), 1e-4);
+      expect(c, ref, "loss.0", std::fabs(run.total_loss() - want) / std::fabs(want), 1e-4);
       expect(c, ref, "logits", rel_err(logits.data(), ref.read_f64("logits")), 1e-4);
       // Floor: 1e-6 of the norm of the whole gradient.
       const double floor = 1e-6 * run.reference_norm("grad.");

@@ -101,17 +101,17 @@ std::unique_ptr<Model> make_googlenet(const ModelOptions& options, uint64_t seed
   auto classifier = std::make_unique<Sequential>();
   classifier->add("avgpool", leaf<AdaptiveAvgPool2d>(1, 1));
   classifier->add("flatten", leaf<Flatten>());
-  classifier->add("dropout", leaf<Dropout>(options.dropout_or(0.2f)));
+  classifier->add("dropout", leaf<Dropout>(options.dropout_or(real(0.2))));
   classifier->add("fc", leaf<Linear>(1024, options.num_classes));
 
   // torchvision registers aux1 and aux2 after inception5b, before fc: so here too.
-  const real aux_dropout = options.aux_dropout_or(0.7f);
+  const real aux_dropout = options.aux_dropout_or(real(0.7));
   auto root = std::make_unique<AuxNet>();
   root->add_segment(std::move(to_4a));
   root->add_segment(std::move(to_4d));
   root->add_segment(std::move(to_5b));
-  root->add_head("aux1", 0.3f, 0, aux_head(512, options.num_classes, aux_dropout));
-  root->add_head("aux2", 0.3f, 1, aux_head(528, options.num_classes, aux_dropout));
+  root->add_head("aux1", real(0.3), 0, aux_head(512, options.num_classes, aux_dropout));
+  root->add_head("aux2", real(0.3), 1, aux_head(528, options.num_classes, aux_dropout));
   root->add_segment(std::move(classifier));
   return std::make_unique<Model>("googlenet", std::move(root), options, init_googlenet, seed);
 }

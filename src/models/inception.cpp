@@ -168,7 +168,7 @@ std::unique_ptr<Model> make_inception_v3(const ModelOptions& options, uint64_t s
 
   auto root = std::make_unique<AuxNet>();
   root->add_segment(stem_to_mixed_6e(options.in_channels));
-  root->add_head("AuxLogits", 0.4f, 0, aux_head(768, options.num_classes));
+  root->add_head("AuxLogits", real(0.4), 0, aux_head(768, options.num_classes));
   root->add_segment(std::move(head));
   return std::make_unique<Model>("inception_v3", std::move(root), options, init_inception_v3,
                                  seed);
