@@ -452,7 +452,7 @@ TEST_CASE("auxiliary outputs: training mode only, in order, gradients through he
   REQUIRE((conv1 && fc2));
   auto norm = [](const Vec& v, const StateEntry* e) {
     double sum = 0;
-    for (int64_t i = 0; i < e->shape.numel(); ++i) sum += v[size_t(e->offset + i)] * v[size_t(e->offset + i)];
+    for (int64_t i = e->offset; i < e->offset + e->shape.numel(); ++i) sum += v[size_t(i)] * v[size_t(i)];
     return sum;
   };
   CHECK(norm(aux_only, conv1) > 0);

@@ -83,7 +83,8 @@ void Branches::backward(Tensor& din, const Tensor& dout) {
   const int64_t n = out_.size(0);
   CHECK(dout.shape() == out_.shape(), "Branches backward: dout ", dout.shape().str(),
         " vs the last output ", out_.shape().str());
-  for (size_t i = 0; i < branches_.size(); ++i) g_views_[i] = batch_view(g_out_[i], out_shapes_[i], n);
+  for (size_t i = 0; i < branches_.size(); ++i)
+    g_views_[i] = batch_view(g_out_[i], out_shapes_[i], n);
   concat_.backward(std::span<Tensor* const>(g_ptrs_), dout);
   Tensor g_in = batch_view(g_in_, in_shape_, n);
   for (size_t i = branches_.size(); i-- > 0;) {
