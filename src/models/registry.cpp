@@ -56,12 +56,12 @@ const std::vector<ModelSpec>& model_specs() {
                    return make_densenet("densenet121", o, seed);
                  }});
     v.push_back({"inception_v3",
-                 "torchvision Inception v3 (aux head AuxLogits, loss weight 0.4 in training)",
+                 "torchvision Inception v3 (training adds its aux head's loss x 0.4)",
                  299, 299, [](const ModelOptions& o, uint64_t seed) {
                    return make_inception_v3(o, seed);
                  }, /*min_batch=*/2});
     v.push_back({"googlenet",
-                 "torchvision GoogLeNet (aux heads aux1, aux2, loss weight 0.3 each in training)",
+                 "torchvision GoogLeNet (training adds aux1 and aux2 losses x 0.3)",
                  224, 47, [](const ModelOptions& o, uint64_t seed) {
                    return make_googlenet(o, seed);
                  }});
