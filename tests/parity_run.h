@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "layers/softmax_xent.h"
 #include "model_parity.h"
+#include "models/aux_loss.h"
 #include "models/registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -23,7 +24,7 @@ struct CaseRun {
   CaseRun(const parity::Case& c, const std::string& dir)
       : ref(dir + "/" + c.tag + ".ref.safetensors"),
         model(build_model(c.model, {.num_classes = c.classes, .in_channels = c.in_channels,
-                                    .dropout = 0.f})) {
+                                    .dropout = 0.f, .aux_dropout = 0.f})) {
     model->load_state_dict(dir + "/" + c.tag + ".init.safetensors");
     const Tensor& values = model->params().values();
     init.assign(values.data(), values.data() + values.numel());
@@ -34,6 +35,7 @@ struct CaseRun {
     ref.read(x, "input");
     for (int64_t t : ref.read_i64("target")) targets.push_back(int32_t(t));
     loss.plan(c.batch, c.classes);
+    aux.plan(*model, c.batch, 0.f, Device::CPU);
     if (c.optimizer == "sgd")
       opt = std::make_unique<SGD>(model->params(),
                                   SgdOptions{.lr = c.lr, .momentum = c.momentum,
@@ -46,15 +48,20 @@ struct CaseRun {
                                                  .exclude_bn_bias = c.exclude_bn_bias});
   }
 
-  // Zeroes the gradients, runs forward, the loss and backward; returns the logits.
+  // Zeroes the gradients, runs forward, the loss (with the auxiliary heads' share, as
+  // training computes it) and backward; returns the main logits.
   const Tensor& forward_backward() {
     model->params().zero_grad();
     const Tensor& logits = model->forward(x);
     loss.forward(logits, targets.data());
+    aux.forward(*model, targets.data());
     loss.backward(dlogits, targets.data());
-    model->backward(dlogits);
+    model->backward(dlogits, aux.backward(targets.data(), 1.f));
     return logits;
   }
+
+  // The last forward_backward's training loss: main + the weighted auxiliary losses.
+  double total_loss() { return loss.loss() + aux.weighted_loss(); }
 
   // The norm of the whole reference tensor family `prefix` + parameter name (for floors).
   double reference_norm(const std::string& prefix) const {
@@ -79,6 +86,7 @@ struct CaseRun {
   Tensor x, dlogits;       // (N, C, H, W), (N, classes)
   std::vector<int32_t> targets;
   SoftmaxCrossEntropy loss;
+  AuxLosses aux;  // nothing for models without auxiliary heads
   std::unique_ptr<Optimizer> opt;
 };
 

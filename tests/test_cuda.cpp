@@ -24,6 +24,7 @@
 #include "layers/maxpool2d.h"
 #include "layers/relu.h"
 #include "layers/softmax_xent.h"
+#include "models/aux_loss.h"
 #include "models/registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -287,6 +288,7 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
       mo.num_classes = 10;
       mo.in_channels = spec.name == "lenet" ? 1 : 3;
       mo.dropout = 0.f;  // the GPU draws the same masks, but 0 keeps the check about the math
+      mo.aux_dropout = 0.f;
       auto cpu = build_model(spec.name, mo, 5), dev = build_model(spec.name, mo, 5);
       dev->to(Device::CUDA);
       const int hw = std::max(spec.min_size, spec.name == "lenet" ? 28 : 32);
@@ -298,6 +300,9 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
       SoftmaxCrossEntropy xc, xg;
       xc.plan(2, 10);
       xg.plan(2, 10, Device::CUDA);
+      AuxLosses ac, ag;  // Inception v3's and GoogLeNet's heads, as the trainer's step
+      ac.plan(*cpu, 2, 0.f, Device::CPU);
+      ag.plan(*dev, 2, 0.f, Device::CUDA);
       const int32_t labels[2] = {1, 7};
       Tensor dl = Tensor::empty({2, 10}), dlg = Tensor::empty({2, 10}, Device::CUDA);
       const std::string tag = spec.name + " [" + gpu::precision_name(p) + "]";
@@ -308,12 +313,15 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
         expect_near(tag + " logits, step " + std::to_string(step), yg, yc, tol);
         xc.forward(yc, labels);
         xg.forward(yg, labels);
+        ac.forward(*cpu, labels);
+        ag.forward(*dev, labels);
         xc.backward(dl, labels);
         xg.backward(dlg, labels);
         cpu->params().zero_grad();
         dev->params().zero_grad();
-        cpu->backward(dl);
-        dev->backward(dlg);
+        cpu->backward(dl, ac.backward(labels, 1.f));
+        dev->backward(dlg, ag.backward(labels, 1.f));
+        CHECK(std::fabs(ac.weighted_loss() - ag.weighted_loss()) <= tol * (1 + ac.weighted_loss()));
         const std::string at = ", step " + std::to_string(step + 1);
         expect_near_entries(tag + " gradient" + at, cpu->params(), dev->params().grads(),
                             cpu->params().grads(), tol);

@@ -47,7 +47,7 @@ class ModelNames {
     std::string cmd = std::string("'") + (py && *py ? py : "/usr/bin/python3") + "' '" +
                       source_dir() + "/tests/python/model_names.py' " +
                       std::to_string(kClasses) + " " + std::to_string(kInChannels);
-    for (const ModelSpec& s : model_specs()) cmd += " " + s.name;
+    for (const ModelSpec& s : model_specs()) cmd += " " + s.name + ":" + std::to_string(s.min_batch);
     pipe_ = popen(cmd.c_str(), "r");
     REQUIRE_MESSAGE(pipe_ != nullptr, "cannot run ", cmd);
   }
@@ -122,13 +122,13 @@ bool all_finite(const Tensor& t) {
   return true;
 }
 
-// Plans for one image of size s and runs a training-mode forward (zero input).
-void run_one_image(Model& m, int s) {
-  m.plan({1, kInChannels, s, s});
+// Plans for n images of size s and runs a training-mode forward (zero input).
+void run_one_image(Model& m, int s, int64_t n = 1) {
+  m.plan({n, kInChannels, s, s});
   m.set_training(true);
-  Tensor x = Tensor::zeros({1, kInChannels, s, s});
+  Tensor x = Tensor::zeros({n, kInChannels, s, s});
   const Tensor& y = m.forward(x);
-  CHECK_SHAPE(y, {1, kClasses});
+  CHECK_SHAPE(y, {n, kClasses});
 }
 
 }  // namespace
@@ -158,10 +158,12 @@ TEST_CASE("registry models: torchvision's state dict, parameter count and min_si
     if (tree && spec.name != "alexnet" && spec.name != "vgg11" && spec.name != "vgg19_bn")
       continue;
     if (tree) model = std::make_unique<Model>(spec.name, std::move(tree), opt, no_init, 0);
+    // A batch of min_batch images (Inception v3: two, registry.cpp); one image fails there.
     CHECK(spec.default_size >= spec.min_size);
-    CHECK_NOTHROW(run_one_image(*model, spec.min_size));
+    CHECK_NOTHROW(run_one_image(*model, spec.min_size, spec.min_batch));
     if (spec.min_size > 1)
-      CHECK_THROWS_AS(run_one_image(*model, spec.min_size - 1), mpicnn::Error);
+      CHECK_THROWS_AS(run_one_image(*model, spec.min_size - 1, spec.min_batch), mpicnn::Error);
+    if (spec.min_batch > 1) CHECK_THROWS_AS(run_one_image(*model, spec.min_size, 1), mpicnn::Error);
   }
 
   const std::map<std::string, Reference> ref = torch_side.read();
@@ -178,7 +180,7 @@ TEST_CASE("registry models: torchvision's state dict, parameter count and min_si
       if (!same) break;  // one report, not hundreds
     }
     CHECK(got.params == want.params);
-    // torch's smallest size for a training-mode batch of one.
+    // torch's smallest size for a training-mode batch of min_batch images.
     CHECK(spec.min_size == want.min_size);
   }
 }
@@ -370,12 +372,140 @@ TEST_CASE("init: ResNet-20 as torchvision's ResNets; draws depend on seed and na
   CHECK((*w1)[0] != (*w2)[0]);
 }
 
+TEST_CASE("init: trunc_normal keeps to [a, b] with the truncated normal's moments") {
+  // Bounds at one std: the truncated std is 0.5396 std (a plain normal exceeds them 32% of
+  // the time, so an untruncated draw fails the bound check at once).
+  Tensor t = Tensor::empty({200000});
+  init::trunc_normal(t, 5, "t", 0.5f, 2.f, -1.5f, 2.5f);
+  const Stats s = stats(t);
+  int64_t outside = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) outside += t.data()[i] < -1.5f || t.data()[i] > 2.5f;
+  CHECK(outside == 0);
+  CHECK(std::fabs(s.mean - 0.5) < 0.01);
+  CHECK(std::fabs(s.std - 2 * 0.53956) < 0.01);
+  CHECK_THROWS_AS(init::trunc_normal(t, 5, "t", 0.f, 1.f, 4.f, 5.f), mpicnn::Error);
+}
+
+TEST_CASE("init: Inception v3 and GoogLeNet (trunc_normal weights, BN 1/0, Linear default bias)") {
+  // Inception v3: std 0.1, AuxLogits.fc 0.001; AuxLogits.conv1 0.1 too, as torchvision's init
+  // loop reads the stddev it sets only on the nn.Linear (inception.h).
+  auto inception = build_model("inception_v3", {.num_classes = 10}, 13);
+  int aux_fc = 0;
+  auto linear_bias = [](const std::string& p, const Linear& f) {
+    expect_uniform(p + "bias", f.bias, 1.0 / std::sqrt(double(f.in_features())));
+  };
+  CHECK(check_init(*inception,
+                   {.conv = [](const std::string& p,
+                               const Conv2d& c) { expect_normal(p + "weight", c.weight, 0.1); },
+                    .linear = [&](const std::string& p, const Linear& f) {
+                      aux_fc += p == "AuxLogits.fc.";
+                      expect_normal(p + "weight", f.weight, p == "AuxLogits.fc." ? 0.001 : 0.1);
+                      linear_bias(p, f);
+                    }}) == 96 * 2 + 2);
+  CHECK(aux_fc == 1);
+  auto googlenet = build_model("googlenet", {.num_classes = 10}, 13);
+  CHECK(check_init(*googlenet,
+                   {.conv = [](const std::string& p,
+                               const Conv2d& c) { expect_normal(p + "weight", c.weight, 0.01); },
+                    .linear = [&](const std::string& p, const Linear& f) {
+                      expect_normal(p + "weight", f.weight, 0.01);
+                      linear_bias(p, f);
+                    }}) == 59 * 2 + 5);
+}
+
+TEST_CASE("auxiliary outputs: training mode only, in order, gradients through heads and trunk") {
+  // No dropout: its masks change with every forward, and this compares three.
+  const ModelOptions opt{.num_classes = kClasses, .in_channels = 3, .dropout = 0.f,
+                         .aux_dropout = 0.f};
+  auto m = build_model("googlenet", opt, 17);
+  const int s = model_spec("googlenet").min_size;
+  m->plan({2, 3, s, s});
+  REQUIRE(m->aux_heads().size() == 2);
+  CHECK(m->aux_heads()[0].name == "aux1");
+  CHECK(m->aux_heads()[1].name == "aux2");
+  CHECK(m->aux_heads()[0].weight == doctest::Approx(0.3));
+  const Tensor x = random_tensor({2, 3, s, s}, 4);
+  const Tensor dl = random_tensor({2, kClasses}, 5), zero = Tensor::zeros({2, kClasses});
+  const Tensor da1 = random_tensor({2, kClasses}, 6), da2 = random_tensor({2, kClasses}, 7);
+  // Gradient slab after forward and backward from (dlogits, aux1, aux2).
+  auto grads = [&](const Tensor& d, const Tensor& a1, const Tensor& a2) {
+    m->set_training(true);
+    m->params().zero_grad();
+    m->forward(x);
+    REQUIRE(m->aux_outputs().size() == 2);
+    CHECK_SHAPE(*m->aux_outputs()[1].logits, {2, kClasses});
+    const Tensor* daux[] = {&a1, &a2};
+    m->backward(d, daux);
+    return to_double(m->params().grads());
+  };
+  // Backward is linear in its gradients: the heads' share adds to the main one's everywhere.
+  const Vec main_only = grads(dl, zero, zero), aux_only = grads(zero, da1, da2);
+  const Vec both = grads(dl, da1, da2);
+  Vec sum(both.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = main_only[i] + aux_only[i];
+  Tensor both_t = Tensor::empty({int64_t(both.size())});
+  from_double(both_t, both);
+  expect_close("main + aux gradients", both_t, sum, 1e-4, 1e-5);
+  // The heads reach the trunk (conv1) and only them reach their own parameters.
+  const StateEntry* conv1 = m->params().find("conv1.conv.weight");
+  const StateEntry* fc2 = m->params().find("aux2.fc2.weight");
+  REQUIRE((conv1 && fc2));
+  auto norm = [](const Vec& v, const StateEntry* e) {
+    double sum = 0;
+    for (int64_t i = e->offset; i < e->offset + e->shape.numel(); ++i) sum += v[size_t(i)] * v[size_t(i)];
+    return sum;
+  };
+  CHECK(norm(aux_only, conv1) > 0);
+  CHECK(norm(main_only, fc2) == 0);
+  CHECK(norm(aux_only, fc2) > 0);
+  // Their gradients are required after a training forward, refused after an eval one.
+  m->forward(x);
+  CHECK_THROWS_AS(m->backward(dl), mpicnn::Error);
+  m->set_training(false);
+  m->forward(x);
+  CHECK(m->aux_outputs().empty());
+  const Tensor* two[] = {&da1, &da2};
+  CHECK_THROWS_AS(m->backward(dl, two), mpicnn::Error);
+  CHECK_NOTHROW(m->backward(dl));
+}
+
+TEST_CASE("auxiliary heads: the gradient-ready hook reports only finished gradients") {
+  // GoogLeNet registers aux1 and aux2 between inception5b and fc: a report must never cover
+  // a head's parameters before the head's backward ran.
+  auto m = build_model("googlenet", {.num_classes = kClasses, .in_channels = 3}, 19);
+  const int s = model_spec("googlenet").min_size;
+  m->plan({2, 3, s, s});
+  const Tensor x = random_tensor({2, 3, s, s}, 8);
+  const Tensor dl = random_tensor({2, kClasses}, 9);
+  const Tensor da1 = random_tensor({2, kClasses}, 10), da2 = random_tensor({2, kClasses}, 11);
+  const Tensor& g = m->params().grads();
+  auto checksum = [&g](int64_t from) {
+    double sum = 0;
+    for (int64_t i = from; i < g.numel(); ++i) sum += double(g.data()[i]) * double(i % 7 + 1);
+    return sum;
+  };
+  std::vector<std::pair<int64_t, double>> reports;
+  m->set_grad_ready([&](int64_t offset) { reports.emplace_back(offset, checksum(offset)); });
+  m->params().zero_grad();
+  m->forward(x);
+  const Tensor* daux[] = {&da1, &da2};
+  m->backward(dl, daux);
+  m->set_grad_ready({});
+  REQUIRE(reports.size() > 10);
+  CHECK(reports.back().first == 0);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    INFO("report ", i, " at offset ", reports[i].first);
+    if (i > 0) CHECK(reports[i].first <= reports[i - 1].first);
+    CHECK(checksum(reports[i].first) == reports[i].second);  // nothing changed after it
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Forward and backward at the smallest input.
 
 TEST_CASE("forward and backward at the smallest input: finite, shaped, allocation-free") {
   for (const char* name : {"lenet", "resnet20", "squeezenet1_1", "alexnet", "densenet121",
-                           "vgg11_bn"}) {
+                           "vgg11_bn", "googlenet"}) {
     const ModelSpec& spec = model_spec(name);
     INFO("model ", name);
     const ModelOptions opt{.num_classes = kClasses, .in_channels = 3};
@@ -394,12 +524,19 @@ TEST_CASE("forward and backward at the smallest input: finite, shaped, allocatio
     CHECK(m->plan(in) == Shape{2, kClasses});
     Tensor x = random_tensor(in, 1);
     Tensor dlogits = random_tensor({2, kClasses}, 2);
+    // One gradient per auxiliary head (GoogLeNet's two), in training mode.
+    std::vector<Tensor> daux;
+    for (size_t i = 0; i < m->aux_heads().size(); ++i)
+      daux.push_back(random_tensor({2, kClasses}, 3 + i));
+    std::vector<const Tensor*> daux_ptrs;
+    for (const Tensor& t : daux) daux_ptrs.push_back(&t);
     m->set_training(true);
     m->params().zero_grad();
     const Tensor& y = m->forward(x);
     CHECK_SHAPE(y, {2, kClasses});
     CHECK(all_finite(y));
-    m->backward(dlogits);
+    REQUIRE(m->aux_outputs().size() == daux.size());
+    m->backward(dlogits, daux_ptrs);
     int64_t zero_grads = 0, params = 0;
     for (const StateEntry& e : m->params().entries()) {
       if (e.kind != StateKind::Param) continue;
@@ -413,7 +550,7 @@ TEST_CASE("forward and backward at the smallest input: finite, shaped, allocatio
     const int64_t before = host_allocation_count();
     m->params().zero_grad();
     m->forward(x);
-    m->backward(dlogits);
+    m->backward(dlogits, daux_ptrs);
     CHECK(host_allocation_count() == before);
 
     // Eval mode: one image in a plan for two gives that image's row (samples independent).

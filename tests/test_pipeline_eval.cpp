@@ -292,10 +292,18 @@ TEST_CASE("pipeline eval: a corrupt image stops the job with one line naming it,
   CHECK(r.output.find("1 skipped") != std::string::npos);
 }
 
-TEST_CASE("pipeline eval: torchvision weights exported to safetensors predict what torchvision predicts") {
-  // A torchvision resnet18 whose classifier separates these images clearly (random weights
-  // predict one class for everything), exported with the user tool, evaluated by both.
-  TempDir d;
+namespace {
+
+// A torchvision `model` whose classifier (fc) separates these images clearly (random weights
+// predict one class for everything), exported with the user tool, evaluated by torchvision
+// and by pipeline_eval on 4 ranks at size/resize; returns both sides' predictions by path and
+// the classes ours predicted.
+struct Predictions {
+  std::map<std::string, int> torch_pred, ours;
+  std::set<int> classes;
+};
+
+Predictions torchvision_and_ours(const TempDir& d, const std::string& model, int size, int resize) {
   const std::string imgs = d / "imgs";
   run_python("photo_images.py", shell_quote(imgs) + " 40 --formats png");
   std::ofstream csv(d / "images.csv"), list(d / "list.txt");
@@ -308,25 +316,25 @@ TEST_CASE("pipeline eval: torchvision weights exported to safetensors predict wh
   }
   csv.close();
   list.close();
-  const std::string pth = d / "r18.pth", st = d / "r18.safetensors";
-  run_python("torchvision_predict.py", "--make-model " + shell_quote(pth) + " --model resnet18 --num-classes 10 --images " +
-                                           shell_quote(d / "list.txt") + " --seed 1");
+  const std::string pth = d / "model.pth", st = d / "model.safetensors";
+  const std::string common = "--model " + model + " --num-classes 10 --size " + std::to_string(size) +
+                             " --resize " + std::to_string(resize) + " --images " + shell_quote(d / "list.txt");
+  run_python("torchvision_predict.py", "--make-model " + shell_quote(pth) + " " + common + " --seed 1");
   run_python("data_tools/export_torchvision.py",
-             "--model resnet18 --num-classes 10 --weights " + shell_quote(pth) + " -o " + shell_quote(st));
-  run_python("torchvision_predict.py", "--model resnet18 --num-classes 10 --weights " + shell_quote(st) + " --images " +
-                                           shell_quote(d / "list.txt") + " -o " + shell_quote(d / "torch.csv"));
-  const auto r = run_mpi(4, "pipeline_eval", {"--weights", st, "--model", "resnet18", "--num-classes", "10", "-d",
-                                              d / "images.csv", "--batch-size", "8", "-o", d / "ours"});
+             "--model " + model + " --num-classes 10 --weights " + shell_quote(pth) + " -o " + shell_quote(st));
+  run_python("torchvision_predict.py", common + " --weights " + shell_quote(st) + " -o " + shell_quote(d / "torch.csv"));
+  const auto r = run_mpi(4, "pipeline_eval", {"--weights", st, "--model", model, "--num-classes", "10", "-d",
+                                              d / "images.csv", "--image-size", std::to_string(size), "--resize",
+                                              std::to_string(resize), "--batch-size", "8", "-o", d / "ours"});
   REQUIRE_MESSAGE(r.rc == 0, r.output);
 
-  std::map<std::string, int> torch_pred, ours;
-  std::set<int> classes;
+  Predictions p;
   std::ifstream tin(d / "torch.csv"), oin(d / "ours/predictions.csv");
   std::string line;
   std::getline(tin, line);  // path,prediction,score,margin
   while (std::getline(tin, line)) {
     const size_t c = line.find(',');
-    torch_pred[line.substr(0, c)] = std::stoi(line.substr(c + 1));
+    p.torch_pred[line.substr(0, c)] = std::stoi(line.substr(c + 1));
   }
   std::getline(oin, line);  // index,path,label,prediction,score,top5
   while (std::getline(oin, line)) {
@@ -334,13 +342,32 @@ TEST_CASE("pipeline eval: torchvision weights exported to safetensors predict wh
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
     REQUIRE(f.size() == 6);
-    ours[f[1]] = std::stoi(f[3]);  // class names of a CSV without classes.txt are the ids
-    classes.insert(std::stoi(f[3]));
+    p.ours[f[1]] = std::stoi(f[3]);  // class names of a CSV without classes.txt are the ids
+    p.classes.insert(std::stoi(f[3]));
   }
-  REQUIRE(torch_pred.size() == 40);
-  REQUIRE(ours.size() == 40);
-  int agree = 0;
-  for (const auto& [path, p] : torch_pred) agree += ours.count(path) && ours[path] == p;
-  CHECK(agree >= 40 * 99 / 100);  // >= 99%: with 40 images, all of them
-  CHECK(classes.size() >= 5);     // the comparison is not one class everywhere
+  return p;
+}
+
+}  // namespace
+
+// resnet18, and the models with auxiliary heads (their exported state dicts hold the heads,
+// which evaluation loads but does not run): GoogLeNet at 224, Inception v3 at its 299 crop
+// from 342 (torchvision's recipe for it).
+TEST_CASE("pipeline eval: torchvision weights exported to safetensors predict what torchvision predicts") {
+  struct Case {
+    const char* model;
+    int size, resize;
+  };
+  for (const Case c : {Case{"resnet18", 224, 256}, Case{"googlenet", 224, 256}, Case{"inception_v3", 299, 342}}) {
+    SUBCASE(c.model) {
+      TempDir d;
+      const auto [torch_pred, ours, classes] = torchvision_and_ours(d, c.model, c.size, c.resize);
+      REQUIRE(torch_pred.size() == 40);
+      REQUIRE(ours.size() == 40);
+      int agree = 0;
+      for (const auto& [path, p] : torch_pred) agree += ours.count(path) && ours.at(path) == p;
+      CHECK(agree >= 40 * 99 / 100);  // >= 99%: with 40 images, all of them
+      CHECK(classes.size() >= 5);     // the comparison is not one class everywhere
+    }
+  }
 }

@@ -38,10 +38,10 @@ std::unique_ptr<Sequential> alexnet_module(const ModelOptions& options) {
   features->add(leaf<MaxPool2d>(3, 2));
 
   auto classifier = std::make_unique<Sequential>();
-  classifier->add(leaf<Dropout>(options.dropout));
+  classifier->add(leaf<Dropout>(options.dropout_or(0.5f)));
   classifier->add(leaf<Linear>(256 * 6 * 6, 4096));
   classifier->add(leaf<ReLU>()).in_place();
-  classifier->add(leaf<Dropout>(options.dropout));
+  classifier->add(leaf<Dropout>(options.dropout_or(0.5f)));
   classifier->add(leaf<Linear>(4096, 4096));
   classifier->add(leaf<ReLU>()).in_place();
   classifier->add(leaf<Linear>(4096, options.num_classes));

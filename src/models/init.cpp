@@ -38,6 +38,21 @@ void normal(Tensor& t, uint64_t seed, const std::string& name, real mean, real s
   for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = mean + std * rng.normal(uint64_t(i));
 }
 
+void trunc_normal(Tensor& t, uint64_t seed, const std::string& name, real mean, real std, real a,
+                  real b) {
+  // Redraws terminate quickly unless [a, b] holds almost no mass; refuse such bounds up front.
+  CHECK(std > 0 && a < b && a < mean + 3 * std && b > mean - 3 * std, "trunc_normal ", name,
+        ": bounds [", a, ", ", b, "] leave too little of normal(", mean, ", ", std, ")");
+  Rng rng(seed, name);
+  const uint64_t n = uint64_t(t.numel());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    real v = mean + std * rng.normal(uint64_t(i));
+    for (uint64_t k = 1; v < a || v > b; ++k) v = mean + std * rng.normal(uint64_t(i) + k * n);
+    t.data()[i] = v;
+  }
+}
+
 void kaiming_normal_relu(Tensor& t, uint64_t seed, const std::string& name, bool fan_out_mode) {
   const double fan = double(fan_out_mode ? fan_out(t) : fan_in(t));
   normal(t, seed, name, 0.f, real(std::sqrt(2.0 / fan)));

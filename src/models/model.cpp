@@ -5,6 +5,7 @@
 #include <set>
 
 #include "io/safetensors.h"
+#include "models/aux_net.h"
 
 namespace mpicnn {
 
@@ -18,6 +19,10 @@ Model::Model(std::string name, std::unique_ptr<Module> root, ModelOptions option
   root_->register_state(store_, "");
   store_.allocate();
   init(*this, seed);
+  aux_net_ = dynamic_cast<AuxNet*>(root_.get());
+  if (aux_net_)
+    for (size_t i = 0; i < aux_net_->num_heads(); ++i)
+      aux_heads_.push_back({aux_net_->head(i).name, aux_net_->head(i).weight, nullptr});
   // The default head: the layer of the last parameter ("fc" of "fc.bias").
   for (auto it = store_.entries().rbegin(); it != store_.entries().rend(); ++it)
     if (it->kind == StateKind::Param) {
@@ -108,13 +113,33 @@ const Tensor& Model::forward(const Tensor& x) {
         "model ", name_, ": input ", x.shape().str(), " does not fit the plan ", planned_.str());
   CHECK(x.device() == device(), "model ", name_, " is on ", device_name(device()), ", its input on ",
         device_name(x.device()), " (copy it with Tensor::copy_from)");
-  return root_->forward(x);
+  aux_ran_ = false;
+  const Tensor& logits = root_->forward(x);
+  if (aux_net_ && aux_net_->heads_ran()) {
+    for (size_t i = 0; i < aux_heads_.size(); ++i) aux_heads_[i].logits = &aux_net_->head_logits(i);
+    aux_ran_ = true;
+  }
+  return logits;
 }
 
-void Model::backward(const Tensor& dlogits) {
+const std::vector<AuxOutput>& Model::aux_outputs() const {
+  static const std::vector<AuxOutput> none;
+  return aux_ran_ ? aux_heads_ : none;
+}
+
+void Model::backward(const Tensor& dlogits, std::span<const Tensor* const> daux) {
+  CHECK(daux.size() == aux_outputs().size(), "model ", name_, ": backward with ", daux.size(),
+        " auxiliary gradients, the last forward computed ", aux_outputs().size(),
+        " auxiliary outputs");
   Tensor none;
+  auto run = [&] {
+    if (aux_net_)
+      aux_net_->backward(none, dlogits, daux);
+    else
+      root_->backward(none, dlogits);
+  };
   if (!grad_ready_) {
-    root_->backward(none, dlogits);
+    run();
     return;
   }
   // Restores the previous hook also when backward throws.
@@ -123,7 +148,7 @@ void Model::backward(const Tensor& dlogits) {
     explicit Scope(const GradReadyFn* f) : saved(detail::grad_ready_hook) { detail::grad_ready_hook = f; }
     ~Scope() { detail::grad_ready_hook = saved; }
   } scope(&grad_ready_);
-  root_->backward(none, dlogits);
+  run();
   grad_ready_(0);
 }
 

@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,14 +18,31 @@ namespace mpicnn {
 struct ModelOptions {
   int num_classes = 1000;
   int in_channels = 3;
-  // Dropout probability of the classifiers that have one (AlexNet, VGG, SqueezeNet), as
-  // torchvision 0.14's `dropout` argument. Parity tests set 0: masks cannot match torch's.
-  real dropout = 0.5f;
+  // Dropout probability of the classifiers that have one (AlexNet, VGG, SqueezeNet, Inception
+  // v3, GoogLeNet), as torchvision 0.14's `dropout` argument; unset, the family's torchvision
+  // default (0.5; GoogLeNet 0.2). Parity tests set 0: masks cannot match torch's.
+  std::optional<real> dropout = std::nullopt;
+  // GoogLeNet's auxiliary classifiers' dropout, torchvision's `dropout_aux`; unset, its 0.7.
+  // Separate from `dropout` as in torchvision (the heads' default differs); parity sets both 0.
+  std::optional<real> aux_dropout = std::nullopt;
+
+  real dropout_or(real family_default) const { return dropout.value_or(family_default); }
+  real aux_dropout_or(real family_default) const { return aux_dropout.value_or(family_default); }
 };
 
 // Whether state entry `name` lies under `prefix`: the prefix is the whole name or ends at one of
 // its dots ("layer1" covers "layer1.0.conv1.weight", not "layer10.0.conv1.weight").
 bool param_under(const std::string& name, const std::string& prefix);
+
+// An auxiliary classifier head's output (Inception v3's AuxLogits, GoogLeNet's aux1 and aux2):
+// the reference training recipe's loss is main + sum weight * cross_entropy(logits).
+struct AuxOutput {
+  std::string name;             // the head's module name ("AuxLogits", "aux1")
+  real weight;                  // its loss weight (0.4 for Inception v3, 0.3 for GoogLeNet's)
+  const Tensor* logits = nullptr;  // (N, classes) of the last training forward
+};
+
+class AuxNet;
 
 class Model {
  public:
@@ -50,8 +69,16 @@ class Model {
   bool training() const { return training_; }
   // Logits (N, classes) for x (N, C, H, W) on the model's device, N up to the planned batch.
   const Tensor& forward(const Tensor& x);
-  // Parameter gradients '+=' from dlogits of the last forward (the caller zeroes them).
-  void backward(const Tensor& dlogits);
+  // The auxiliary heads' outputs of the last forward: every head of the model after a
+  // training-mode forward, none in eval mode (the heads are not computed) or for models
+  // without heads. Their logits are valid until the next forward.
+  const std::vector<AuxOutput>& aux_outputs() const;
+  // Every auxiliary head the model has (logits unset): what a loss plans for.
+  const std::vector<AuxOutput>& aux_heads() const { return aux_heads_; }
+  // Parameter gradients '+=' from dlogits of the last forward (the caller zeroes them) and,
+  // when it computed auxiliary outputs, from one gradient per aux_outputs() entry (daux[i]:
+  // (N, classes), in that order); daux must be empty otherwise.
+  void backward(const Tensor& dlogits, std::span<const Tensor* const> daux = {});
   // Called during backward with offsets such that every gradient at grad-slab offset >= it is
   // final (non-increasing; the last call, after backward, is 0). See GradReadyFn in
   // module.h. An empty function removes the hook.
@@ -86,6 +113,9 @@ class Model {
   Shape planned_;
   bool training_ = true;
   GradReadyFn grad_ready_;
+  AuxNet* aux_net_ = nullptr;          // the root, when it has auxiliary heads
+  std::vector<AuxOutput> aux_heads_;   // one per head; logits set by forward
+  bool aux_ran_ = false;               // the last forward computed them
 };
 
 }  // namespace mpicnn

@@ -14,7 +14,8 @@ void Sequential::register_state(ParamStore& store, const std::string& prefix) {
   std::vector<int64_t> first(children_.size(), -1);
   for (size_t i = 0; i < children_.size(); ++i) {
     const size_t before = store.entries().size();
-    children_[i].second->register_state(store, prefix + children_[i].first + ".");
+    const std::string& name = children_[i].first;
+    children_[i].second->register_state(store, name.empty() ? prefix : prefix + name + ".");
     for (size_t e = before; e < store.entries().size(); ++e)
       if (store.entries()[e].kind == StateKind::Param) {
         first[i] = store.entries()[e].offset;

@@ -119,8 +119,17 @@ class Sequential : public Module {
   // Appends a child with an explicit name (ResNet's "conv1", DenseNet's "denseblock1").
   template <class M>
   M& add(const std::string& name, std::unique_ptr<M> child) {
+    MPICNN_CHECK(!name.empty(), "Sequential::add: empty name (add_inline registers without one)");
     M& ref = *child;
     children_.emplace_back(name, std::move(child));
+    return ref;
+  }
+  // Appends a child registered under this Sequential's own prefix, adding no name level
+  // (torchvision's Inception blocks name their branches' layers flat: "branch5x5_1.conv").
+  template <class M>
+  M& add_inline(std::unique_ptr<M> child) {
+    M& ref = *child;
+    children_.emplace_back(std::string(), std::move(child));
     return ref;
   }
   size_t size() const { return children_.size(); }

@@ -4,11 +4,16 @@
 // channel (its last maps are at least 2x2). It is where torchvision's model stops raising;
 // tests/test_models.cpp checks it against PyTorch. Below it, ResNets, ResNet-20 and DenseNet
 // still run shapes-wise, with batches of two or more, but their last BatchNorms then normalise
-// 1x1 maps over the batch alone.
+// 1x1 maps over the batch alone. Inception v3 is the exception (min_batch 2): at its own 299
+// its auxiliary head's last BatchNorm sees a 1x1 map, so torchvision's model trains there only
+// on batches of two or more (one image needs 347); its min_size 299 is for a batch of two,
+// where the head's 5x5/3 pool still gets its 5x5 map.
 #include "models/registry.h"
 
 #include "models/alexnet.h"
 #include "models/densenet.h"
+#include "models/googlenet.h"
+#include "models/inception.h"
 #include "models/resnet.h"
 #include "models/small.h"
 #include "models/squeezenet.h"
@@ -49,6 +54,16 @@ const std::vector<ModelSpec>& model_specs() {
     v.push_back({"densenet121", "torchvision DenseNet-121 (growth 32, blocks 6-12-24-16)", 224,
                  61, [](const ModelOptions& o, uint64_t seed) {
                    return make_densenet("densenet121", o, seed);
+                 }});
+    v.push_back({"inception_v3",
+                 "torchvision Inception v3 (training adds its aux head's loss x 0.4)",
+                 299, 299, [](const ModelOptions& o, uint64_t seed) {
+                   return make_inception_v3(o, seed);
+                 }, /*min_batch=*/2});
+    v.push_back({"googlenet",
+                 "torchvision GoogLeNet (training adds aux1 and aux2 losses x 0.3)",
+                 224, 47, [](const ModelOptions& o, uint64_t seed) {
+                   return make_googlenet(o, seed);
                  }});
     return v;
   }();

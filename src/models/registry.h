@@ -16,6 +16,7 @@ struct ModelSpec {
   int default_size;  // input height/width the model is designed for
   int min_size;      // smallest input height/width it accepts
   std::function<std::unique_ptr<Model>(const ModelOptions&, uint64_t seed)> build;
+  int min_batch = 1;  // the training batch min_size is for (registry.cpp)
 };
 
 const std::vector<ModelSpec>& model_specs();

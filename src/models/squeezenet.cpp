@@ -143,7 +143,7 @@ std::unique_ptr<Model> make_squeezenet(const std::string& name, const ModelOptio
   features->add(std::make_unique<Fire>(512, 64, 256, 256));
 
   auto classifier = std::make_unique<Sequential>();
-  classifier->add(leaf<Dropout>(options.dropout));
+  classifier->add(leaf<Dropout>(options.dropout_or(0.5f)));
   classifier->add(conv(512, options.num_classes, 1));
   classifier->add(relu_in_place());
   classifier->add(leaf<AdaptiveAvgPool2d>(1, 1));

@@ -80,10 +80,10 @@ std::unique_ptr<Sequential> vgg_module(const std::string& name, const ModelOptio
   auto classifier = std::make_unique<Sequential>();
   classifier->add(leaf<Linear>(512 * 7 * 7, 4096));
   classifier->add(leaf<ReLU>()).in_place();
-  classifier->add(leaf<Dropout>(options.dropout));
+  classifier->add(leaf<Dropout>(options.dropout_or(0.5f)));
   classifier->add(leaf<Linear>(4096, 4096));
   classifier->add(leaf<ReLU>()).in_place();
-  classifier->add(leaf<Dropout>(options.dropout));
+  classifier->add(leaf<Dropout>(options.dropout_or(0.5f)));
   classifier->add(leaf<Linear>(4096, options.num_classes));
 
   auto root = std::make_unique<Sequential>();

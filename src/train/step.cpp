@@ -91,6 +91,8 @@ bool Trainer::train_epoch() {
   order.erase(order.begin(), order.begin() + done);
   const std::unique_ptr<data::Loader> loader = make_loader(*ds, *train_tf_, lopt_, dev_.device);
   loader->start_epoch(uint64_t(epoch), std::move(order));
+  // Planned here, outside the step, once (later calls find it planned).
+  aux_losses_.plan(*model_, o_.batch_size, xent_.label_smoothing(), dev_.device);
   sync_->reset_stats();
   progress_->begin_epoch(epoch + 1, o_.epochs, plan_.steps);
   Timer epoch_clock;
@@ -123,17 +125,22 @@ bool Trainer::train_epoch() {
 
 // One optimizer step, the same on every rank: forward, loss, backward with the gradient sums
 // over ranks overlapped, update (skipped when fp16 gradients overflowed). Returns this rank's
-// mean loss over its batch.
+// mean loss over its batch: the main cross-entropy plus the weighted losses of the model's
+// auxiliary heads, when it has any (as torchvision's reference recipe computes and reports it).
 double Trainer::train_step(const data::Batch& batch) {
   seed_dropout();
+  const int32_t* labels = batch.labels.data();
   const Tensor& logits = model_->forward(model_input(stage_, *train_tf_, batch));
-  xent_.forward(logits, batch.labels.data());
+  xent_.forward(logits, labels);
+  aux_losses_.forward(*model_, labels);
   Tensor dlogits = dlogits_.slice0(0, batch.size);
   model_->params().zero_grad();
   sync_->begin_step();  // buckets are summed over ranks as backward finishes them
-  xent_.backward(dlogits, batch.labels.data(), grad_average_factor_ * scaler_.scale());
-  model_->backward(dlogits);
-  const double loss = xent_.loss();  // on a GPU, read while backward runs
+  const real scale = grad_average_factor_ * scaler_.scale();
+  xent_.backward(dlogits, labels, scale);
+  model_->backward(dlogits, aux_losses_.backward(labels, scale));
+  // On a GPU, read while backward runs.
+  const double loss = xent_.loss() + aux_losses_.weighted_loss();
   sync_->finish();
   if (scaler_.accept(model_->params().grads(), *opt_)) opt_->step();
   advance(batch.size);

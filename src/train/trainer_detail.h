@@ -21,6 +21,7 @@
 #include "io/progress.h"
 #include "io/tracking.h"
 #include "layers/softmax_xent.h"
+#include "models/aux_loss.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/fp16_scaler.h"
@@ -111,6 +112,7 @@ class Trainer {
   TrainResult result_;  // result_.model is this rank's replica
   Model* model_ = nullptr;
   SoftmaxCrossEntropy xent_;
+  AuxLosses aux_losses_;  // the auxiliary heads' share of the loss (Inception v3, GoogLeNet)
   InputStage stage_;
   std::vector<Dropout*> dropouts_;
   Tensor dlogits_;  // (b, classes)

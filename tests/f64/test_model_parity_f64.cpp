@@ -45,7 +45,7 @@ void check_f64(const Case& c, const std::string& dir) {
     const Tensor& logits = run.forward_backward();
     const std::string loss_key = "loss." + std::to_string(step);
     const double want = ref.read_f64(loss_key)[0];
-    expect(c, loss_key, std::fabs(run.loss.loss() - want) / std::fabs(want), kTol);
+    expect(c, loss_key, std::fabs(run.total_loss() - want) / std::fabs(want), kTol);
     if (step == 0) {
       expect(c, "logits", rel_err(logits.data(), ref.read_f64("logits")), kTol);
       // Floor: 1e-3 of the whole gradient's norm (conv biases before BatchNorm have an exact

@@ -1,6 +1,6 @@
 """State-dict reference for tests/test_models.cpp, printed at test time (never committed).
 
-usage: model_names.py CLASSES IN_CHANNELS MODEL [MODEL ...]
+usage: model_names.py CLASSES IN_CHANNELS MODEL:MIN_BATCH [MODEL:MIN_BATCH ...]
 
 For each model, built in PyTorch with that num_classes and first-conv in_channels (torchvision
 0.14's model, or for lenet/resnet20 the definitions below, written from src/models/small.h),
@@ -8,7 +8,8 @@ prints:
   model NAME
   params N                    number of parameters
   min_size S                  smallest square input the model runs on in training mode with a
-                              batch of one image (every BatchNorm sees > 1 value per channel)
+                              batch of MIN_BATCH images (every BatchNorm sees > 1 value per
+                              channel; MIN_BATCH is 1 but for Inception v3, see registry.cpp)
   entry KEY D0 D1 ...         one line per state_dict entry, in order, with its shape
   end
 Not a test by itself: the C++ test compares and decides. Weights are left uninitialised
@@ -83,7 +84,8 @@ def no_init():
     seconds to fill for nothing)."""
     saved = {}
     targets = [(nn.init, f) for f in ("kaiming_normal_", "kaiming_uniform_", "normal_",
-                                      "uniform_", "constant_", "zeros_", "ones_")]
+                                      "trunc_normal_", "uniform_", "constant_", "zeros_",
+                                      "ones_")]
     targets += [(c, "reset_parameters") for c in (nn.Conv2d, nn.Linear)]
     for owner, attr in targets:
         saved[(owner, attr)] = getattr(owner, attr)
@@ -102,33 +104,33 @@ def build(name, classes, in_channels):
     return torch_models.build(name, classes, in_channels, 0.5)
 
 
-def runs(model, in_channels, size):
-    """Whether a training-mode forward of one image runs (eval mode is never stricter: shape
-    errors are the same, and only training-mode BatchNorm needs more than one value)."""
+def runs(model, in_channels, size, batch):
+    """Whether a training-mode forward of `batch` images runs (eval mode is never stricter:
+    shape errors are the same, and only training-mode BatchNorm needs more than one value)."""
     try:
         with torch.no_grad():
-            model(torch.zeros(1, in_channels, size, size))
+            model(torch.zeros(batch, in_channels, size, size))
         return True
     except (RuntimeError, ValueError):
         return False
 
 
-def min_size(model, in_channels):
+def min_size(model, in_channels, batch):
     model.train()
     hi = 1
-    while not runs(model, in_channels, hi):  # doubling keeps the tried sizes small
+    while not runs(model, in_channels, hi, batch):  # doubling keeps the tried sizes small
         hi *= 2
         if hi > 1024:
             sys.exit(f"model_names.py: {model.__class__.__name__} does not run up to 1024")
     lo = hi // 2 + 1 if hi > 1 else 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if runs(model, in_channels, mid):
+        if runs(model, in_channels, mid, batch):
             hi = mid
         else:
             lo = mid + 1
     # The search assumes "runs" is monotone in the size; check the neighbourhood.
-    if lo > 1 and runs(model, in_channels, lo - 1):
+    if lo > 1 and runs(model, in_channels, lo - 1, batch):
         sys.exit(f"model_names.py: {model.__class__.__name__} runs below {lo}")
     return lo
 
@@ -137,12 +139,13 @@ def main():
     classes, in_channels = int(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)
     out = []
-    for name in sys.argv[3:]:
+    for arg in sys.argv[3:]:
+        name, batch = arg.split(":")
         with no_init():
             model = build(name, classes, in_channels)
         out.append(f"model {name}")
         out.append(f"params {sum(p.numel() for p in model.parameters())}")
-        out.append(f"min_size {min_size(model, in_channels)}")
+        out.append(f"min_size {min_size(model, in_channels, int(batch))}")
         for key, t in model.state_dict().items():
             out.append(" ".join(["entry", key] + [str(d) for d in t.shape]))
         out.append("end")

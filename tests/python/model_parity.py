@@ -14,6 +14,10 @@ For each case ({"tag", "model", "batch", "size", "classes", "in_channels", "opti
 is built with a fixed seed in train mode; its state dict goes to TAG.init.safetensors (float32);
 then `steps` steps of forward, cross-entropy, backward and the optimizer run on one fixed batch.
 
+The loss is cross-entropy, plus the weighted cross-entropy of each auxiliary output for models
+that return them in train mode (torch_models.total_loss: Inception v3, GoogLeNet), as the
+engine's training loss; "logits" are the main ones.
+
 TAG.ref.safetensors holds the input and targets, and the exact results, from PyTorch in float64
 (from the float32 weights and input, exact in double), stored as F64: the logits and every
 parameter gradient of step 1, the loss of every step (loss.K), and the state dict after the last
@@ -44,7 +48,6 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
@@ -85,8 +88,7 @@ def steps(model, x, t, case, dtype, count=None):
     out = {}
     for step in range(case["steps"] if count is None else count):
         opt.zero_grad(set_to_none=False)
-        logits = model(x.to(dtype))
-        loss = F.cross_entropy(logits, t)
+        logits, loss = torch_models.total_loss(model(x.to(dtype)), t)
         loss.backward()
         out["loss.%d" % step] = loss.detach().double().reshape([])
         if step == 0:

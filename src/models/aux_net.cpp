@@ -1,0 +1,138 @@
+// AuxNet: segments and heads in registration order forward, in reverse order backward.
+#include "models/aux_net.h"
+
+#include "layers/add.h"
+
+namespace mpicnn {
+
+namespace {
+
+Tensor batch_view(Tensor& buf, Shape s, int64_t n) {
+  s.d[0] = n;
+  return buf.head(s);
+}
+
+}  // namespace
+
+void AuxNet::add_segment(std::unique_ptr<Sequential> segment) {
+  parts_.push_back({false, segments_.size()});
+  segments_.push_back(std::move(segment));
+}
+
+void AuxNet::add_head(const std::string& name, real weight, size_t tap,
+                      std::unique_ptr<Module> head) {
+  CHECK(tap < segments_.size(), "AuxNet: head ", name, " reads segment ", tap,
+        ", which is not added yet");
+  parts_.push_back({true, heads_.size()});
+  heads_.push_back({{name, weight}, tap, std::move(head), {}, {}, nullptr});
+}
+
+const Tensor& AuxNet::head_logits(size_t i) const {
+  CHECK(heads_ran_, "AuxNet: head logits of a forward that did not run the heads (eval mode)");
+  return *heads_.at(i).out;
+}
+
+void AuxNet::register_state(ParamStore& store, const std::string& prefix) {
+  for (const Part& p : parts_) {
+    if (p.head)
+      heads_[p.index].module->register_state(store, prefix + heads_[p.index].info.name + ".");
+    else
+      segments_[p.index]->register_state(store, prefix);
+  }
+}
+
+void AuxNet::for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) {
+  for (const Part& p : parts_) {
+    if (p.head)
+      heads_[p.index].module->for_each_layer(fn);
+    else
+      segments_[p.index]->for_each_layer(fn);
+  }
+}
+
+void AuxNet::set_training(bool training) {
+  training_ = training;
+  for (auto& s : segments_) s->set_training(training);
+  for (HeadPart& h : heads_) h.module->set_training(training);
+}
+
+Shape AuxNet::plan(const Shape& in) {
+  CHECK(!segments_.empty(), "AuxNet: no segment to plan");
+  seg_shapes_.clear();
+  g_seg_.clear();
+  Shape s = in;
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    s = segments_[i]->plan(s);
+    seg_shapes_.push_back(s);
+    if (i + 1 < segments_.size()) g_seg_.push_back(Tensor::empty(s));
+  }
+  for (HeadPart& h : heads_) {
+    CHECK(h.tap + 1 < segments_.size(), "AuxNet: head ", h.info.name,
+          " reads the last segment (the main logits)");
+    h.in_shape = seg_shapes_[h.tap];
+    const Shape out = h.module->plan(h.in_shape);
+    CHECK(out == s, "AuxNet: head ", h.info.name, " gives ", out.str(), ", the trunk ", s.str());
+    h.g_in = Tensor::empty(h.in_shape);
+  }
+  seg_out_.assign(segments_.size(), nullptr);
+  return s;
+}
+
+const Tensor& AuxNet::forward(const Tensor& in) {
+  CHECK(!seg_out_.empty(), "AuxNet: forward before plan()");
+  batch_ = in.size(0);
+  heads_ran_ = false;  // until they have
+  const Tensor* x = &in;
+  for (const Part& p : parts_) {
+    if (!p.head) {
+      x = &segments_[p.index]->forward(*x);
+      seg_out_[p.index] = x;
+    } else if (training_) {
+      HeadPart& h = heads_[p.index];
+      h.out = &h.module->forward(*seg_out_[h.tap]);
+    }
+  }
+  heads_ran_ = training_;
+  return *x;
+}
+
+// Segment i's backward from `dout` (its output gradient), into din (i == 0) or the previous
+// segment's output gradient.
+void AuxNet::segment_backward(size_t i, Tensor& din, const Tensor& dout) {
+  if (i == 0) return segments_[0]->backward(din, dout);
+  Tensor g = batch_view(g_seg_[i - 1], seg_shapes_[i - 1], batch_);
+  segments_[i]->backward(g, dout);
+}
+
+void AuxNet::backward(Tensor& din, const Tensor& dout, std::span<const Tensor* const> dheads) {
+  CHECK(dheads.size() == (heads_ran_ ? heads_.size() : 0), "AuxNet backward: ", dheads.size(),
+        " head gradients for a forward that ran ", heads_ran_ ? heads_.size() : 0, " heads");
+  const size_t last = segments_.size() - 1;
+  for (size_t k = parts_.size(); k-- > 0;) {
+    const Part& p = parts_[k];
+    if (p.head) {
+      if (!heads_ran_) continue;
+      HeadPart& h = heads_[p.index];
+      CHECK(dheads[p.index] && dheads[p.index]->shape() == h.out->shape(), "AuxNet backward: ",
+            "head ", h.info.name, " gradient does not match its logits ", h.out->shape().str());
+      Tensor g = batch_view(h.g_in, h.in_shape, batch_);
+      h.module->backward(g, *dheads[p.index]);
+      continue;
+    }
+    const size_t i = p.index;
+    if (i == last) {
+      segment_backward(i, din, dout);
+      continue;
+    }
+    // Written ('=') by segment i + 1's backward, which ran before this one.
+    Tensor g = batch_view(g_seg_[i], seg_shapes_[i], batch_);
+    if (heads_ran_)
+      for (HeadPart& h : heads_)
+        if (h.tap == i) accumulate(g, batch_view(h.g_in, h.in_shape, batch_));
+    segment_backward(i, din, g);
+  }
+}
+
+void AuxNet::backward(Tensor& din, const Tensor& dout) { backward(din, dout, {}); }
+
+}  // namespace mpicnn
