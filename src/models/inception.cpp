@@ -170,8 +170,8 @@ std::unique_ptr<Model> make_inception_v3(const ModelOptions& options, uint64_t s
   root->add_segment(stem_to_mixed_6e(options.in_channels));
   root->add_head("AuxLogits", real(0.4), 0, aux_head(768, options.num_classes));
   root->add_segment(std::move(head));
-  auto model = std::make_unique<Model>("inception_v3", std::move(root), options, init_inception_v3,
-                                 seed);
+  auto model =
+      std::make_unique<Model>("inception_v3", std::move(root), options, init_inception_v3, seed);
   // Every classifier sized by the class count: --init-weights re-initialises them together.
   model->set_head({"fc", "AuxLogits.fc"});
   return model;
