@@ -11,6 +11,7 @@
 #include "layers/batchnorm.h"
 #include "layers/linear.h"
 #include "layers/softmax_xent.h"
+#include "models/aux_net.h"
 #include "models/registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -309,4 +310,58 @@ TEST_CASE("finetune: every model's parameterised layers are known to their Model
     CHECK(trainable == layers.size());
     CHECK(!m->head().empty());
   }
+}
+
+TEST_CASE("finetune: with auxiliary heads, backward also stops below the lowest trainable layer") {
+  // Trunk: segment 0 (Linear a, counter c0), segment 1 (counter c1, Linear b); a head on
+  // segment 0's output (counter ch, Linear h), as GoogLeNet's aux heads hang off its trunk.
+  auto s0 = std::make_unique<Sequential>();
+  auto& a = s0->add("a", leaf<Linear>(4, 4)).layer;
+  auto& c0 = s0->add("c0", leaf<CountingLayer>()).layer;
+  auto s1 = std::make_unique<Sequential>();
+  auto& c1 = s1->add("c1", leaf<CountingLayer>()).layer;
+  auto& b = s1->add("b", leaf<Linear>(4, 3)).layer;
+  auto head = std::make_unique<Sequential>();
+  auto& ch = head->add("ch", leaf<CountingLayer>()).layer;
+  auto& h = head->add("h", leaf<Linear>(4, 3)).layer;
+  AuxNet net;
+  net.add_segment(std::move(s0));
+  net.add_head("aux", real(0.3), 0, std::move(head));
+  net.add_segment(std::move(s1));
+  ParamStore store;
+  net.register_state(store, "");
+  store.allocate();
+  for (Linear* l : {&a, &b, &h}) l->reset_parameters(1);
+  for (CountingLayer* c : {&c0, &c1, &ch}) c->set_param_state(false, false);
+  net.plan(Shape{2, 4});
+  const Tensor x = testing::random_tensor(Shape{2, 4}, 3);
+  const Tensor dy = testing::random_tensor(Shape{2, 3}, 4), dh = testing::random_tensor(Shape{2, 3}, 5);
+  const std::vector<const Tensor*> dheads = {&dh};
+  auto step = [&] {
+    store.zero_grad();
+    for (CountingLayer* c : {&c0, &c1, &ch}) c->calls = 0;
+    net.forward(x);
+    Tensor none;
+    net.backward(none, dy, dheads);
+  };
+  auto grad_of = [&](const std::string& name) -> const StateEntry& {
+    for (const StateEntry& e : store.entries())
+      if (e.name == name) return e;
+    FAIL("no entry ", name);
+    return store.entries().front();
+  };
+  // The trunk's a frozen (--freeze-backbone): only b and h train, nothing below them runs.
+  a.set_param_state(true, true);
+  step();
+  CHECK(c0.calls + c1.calls + ch.calls == 0);
+  CHECK(all_zero(grad_of("a.weight")));
+  CHECK(!all_zero(grad_of("b.weight")));
+  CHECK(!all_zero(grad_of("aux.h.weight")));
+  // a trainable: both input gradients reach it, through c1 and through the head's ch.
+  a.set_param_state(true, false);
+  step();
+  CHECK(c0.calls == 1);
+  CHECK(c1.calls == 1);
+  CHECK(ch.calls == 1);
+  CHECK(!all_zero(grad_of("a.weight")));
 }

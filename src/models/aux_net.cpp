@@ -96,17 +96,39 @@ const Tensor& AuxNet::forward(const Tensor& in) {
   return *x;
 }
 
+namespace {
+
+bool has_trainable_layer(Module& m) {
+  bool trains = false;
+  m.for_each_layer([&](Layer& l, const std::string&) { trains = trains || l.trainable(); });
+  return trains;
+}
+
+}  // namespace
+
 // Segment i's backward from `dout` (its output gradient), into din (i == 0) or the previous
-// segment's output gradient.
-void AuxNet::segment_backward(size_t i, Tensor& din, const Tensor& dout) {
+// segment's output gradient; with `grad_in` false (nothing below needs that gradient) it gets
+// an undefined one, so its Sequential stops at its lowest trainable layer, and a segment with
+// none is skipped.
+void AuxNet::segment_backward(size_t i, Tensor& din, const Tensor& dout, bool grad_in) {
   if (i == 0) return segments_[0]->backward(din, dout);
-  Tensor g = batch_view(g_seg_[i - 1], seg_shapes_[i - 1], batch_);
+  Tensor none;
+  if (!grad_in && !has_trainable_layer(*segments_[i])) return;
+  Tensor g = grad_in ? batch_view(g_seg_[i - 1], seg_shapes_[i - 1], batch_) : none;
   segments_[i]->backward(g, dout);
 }
 
 void AuxNet::backward(Tensor& din, const Tensor& dout, std::span<const Tensor* const> dheads) {
   CHECK(dheads.size() == (heads_ran_ ? heads_.size() : 0), "AuxNet backward: ", dheads.size(),
         " head gradients for a forward that ran ", heads_ran_ ? heads_.size() : 0, " heads");
+  // grad_in[i]: segment i's input gradient is needed: din is wanted, or a segment before i
+  // trains (fine-tuning with a frozen trunk needs none below its lowest trainable layer).
+  std::vector<bool> grad_in(segments_.size());
+  bool below = din.defined();
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    grad_in[i] = below;
+    below = below || has_trainable_layer(*segments_[i]);
+  }
   const size_t last = segments_.size() - 1;
   for (size_t k = parts_.size(); k-- > 0;) {
     const Part& p = parts_[k];
@@ -115,21 +137,26 @@ void AuxNet::backward(Tensor& din, const Tensor& dout, std::span<const Tensor* c
       HeadPart& h = heads_[p.index];
       CHECK(dheads[p.index] && dheads[p.index]->shape() == h.out->shape(), "AuxNet backward: ",
             "head ", h.info.name, " gradient does not match its logits ", h.out->shape().str());
-      Tensor g = batch_view(h.g_in, h.in_shape, batch_);
+      // The head's input gradient joins segment tap's output gradient: needed when that is.
+      const bool wanted = grad_in[h.tap + 1];
+      if (!wanted && !has_trainable_layer(*h.module)) continue;
+      Tensor none;
+      Tensor g = wanted ? batch_view(h.g_in, h.in_shape, batch_) : none;
       h.module->backward(g, *dheads[p.index]);
       continue;
     }
     const size_t i = p.index;
     if (i == last) {
-      segment_backward(i, din, dout);
+      segment_backward(i, din, dout, grad_in[i]);
       continue;
     }
+    if (!grad_in[i + 1]) continue;  // nothing at or below segment i trains, nor is din wanted
     // Written ('=') by segment i + 1's backward, which ran before this one.
     Tensor g = batch_view(g_seg_[i], seg_shapes_[i], batch_);
     if (heads_ran_)
       for (HeadPart& h : heads_)
         if (h.tap == i) accumulate(g, batch_view(h.g_in, h.in_shape, batch_));
-    segment_backward(i, din, g);
+    segment_backward(i, din, g, grad_in[i]);
   }
 }
 

@@ -64,7 +64,7 @@ class AuxNet : public Module {
     bool head;
     size_t index;
   };
-  void segment_backward(size_t i, Tensor& din, const Tensor& dout);
+  void segment_backward(size_t i, Tensor& din, const Tensor& dout, bool grad_in);
 
   std::vector<std::unique_ptr<Sequential>> segments_;
   std::vector<HeadPart> heads_;
