@@ -45,7 +45,16 @@ for s in range(a.warmup + a.steps):
     if a.mode == "train":
         opt.zero_grad(set_to_none=True)
         with autocast():
-            loss = F.cross_entropy(model(x), t)
+            out = model(x)
+            # Inception v3 and GoogLeNet return their auxiliary heads' logits in training:
+            # weighted as torchvision's reference recipe (0.4; 0.3 each), as our trainer does.
+            if isinstance(out, torchvision.models.InceptionOutputs):
+                loss = F.cross_entropy(out.logits, t) + 0.4 * F.cross_entropy(out.aux_logits, t)
+            elif isinstance(out, torchvision.models.GoogLeNetOutputs):
+                loss = F.cross_entropy(out.logits, t) + 0.3 * (
+                    F.cross_entropy(out.aux_logits1, t) + F.cross_entropy(out.aux_logits2, t))
+            else:
+                loss = F.cross_entropy(out, t)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()

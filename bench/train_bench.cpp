@@ -24,6 +24,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "layers/softmax_xent.h"
+#include "models/aux_loss.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
 
@@ -77,6 +78,8 @@ int main(int argc, char** argv) {
     SGD opt(model->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
     SoftmaxCrossEntropy loss;
     loss.plan(batch, classes, dc.device);
+    AuxLosses aux_losses;  // Inception v3's and GoogLeNet's heads, as the trainer's step
+    aux_losses.plan(*model, batch, 0, dc.device);
     Tensor dlogits = Tensor::empty(out, dc.device);
 
     // CPU time too: with --threads 1 it is a load-independent measure for A/B comparisons of
@@ -93,8 +96,9 @@ int main(int argc, char** argv) {
       if (mode == "train") {
         model->params().zero_grad();
         loss.forward(model->forward(x), targets.data());
+        aux_losses.forward(*model, targets.data());
         loss.backward(dlogits, targets.data());
-        model->backward(dlogits);
+        model->backward(dlogits, aux_losses.backward(targets.data(), 1));
         opt.step();
       } else {
         model->forward(x);
