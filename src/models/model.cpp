@@ -167,21 +167,25 @@ void Model::save_state_dict(const std::string& path,
   w.write(path);
 }
 
+void read_state_entry(const SafetensorsReader& r, const StateEntry& e) {
+  if (e.kind == StateKind::BufferI64) {
+    *e.i64 = r.read_i64_scalar(e.name);
+  } else if (e.value->device() == Device::CPU) {
+    r.read(*e.value, e.name);
+  } else {
+    Tensor host = Tensor::empty(e.shape, Device::CPU);
+    r.read(host, e.name);
+    e.value->copy_from(host);
+  }
+}
+
 void Model::load_state_dict(const std::string& path) {
   SafetensorsReader r(path);
   std::set<std::string> expected;
   for (const StateEntry& e : store_.entries()) {
     expected.insert(e.name);
     CHECK(r.contains(e.name), path, ": no tensor '", e.name, "' (model ", name_, ")");
-    if (e.kind == StateKind::BufferI64) {
-      *e.i64 = r.read_i64_scalar(e.name);
-    } else if (e.value->device() == Device::CPU) {
-      r.read(*e.value, e.name);
-    } else {
-      Tensor host = Tensor::empty(e.shape, Device::CPU);
-      r.read(host, e.name);
-      e.value->copy_from(host);
-    }
+    read_state_entry(r, e);
   }
   for (const TensorInfo& t : r.tensors())
     CHECK(expected.count(t.name), path, ": unexpected tensor '", t.name, "' for model ", name_);

@@ -43,6 +43,11 @@ struct AuxOutput {
 };
 
 class AuxNet;
+class SafetensorsReader;
+
+// State entry e's value from r (its name and shape already checked), staged through a host copy
+// when e lives on the GPU: what load_state_dict and --init-weights read each tensor with.
+void read_state_entry(const SafetensorsReader& r, const StateEntry& e);
 
 class Model {
  public:

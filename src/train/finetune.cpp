@@ -25,20 +25,6 @@ std::string join(const std::vector<std::string>& names, const char* sep) {
   return s;
 }
 
-// Entry e's value from the file (its shape already checked), staged through the host for a GPU
-// model.
-void read_entry(const SafetensorsReader& r, const StateEntry& e) {
-  if (e.kind == StateKind::BufferI64) {
-    *e.i64 = r.read_i64_scalar(e.name);
-  } else if (e.value->device() == Device::CPU) {
-    r.read(*e.value, e.name);
-  } else {
-    Tensor host = Tensor::empty(e.shape, Device::CPU);
-    r.read(host, e.name);
-    e.value->copy_from(host);
-  }
-}
-
 Dims entry_dims(const StateEntry& e) { return e.kind == StateKind::BufferI64 ? Dims{} : dims_of(e.shape); }
 
 }  // namespace
@@ -90,7 +76,7 @@ InitWeightsReport load_init_weights(Model& model, const std::string& path,
           "' belongs to no parameter or buffer of model ", model.name());
     rep.ignored.push_back(t.name);
   }
-  for (const StateEntry* e : load) read_entry(r, *e);
+  for (const StateEntry* e : load) read_state_entry(r, *e);
   rep.loaded = int(load.size());
   return rep;
 }
