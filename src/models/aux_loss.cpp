@@ -6,7 +6,6 @@ namespace mpicnn {
 void AuxLosses::plan(const Model& model, int64_t max_batch, real label_smoothing,
                      Device device) {
   const std::vector<AuxOutput>& heads = model.aux_heads();
-  if (max_batch == max_batch_ && device == device_ && heads.size() == heads_.size()) return;
   heads_.clear();
   grads_.clear();
   const int64_t classes = model.options().num_classes;
@@ -17,8 +16,6 @@ void AuxLosses::plan(const Model& model, int64_t max_batch, real label_smoothing
     mine.xent->plan(max_batch, classes, device);
   }
   for (Head& h : heads_) grads_.push_back(&h.view);
-  max_batch_ = max_batch;
-  device_ = device;
   active_ = 0;
 }
 

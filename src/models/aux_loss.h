@@ -16,7 +16,7 @@ namespace mpicnn {
 class AuxLosses {
  public:
   // One loss and one gradient buffer (max_batch, classes) per head of `model`, on `device`,
-  // with the main loss's label smoothing. Again with the same arguments: nothing to do.
+  // with the main loss's label smoothing.
   void plan(const Model& model, int64_t max_batch, real label_smoothing, Device device);
   // After model.forward: each computed head's loss for targets[N] (host memory).
   void forward(const Model& model, const int32_t* targets);
@@ -35,8 +35,6 @@ class AuxLosses {
   };
   std::vector<Head> heads_;
   std::vector<const Tensor*> grads_;  // &heads_[i].view
-  int64_t max_batch_ = 0;
-  Device device_ = Device::CPU;
   size_t active_ = 0;  // heads computed by the last forward
   int64_t rows_ = 0;   // its batch
 };

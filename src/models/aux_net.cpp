@@ -96,16 +96,6 @@ const Tensor& AuxNet::forward(const Tensor& in) {
   return *x;
 }
 
-namespace {
-
-bool has_trainable_layer(Module& m) {
-  bool trains = false;
-  m.for_each_layer([&](Layer& l, const std::string&) { trains = trains || l.trainable(); });
-  return trains;
-}
-
-}  // namespace
-
 // Segment i's backward from `dout` (its output gradient), into din (i == 0) or the previous
 // segment's output gradient; with `grad_in` false (nothing below needs that gradient) it gets
 // an undefined one, so its Sequential stops at its lowest trainable layer, and a segment with
@@ -113,7 +103,7 @@ bool has_trainable_layer(Module& m) {
 void AuxNet::segment_backward(size_t i, Tensor& din, const Tensor& dout, bool grad_in) {
   if (i == 0) return segments_[0]->backward(din, dout);
   Tensor none;
-  if (!grad_in && !has_trainable_layer(*segments_[i])) return;
+  if (!grad_in && !segments_[i]->has_trainable_layer()) return;
   Tensor g = grad_in ? batch_view(g_seg_[i - 1], seg_shapes_[i - 1], batch_) : none;
   segments_[i]->backward(g, dout);
 }
@@ -127,7 +117,7 @@ void AuxNet::backward(Tensor& din, const Tensor& dout, std::span<const Tensor* c
   bool below = din.defined();
   for (size_t i = 0; i < segments_.size(); ++i) {
     grad_in[i] = below;
-    below = below || has_trainable_layer(*segments_[i]);
+    below = below || segments_[i]->has_trainable_layer();
   }
   const size_t last = segments_.size() - 1;
   for (size_t k = parts_.size(); k-- > 0;) {
@@ -139,7 +129,7 @@ void AuxNet::backward(Tensor& din, const Tensor& dout, std::span<const Tensor* c
             "head ", h.info.name, " gradient does not match its logits ", h.out->shape().str());
       // The head's input gradient joins segment tap's output gradient: needed when that is.
       const bool wanted = grad_in[h.tap + 1];
-      if (!wanted && !has_trainable_layer(*h.module)) continue;
+      if (!wanted && !h.module->has_trainable_layer()) continue;
       Tensor none;
       Tensor g = wanted ? batch_view(h.g_in, h.in_shape, batch_) : none;
       h.module->backward(g, *dheads[p.index]);

@@ -49,11 +49,13 @@ void Model::set_head(std::vector<std::string> prefixes) {
   head_ = std::move(prefixes);
 }
 
-bool Model::in_head(const std::string& entry_name) const {
-  for (const std::string& p : head_)
-    if (param_under(entry_name, p)) return true;
+bool param_under_any(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (const std::string& p : prefixes)
+    if (param_under(name, p)) return true;
   return false;
 }
+
+bool Model::in_head(const std::string& entry_name) const { return param_under_any(entry_name, head_); }
 
 void Model::freeze(const std::vector<std::string>& prefixes) {
   const std::vector<StateEntry>& entries = store_.entries();

@@ -33,6 +33,8 @@ struct ModelOptions {
 // Whether state entry `name` lies under `prefix`: the prefix is the whole name or ends at one of
 // its dots ("layer1" covers "layer1.0.conv1.weight", not "layer10.0.conv1.weight").
 bool param_under(const std::string& name, const std::string& prefix);
+// Whether `name` lies under any of `prefixes` (param_under).
+bool param_under_any(const std::string& name, const std::vector<std::string>& prefixes);
 
 // An auxiliary classifier head's output (Inception v3's AuxLogits, GoogLeNet's aux1 and aux2):
 // the reference training recipe's loss is main + sum weight * cross_entropy(logits).

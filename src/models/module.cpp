@@ -64,12 +64,15 @@ const Tensor& Sequential::forward(const Tensor& in) {
   return *x;
 }
 
+bool Module::has_trainable_layer() {
+  bool trains = false;
+  for_each_layer([&](Layer& l, const std::string&) { trains = trains || l.trainable(); });
+  return trains;
+}
+
 size_t Sequential::first_trainable() {
-  for (size_t i = 0; i < children_.size(); ++i) {
-    bool trains = false;
-    children_[i].second->for_each_layer([&](Layer& l, const std::string&) { trains = trains || l.trainable(); });
-    if (trains) return i;
-  }
+  for (size_t i = 0; i < children_.size(); ++i)
+    if (children_[i].second->has_trainable_layer()) return i;
   return children_.size();
 }
 

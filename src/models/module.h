@@ -41,6 +41,8 @@ class Module {
   virtual void register_state(ParamStore& store, const std::string& prefix) = 0;
   // Visit every layer with its full name prefix ("layer1.0.conv1."), in registration order.
   virtual void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) = 0;
+  // Whether any of its layers has parameters that train (not frozen: Layer::trainable).
+  bool has_trainable_layer();
   virtual void set_training(bool training) = 0;
   // Size the output buffer (and any internal ones) for inputs up to `in`; returns the output
   // shape. Called outside the training step; forward then takes any batch up to in[0].

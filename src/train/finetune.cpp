@@ -13,12 +13,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool under_any(const std::string& name, const std::vector<std::string>& prefixes) {
-  for (const std::string& p : prefixes)
-    if (param_under(name, p)) return true;
-  return false;
-}
-
 std::string join(const std::vector<std::string>& names, const char* sep) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "" : sep) + n;
@@ -53,7 +47,7 @@ InitWeightsReport load_init_weights(Model& model, const std::string& path,
   const std::string& f = rep.file;
   std::vector<const StateEntry*> load;
   for (const StateEntry& e : model.params().entries()) {
-    const bool part = under_any(e.name, partial);
+    const bool part = param_under_any(e.name, partial);
     if (!r.contains(e.name)) {
       CHECK(part, "--init-weights: ", f, " has no tensor '", e.name, "' (model ", model.name(),
             "; --init-weights-partial ", e.name, " keeps its fresh initialisation)");
@@ -72,7 +66,7 @@ InitWeightsReport load_init_weights(Model& model, const std::string& path,
   }
   for (const TensorInfo& t : r.tensors()) {
     if (model.params().find(t.name)) continue;
-    CHECK(under_any(t.name, partial), "--init-weights: ", f, ": tensor '", t.name,
+    CHECK(param_under_any(t.name, partial), "--init-weights: ", f, ": tensor '", t.name,
           "' belongs to no parameter or buffer of model ", model.name());
     rep.ignored.push_back(t.name);
   }

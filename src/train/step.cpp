@@ -91,8 +91,6 @@ bool Trainer::train_epoch() {
   order.erase(order.begin(), order.begin() + done);
   const std::unique_ptr<data::Loader> loader = make_loader(*ds, *train_tf_, lopt_, dev_.device);
   loader->start_epoch(uint64_t(epoch), std::move(order));
-  // Planned here, outside the step, once (later calls find it planned).
-  aux_losses_.plan(*model_, o_.batch_size, xent_.label_smoothing(), dev_.device);
   sync_->reset_stats();
   progress_->begin_epoch(epoch + 1, o_.epochs, plan_.steps);
   Timer epoch_clock;

@@ -242,6 +242,7 @@ void Trainer::build_replica() {
   model_->plan(Shape{b, input_.channels, input_.height, input_.width});
   model_->set_training(true);
   xent_.plan(b, mopt.num_classes, dev_.device);
+  aux_losses_.plan(*model_, b, xent_.label_smoothing(), dev_.device);
   stage_ = InputStage(dev_.device, b, Shape{input_.channels, input_.height, input_.width});
   model_->root().for_each_layer([&](Layer& l, const std::string&) {
     if (auto* d = dynamic_cast<Dropout*>(&l)) dropouts_.push_back(d);
