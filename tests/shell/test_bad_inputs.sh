@@ -6,8 +6,9 @@
 #     of stdout + stderr (so not once per rank);
 #   - stderr holds nothing but that line: no second error, no stack trace, no per-rank copies.
 #     Only OpenMPI's own notice blocks (between lines of dashes, which mpiexec prints when a rank
-#     exits non-zero or calls MPI_Abort) are set aside first, and only for rows run under
-#     mpiexec ($MPI, or a job script); stdout may hold a program's normal progress lines;
+#     exits non-zero or calls MPI_Abort) and mpiexec's own ORTE_ERROR_LOG lines are set aside
+#     first, and only for rows run under mpiexec ($MPI, or a job script); stdout may hold a
+#     program's normal progress lines;
 #   - no crash marker anywhere (terminate called, Segmentation fault, core dumped, Sanitizer...);
 #   - the table's "unchanged" path (a run, a checkpoint, a dataset) has the same files with the
 #     same bytes after the row as before it: nothing already written is left corrupt.
@@ -136,7 +137,10 @@ run_row() {
   out=$(cat "$tmp.out" "$tmp.err")
   # OpenMPI's notice blocks: only where the row runs under mpiexec.
   if [[ $cmd == *'$MPI'* || $cmd == *'$PBS'* || $cmd == *'$SLURM'* ]]; then
-    err=$(awk '/^-----+$/ { inside = !inside; next } !inside' "$tmp.err")
+    # Also mpiexec's own runtime log lines ("[host:pid] [[J,0],0] ORTE_ERROR_LOG: ..."; OpenMPI
+    # 4.1 sometimes logs one when MPI_Abort races its help-message forwarding).
+    err=$(awk '/^-----+$/ { inside = !inside; next } !inside' "$tmp.err" |
+      grep -vE '^\[[^]]+\] \[\[[0-9]+,0\],0\] ORTE_ERROR_LOG: ')
   else
     err=$(cat "$tmp.err")
   fi
