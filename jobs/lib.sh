@@ -219,6 +219,8 @@ mpicnn_sweep_config() {
   # shellcheck disable=SC2206  # the line's remaining words are ./train options
   SWEEP_ARGS=($rest)
   [ -n "$THREADS" ] || mpicnn_die "$SWEEP_GRID line '$line': expected model batch ranks threads [options]"
+  case "$SWEEP_BATCH" in *[!0-9]* | 0 | 00*) mpicnn_die "$SWEEP_GRID line '$line': batch '$SWEEP_BATCH' is not a positive integer" ;; esac
+  case "$RANKS" in *[!0-9]* | 0 | 00*) mpicnn_die "$SWEEP_GRID line '$line': ranks '$RANKS' is not a positive integer" ;; esac
 }
 
 # One sweep element: trains the configuration for SWEEP_EPOCHS into SWEEP_DIR/<index>-<config>

@@ -42,6 +42,7 @@ fixtures() {
   cp "$F/data/train.csv" "$F/noread.csv" && chmod 000 "$F/noread.csv"
   mkdir -p "$F/emptydir"
   printf 'epochs = 3\nbogus-key = 1\n' > "$F/bad.cfg"
+  printf '# model batch ranks threads\nlenet 64 2 1\nlenet 64 0 1\n' > "$F/bad.grid"
   mkdir -p "$F/idx" && /usr/bin/python3 - "$src" "$F" <<'EOF' || return 1
 import gzip, struct, sys
 src, f = sys.argv[1], sys.argv[2]
@@ -104,7 +105,7 @@ declare -A PH=(
   [BIN]=$BIN [DATA]=$F/data [DATA5]=$F/data5 [IDX]=$F/idx [IDXTRUNC]=$F/idxtrunc [IDXLAB]=$F/idxlab
   [RUN]=$F/run [RUNRO]=$F/runro [OLDRUN]=$F/oldrun [OLD]=$F/old [NEWER]=$F/newer [OTHERFMT]=$F/otherfmt
   [TRUNC]=$F/trunc [FOREIGN]=$F/foreign [EMPTYCSV]=$F/empty.csv [HEADERCSV]=$F/header.csv
-  [NOREAD]=$F/noread.csv [EMPTYDIR]=$F/emptydir [CFG]=$F/bad.cfg [RO]=$F/ro [PBS]=$F/pbs [SLURM]=$F/slurm
+  [GRID]=$F/bad.grid [NOREAD]=$F/noread.csv [EMPTYDIR]=$F/emptydir [CFG]=$F/bad.cfg [RO]=$F/ro [PBS]=$F/pbs [SLURM]=$F/slurm
   [MPI]="mpiexec --oversubscribe" [AS_NOBODY]=$AS_NOBODY
 )
 names=$(for k in "${!PH[@]}" TMP; do echo "${#k} $k"; done | sort -rn | cut -d' ' -f2)
