@@ -131,10 +131,12 @@ run_row() {
   msg=$(expand "$msg" "$tmp")
   keep=$(expand "$keep" "$tmp")
   [ "$keep" = - ] || before=$(fingerprint "$keep")
+  local t=$(date +%s%N)
   # Plain shell variables for eval, not exported: OpenMPI reads TMP (its session directory).
   ( cd "$REPO" && unset TMP && TMP=$tmp && for k in "${!PH[@]}"; do unset "$k"; printf -v "$k" '%s' "${PH[$k]}"; done &&
     eval "exec env -u OPENBLAS_CORETYPE timeout -k 5 20 $cmd" ) > "$tmp.out" 2> "$tmp.err" < /dev/null
   rc=$?
+  t=$(( ($(date +%s%N) - t) / 1000000 ))
   out=$(cat "$tmp.out" "$tmp.err")
   # OpenMPI's notice blocks: only where the row runs under mpiexec.
   if [[ $cmd == *'$MPI'* || $cmd == *'$PBS'* || $cmd == *'$SLURM'* ]]; then
@@ -166,7 +168,7 @@ run_row() {
   elif [ "$keep" != - ] && [ "$before" != "$after" ]; then
     fail "$id" "$keep changed"
   else
-    pass "$id: $7"
+    pass "$id: $7 ($t ms)"
   fi
   [ -n "${KEEP:-}" ] && echo "  output of $id: $tmp.out $tmp.err" || rm -rf "$tmp" "$tmp.out" "$tmp.err"
 }
