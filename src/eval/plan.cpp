@@ -96,7 +96,8 @@ void from_weights(const EvalOptions& o, EvalPlan& p) {
 }
 
 // A class name as a key that survives export_images' folder naming ("0_T-shirt_top" for
-// "T-shirt/top"): lower case, a leading "<digits>_" dropped, other than letters and digits '_'.
+// "T-shirt/top"): lower case, a leading "<digits>_" dropped, each other character but letters
+// and digits made '_'.
 // Empty for a bare number (an unnamed class: CSV labels, plain IDX), which matches anything.
 std::string class_key(const std::string& name) {
   size_t i = 0;
