@@ -170,7 +170,9 @@ run_row() {
   else
     pass "$id: $7 ($t ms)"
   fi
-  [ -n "${KEEP:-}" ] && echo "  output of $id: $tmp.out $tmp.err" || rm -rf "$tmp" "$tmp.out" "$tmp.err"
+  # KEEP=DIR: each row's stdout and stderr kept as DIR/ID.out and DIR/ID.err.
+  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP" && cp "$tmp.out" "$KEEP/$id.out" && cp "$tmp.err" "$KEEP/$id.err"; }
+  rm -rf "$tmp" "$tmp.out" "$tmp.err"
 }
 
 cell() { local c=$1; c=${c#"${c%%[![:space:]]*}"}; c=${c%"${c##*[![:space:]]}"}; c=${c#\`}; c=${c%\`}; printf '%s' "$c"; }
