@@ -14,6 +14,10 @@ mpicnn_seconds() {
   echo "$s"
 }
 
+mpicnn_check_ranks() {
+  case "$RANKS" in '' | *[!0-9]* | 0 | 00*) mpicnn_die "RANKS='$RANKS' is not a positive integer" ;; esac
+}
+
 # Sets SCHEDULER, JOB_ID, JOB_NAME, RANKS, HOSTFILE, THREADS from the scheduler's environment.
 mpicnn_detect() {
   if [ -n "${PBS_JOBID:-}" ]; then
@@ -23,6 +27,7 @@ mpicnn_detect() {
     [ -r "${PBS_NODEFILE:-}" ] || mpicnn_die "PBS_NODEFILE '${PBS_NODEFILE:-}' is not readable"
     HOSTFILE=$PBS_NODEFILE  # one line per MPI process (mpiprocs per chunk; Torque: ppn)
     RANKS=${RANKS:-$(grep -c . "$PBS_NODEFILE")}
+    mpicnn_check_ranks  # before the threads arithmetic below divides by it
     local nodes
     nodes=$(sort -u "$PBS_NODEFILE" | grep -c .)
     # ncpus of a chunk shared by its mpiprocs (PBS Pro sets NCPUS; Torque: PBS_NUM_PPN).
@@ -47,7 +52,7 @@ mpicnn_detect() {
     RANKS=${RANKS:-2}
   fi
   THREADS=${THREADS:-0}  # 0: ./train's default, the node's usable CPUs / ranks on the node
-  case "$RANKS" in '' | *[!0-9]* | 0) mpicnn_die "RANKS='$RANKS' is not a positive integer" ;; esac
+  mpicnn_check_ranks
   case "$THREADS" in '' | *[!0-9]*) mpicnn_die "THREADS='$THREADS' is not an integer >= 0" ;; esac
 }
 
@@ -167,6 +172,11 @@ mpicnn_banner() {
 # ./train of MODEL on DATA for EPOCHS into RUN_DIR (resumed per RESUME_ARGS), with the walltime
 # warning forwarded. Used by jobs/train.pbs and jobs/train.slurm; returns ./train's status.
 mpicnn_train() {
+  # Checked here, before mpiexec starts: one line in the job log instead of ./train's line
+  # between OpenMPI's notices, and no ranks started for nothing.
+  case "$EPOCHS" in '' | *[!0-9]* | 0 | 00*) mpicnn_die "EPOCHS='$EPOCHS' is not a positive integer" ;; esac
+  case "$BATCH" in '' | *[!0-9]* | 0 | 00*) mpicnn_die "BATCH='$BATCH' is not a positive integer" ;; esac
+  [ -z "$DATA" ] || [ -e "$DATA" ] || mpicnn_die "DATA='$DATA' does not exist"
   local args=(-m "$MODEL" -e "$EPOCHS" -b "$BATCH" --threads "$THREADS" -s "$RUN_DIR" --progress plain)
   [ -n "$DATA" ] && args+=(-d "$DATA")
   # shellcheck disable=SC2206  # TRAIN_ARGS is a list of words on purpose
@@ -209,6 +219,8 @@ mpicnn_sweep_config() {
   # shellcheck disable=SC2206  # the line's remaining words are ./train options
   SWEEP_ARGS=($rest)
   [ -n "$THREADS" ] || mpicnn_die "$SWEEP_GRID line '$line': expected model batch ranks threads [options]"
+  case "$SWEEP_BATCH" in *[!0-9]* | 0 | 00*) mpicnn_die "$SWEEP_GRID line '$line': batch '$SWEEP_BATCH' is not a positive integer" ;; esac
+  case "$RANKS" in *[!0-9]* | 0 | 00*) mpicnn_die "$SWEEP_GRID line '$line': ranks '$RANKS' is not a positive integer" ;; esac
 }
 
 # One sweep element: trains the configuration for SWEEP_EPOCHS into SWEEP_DIR/<index>-<config>

@@ -10,6 +10,16 @@
 
 using namespace mpicnn;
 
+// A failure on this rank alone. With one rank there is no job to abort: print the one line and
+// return (MPI_Abort would add OpenMPI's multi-line notice after it); with more ranks, abort the
+// job so that no rank waits forever in a collective.
+static int fail_rank(const dist::Comm& comm, const std::string& message) {
+  if (comm.size() > 1) comm.fail_job(message);
+  std::cout.flush();
+  std::cerr << message << std::endl;
+  return 1;
+}
+
 int main(int argc, char** argv) {
   dist::Comm comm(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
@@ -32,8 +42,8 @@ int main(int argc, char** argv) {
     if (comm.root()) std::cerr << "pipeline_eval: " << e.message() << std::endl;
     return 1;
   } catch (const Error& e) {  // this rank alone: the others may be inside a collective
-    comm.fail_job("pipeline_eval: " + e.message());
+    return fail_rank(comm, "pipeline_eval: " + e.message());
   } catch (const std::exception& e) {
-    comm.fail_job(std::string("pipeline_eval: ") + e.what());
+    return fail_rank(comm, std::string("pipeline_eval: ") + e.what());
   }
 }

@@ -10,6 +10,16 @@
 
 using namespace mpicnn;
 
+// A failure on this rank alone. With one rank there is no job to abort: print the one line and
+// return (MPI_Abort would add OpenMPI's multi-line notice after it); with more ranks, abort the
+// job so that no rank waits forever in a collective.
+static int fail_rank(const dist::Comm& comm, const std::string& message) {
+  if (comm.size() > 1) comm.fail_job(message);
+  std::cout.flush();
+  std::cerr << message << std::endl;
+  return 1;
+}
+
 int main(int argc, char** argv) {
   // First: a scheduler's stop signal during start-up (MPI init, reading data) must become a
   // checkpoint-and-stop at the first step, not SIGUSR1's default action (terminate).
@@ -43,8 +53,8 @@ int main(int argc, char** argv) {
     if (comm.root()) std::cerr << "train: " << e.message() << std::endl;
     return 1;
   } catch (const Error& e) {  // this rank alone: the others may be inside a collective
-    comm.fail_job("train: " + e.message());
+    return fail_rank(comm, "train: " + e.message());
   } catch (const std::exception& e) {
-    comm.fail_job(std::string("train: ") + e.what());
+    return fail_rank(comm, std::string("train: ") + e.what());
   }
 }

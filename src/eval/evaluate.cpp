@@ -4,6 +4,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -58,6 +61,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   EvalPlan plan;
   std::string text;
   comm.on_root([&] {
+    prepare_output(o);
     const EvalOptions eo = resolve_data(o);
     plan = make_plan(eo, dataset);
     if (eo.run_test_data)
@@ -145,12 +149,24 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   return rep;
 }
 
-void write_outputs(const EvalOptions& o, const Report& report) {
+void prepare_output(const EvalOptions& o) {
   if (o.output.empty()) return;
   std::error_code ec;
   fs::create_directories(o.output, ec);
   CHECK(fs::is_directory(o.output), "--output: cannot create the folder ", o.output,
         ec ? " (" + ec.message() + ")" : std::string());
+  // Before the evaluation, not after it: a folder we cannot write to fails in a second, not at
+  // the end of a long run. The probe is created and removed at once.
+  const fs::path probe = fs::path(o.output) / ".mpicnn_write_probe";
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  CHECK(f != nullptr, "--output: cannot write into ", o.output, " (", std::strerror(errno), ")");
+  std::fclose(f);
+  fs::remove(probe, ec);
+}
+
+void write_outputs(const EvalOptions& o, const Report& report) {
+  if (o.output.empty()) return;
+  prepare_output(o);
   write_predictions_csv((fs::path(o.output) / "predictions.csv").string(), report);
   write_report_json((fs::path(o.output) / "report.json").string(), report);
 }

@@ -14,6 +14,10 @@ namespace mpicnn::eval {
 // the flag, file or sample (and the failing rank when it was not 0).
 Report run_evaluation(const EvalOptions& options, const dist::Comm& comm);
 
+// Rank 0: creates options.output if missing and checks that it can be written to (an Error
+// naming it otherwise); run_evaluation calls it first. Nothing when output is empty.
+void prepare_output(const EvalOptions& options);
+
 // Rank 0: predictions.csv and report.json into options.output (created if missing), each
 // written atomically. Nothing when output is empty.
 void write_outputs(const EvalOptions& options, const Report& report);

@@ -3,6 +3,7 @@
 #include "eval/plan.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -94,6 +95,30 @@ void from_weights(const EvalOptions& o, EvalPlan& p) {
   p.num_classes = o.num_classes;  // 0 until the dataset says
 }
 
+// A class name as a key that survives export_images' folder naming ("0_T-shirt_top" for
+// "T-shirt/top"): lower case, a leading "<digits>_" dropped, each other character but letters
+// and digits made '_'.
+// Empty for a bare number (an unnamed class: CSV labels, plain IDX), which matches anything.
+std::string class_key(const std::string& name) {
+  size_t i = 0;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+  if (i == name.size()) return "";
+  std::string key = i > 0 && name[i] == '_' ? name.substr(i + 1) : name;
+  for (char& c : key) c = std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : '_';
+  return key;
+}
+
+// The data's labels must mean the checkpoint's classes: a 5-class subset of other classes
+// would otherwise be scored against the wrong outputs and report a meaningless accuracy.
+void check_class_names(const std::vector<std::string>& model, const data::Dataset& d) {
+  const std::vector<std::string>& data = d.class_names();
+  for (size_t c = 0; c < data.size() && c < model.size(); ++c) {
+    const std::string a = class_key(data[c]), b = class_key(model[c]);
+    CHECK(a.empty() || b.empty() || a == b, "-d: ", d.describe(), ": class ", c, " is '", data[c],
+          "', the checkpoint's class ", c, " is '", model[c], "' (evaluate on data with the run's classes)");
+  }
+}
+
 }  // namespace
 
 EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset) {
@@ -141,8 +166,9 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
 
   const int data_classes = d.num_classes();
   if (p.num_classes == 0) p.num_classes = data_classes;
-  CHECK(data_classes <= p.num_classes, "-d: ", d.describe(), " has ", data_classes, " classes, the model ",
-        p.num_classes, (o.checkpoint.empty() ? " (--num-classes)" : " (the checkpoint's)"));
+  CHECK(data_classes <= p.num_classes, "-d: ", d.describe(), "; the model has only ", p.num_classes,
+        (o.checkpoint.empty() ? " (--num-classes)" : " (the checkpoint's)"));
+  if (!o.checkpoint.empty()) check_class_names(p.class_names, d);
   if (p.class_names.empty()) {
     p.class_names = d.class_names();
     for (int c = data_classes; c < p.num_classes; ++c) p.class_names.push_back(std::to_string(c));

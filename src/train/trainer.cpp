@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -39,6 +42,19 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
+
+// Rank 0, before anything is written: a run directory that exists but cannot be written to
+// (a read-only file system, no permission) is named now, by the flag that chose it, rather
+// than as whichever file deep in mlruns/ happened to be written first.
+void check_run_dir_writable(const std::string& dir, const char* flag) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;  // created later, with its own message
+  const fs::path probe = fs::path(dir) / ".mpicnn_write_probe";
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  CHECK(f != nullptr, flag, ": run directory ", dir, " cannot be written to (", std::strerror(errno), ")");
+  std::fclose(f);
+  fs::remove(probe, ec);
+}
 
 std::string utc_now(const char* format) {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -249,6 +265,12 @@ void Trainer::build_replica() {
   });
   dlogits_ = Tensor::zeros(Shape{b, mopt.num_classes}, dev_.device);
 
+  // Fewer samples than ranks: some rank would train only on copies of the others' samples,
+  // which is a launch mistake (mpiexec -n too big for the data), not a plan.
+  if (o_.distribute_data && train_->info().size < uint64_t(comm_.size()))
+    throw dist::SharedError(detail::concat("-d: ", train_->info().description, ": fewer training samples than the ",
+                                           comm_.size(), " ranks; run at most ", train_->info().size,
+                                           " (mpiexec -n) or pass --distribute-data=false"));
   plan_ = train_->plan(b);
   const int64_t global_batch = b * comm_.size();
   base_lr_ = o_.scale_lr ? scale_lr(o_.learning_rate, global_batch) : o_.learning_rate;
@@ -283,6 +305,7 @@ void Trainer::resume_or_start() {
             "--save-dir: ", run_dir_, " already holds a run; continue it with --resume ", run_dir_,
             " or choose another directory");
     }
+    check_run_dir_writable(run_dir_, o_.resume.empty() ? "--save-dir" : "--resume");
     CHECK(at.step_in_epoch < plan_.steps, "--resume: the checkpoint stopped at step ",
           at.step_in_epoch, " of an epoch that now has ", plan_.steps,
           " steps (batch size or rank count changed)");
