@@ -2,6 +2,7 @@
 #include "core/fault.h"
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -52,9 +53,12 @@ void hit(std::string_view name) {
   if (rank < 0) rank = launcher_rank();
   if (name != spec.name || rank != spec.rank) return;
   if (hits.fetch_add(1) + 1 != spec.occurrence) return;
-  // One line first, so a test can tell where the fault struck; then the signal.
-  std::fprintf(stderr, "fault: rank %d raises signal %d at point %.*s (hit %ld)\n", rank,
-               spec.signal, int(name.size()), name.data(), spec.occurrence);
+  // One line first, so a test can tell where and when (epoch seconds) the fault struck.
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  std::fprintf(stderr, "fault: rank %d raises signal %d at point %.*s (hit %ld) at %ld.%06ld\n", rank,
+               spec.signal, int(name.size()), name.data(), spec.occurrence, long(now.tv_sec),
+               long(now.tv_nsec / 1000));
   std::fflush(stderr);
   ::kill(::getpid(), spec.signal);  // the whole process, not only this thread
 }
