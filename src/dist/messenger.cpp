@@ -11,6 +11,7 @@
 namespace mpicnn::dist {
 
 Messenger::Messenger(const Comm& comm) : comm_(comm), sent_to_(size_t(comm.size()), 0) {
+  WaitGuard wait("MPI_Comm_dup", "pipeline start");  // collective: waits for every rank
   MPI_CHECK(MPI_Comm_dup(comm.world(), &mc_));
   MPI_CHECK(MPI_Comm_set_errhandler(mc_, MPI_ERRORS_RETURN));
 }
