@@ -36,6 +36,11 @@ dist::Watchdog::Options quick(Caught& c, double timeout_s) {
   return o;
 }
 
+// Waits until the action ran (or 10 s passed: a loaded machine may delay the watchdog thread).
+void await_call(const Caught& c) {
+  for (int i = 0; i < 1000 && c.calls == 0; ++i) std::this_thread::sleep_for(10ms);
+}
+
 }  // namespace
 
 TEST_CASE("watchdog: a wait longer than the timeout runs the action once with one line") {
@@ -44,7 +49,8 @@ TEST_CASE("watchdog: a wait longer than the timeout runs the action once with on
   {
     dist::Watchdog w(quick(c, 0.1));
     dist::WaitGuard wait("MPI_Allreduce", "gradient bucket", 1, 3);
-    std::this_thread::sleep_for(400ms);
+    await_call(c);
+    std::this_thread::sleep_for(200ms);  // more rounds of the watchdog: still one call
   }
   dist::watchdog_set_context(nullptr, -1, -1);
   CHECK(c.calls == 1);
@@ -57,12 +63,12 @@ TEST_CASE("watchdog: a wait longer than the timeout runs the action once with on
 TEST_CASE("watchdog: short waits, and time outside any wait, never trigger it") {
   Caught c;
   {
-    dist::Watchdog w(quick(c, 0.15));
-    for (int i = 0; i < 20; ++i) {  // 20 waits of 20 ms: 400 ms in all, each far below 150 ms
+    dist::Watchdog w(quick(c, 1.0));
+    for (int i = 0; i < 20; ++i) {  // 20 waits of 20 ms: 400 ms in all, each far below 1 s
       dist::WaitGuard wait("MPI_Bcast", nullptr);
       std::this_thread::sleep_for(20ms);
     }
-    std::this_thread::sleep_for(300ms);  // computing, not waiting
+    std::this_thread::sleep_for(1200ms);  // computing, not waiting
   }
   CHECK(c.calls == 0);
 }
@@ -73,7 +79,7 @@ TEST_CASE("watchdog: nested guards report the inner wait, then the outer one aga
     dist::Watchdog w(quick(c, 0.15));
     dist::WaitGuard outer("MPI_Ialltoall", "pipeline finish");
     { dist::WaitGuard inner("MPI_Bcast", "broadcast from rank 0"); }
-    std::this_thread::sleep_for(400ms);
+    await_call(c);
   }
   CHECK(c.calls == 1);
   CHECK(c.line.find("in MPI_Ialltoall (pipeline finish) >") != std::string::npos);
@@ -85,7 +91,7 @@ TEST_CASE("watchdog: guards without a watchdog record nothing") {
   Caught c;
   {
     dist::Watchdog w(quick(c, 0.1));
-    std::this_thread::sleep_for(300ms);  // the earlier guard's wait is not seen
+    std::this_thread::sleep_for(400ms);  // the earlier guard's wait is not seen
   }
   CHECK(c.calls == 0);
 }

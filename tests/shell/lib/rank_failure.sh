@@ -87,28 +87,36 @@ rf_train_trial() {
     echo "$line: FAILED (must exit non-zero within 30 s; 124 = hung)"
     return 1
   fi
-  if [ ! -e "$run/latest" ]; then
-    echo "$line, killed before the first checkpoint (nothing to resume)"
-    return 0
+  if [ -e "$run/latest" ]; then
+    rf_recover "$run" "$run" "$line"
+    return
   fi
-  rf_recover "$run" "$line"
+  # Killed between publishing the first checkpoint and pointing `latest` at it: resume from it.
+  local first
+  first=$(ls -d "$run"/checkpoints/epoch-* 2>/dev/null | tail -1)
+  if [ -n "$first" ]; then
+    rf_recover "$run" "$first" "$line, no latest yet (killed before it was written)"
+    return
+  fi
+  echo "$line, killed before the first checkpoint (nothing to resume)"
 }
 
-# rf_recover RUN LINE: RUN/latest loads (./pipeline_eval on 1 rank) and --resume finishes it.
+# rf_recover RUN FROM LINE: FROM (RUN or one of its checkpoints) loads (./pipeline_eval on 1
+# rank) and --resume FROM finishes the run.
 rf_recover() {
-  local run=$1 line=$2 ckpt
-  ckpt=$(basename "$(readlink -f "$run/latest")")
-  if ! timeout "$RF_GUARD" mpiexec -n 1 --oversubscribe "$REPO/pipeline_eval" --checkpoint "$run" \
+  local run=$1 from=$2 line=$3 ckpt
+  if [ "$from" = "$run" ]; then ckpt="latest $(basename "$(readlink -f "$run/latest")")"; else ckpt=$(basename "$from"); fi
+  if ! timeout "$RF_GUARD" mpiexec -n 1 --oversubscribe "$REPO/pipeline_eval" --checkpoint "$from" \
        --limit 64 > "$run.eval.log" 2>&1; then
-    echo "$line: FAILED: $run/latest ($ckpt) does not load: $(tail -1 "$run.eval.log")"
+    echo "$line: FAILED: $ckpt does not load: $(tail -1 "$run.eval.log")"
     return 1
   fi
-  if ! timeout "$RF_GUARD" mpiexec -n 3 --oversubscribe "$REPO/train" --resume "$run" > "$run.resume.log" 2>&1 ||
+  if ! timeout "$RF_GUARD" mpiexec -n 3 --oversubscribe "$REPO/train" --resume "$from" > "$run.resume.log" 2>&1 ||
      ! grep -q '^done: ' "$run.resume.log"; then
     echo "$line: FAILED: --resume from $ckpt did not finish: $(tail -1 "$run.resume.log")"
     return 1
   fi
-  echo "$line, latest $ckpt loads, --resume finished"
+  echo "$line, $ckpt loads, --resume finished"
 }
 
 # rf_eval_trial CKPT_RUN OUT HOW: a killed 4-rank ./pipeline_eval of CKPT_RUN (rank 0 reads,
