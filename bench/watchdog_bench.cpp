@@ -1,5 +1,5 @@
 // Cost of the watchdog's wait guards (dist/watchdog.h): nanoseconds per guard with no watchdog
-// (the guard sees it is off) and with one running, and a small MPI_Allreduce (the trainer's
+// (the guard sees it is off) and with one running (fastest of 10 runs), and a small MPI_Allreduce (the trainer's
 // per-step totals) with and without a guard around it, in alternating blocks.
 //   mpiexec -n 2 build/release/bench/watchdog_bench [--calls 20000] [--blocks 10]
 #include <mpi.h>
@@ -48,6 +48,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The fastest of 10 runs of 2M guards: preemption on a shared machine only adds time.
+double best_guard_ns() {
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i) best = std::min(best, guard_ns(2000000));
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,7 +67,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--calls")) calls = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--blocks")) blocks = std::atoi(argv[i + 1]);
   }
-  const double off_ns = guard_ns(20000000);
+  const double off_ns = best_guard_ns();
   std::vector<double> plain, guarded;
   double on_ns = 0;
   {
@@ -68,7 +75,7 @@ int main(int argc, char** argv) {
     o.timeout_s = 1800;
     o.rank = rank;
     dist::Watchdog w(o);
-    on_ns = guard_ns(20000000);
+    on_ns = best_guard_ns();
     for (int b = 0; b < blocks; ++b) {  // alternating, so drift hits both alike
       plain.push_back(allreduce_us(calls, false));
       guarded.push_back(allreduce_us(calls, true));
@@ -77,8 +84,12 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("guard: %.1f ns with no watchdog, %.1f ns with one running\n", off_ns, on_ns);
     std::printf("MPI_Allreduce of 4 doubles: %.2f us plain, %.2f us guarded (median of %d blocks "
-                "of %d; ratio %.3f)\n",
-                median(plain), median(guarded), blocks, calls, median(guarded) / median(plain));
+                "of %d; ratio %.3f); fastest blocks %.2f vs %.2f us (ratio %.3f)\n",
+                median(plain), median(guarded), blocks, calls, median(guarded) / median(plain),
+                *std::min_element(plain.begin(), plain.end()),
+                *std::min_element(guarded.begin(), guarded.end()),
+                *std::min_element(guarded.begin(), guarded.end()) /
+                    *std::min_element(plain.begin(), plain.end()));
   }
   MPI_Finalize();
   return 0;
