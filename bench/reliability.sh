@@ -38,7 +38,7 @@ if kind == "train":
         elif k == "scatter":
             print(f"scatter:{rng.randrange(3)}:{rng.randint(1, 6)}")
         else:
-            print(f"outside:{rng.uniform(1.5, 6.0):.2f}:{rng.randrange(3)}")
+            print(f"outside:{rng.uniform(1.5, 4.5):.2f}:{rng.randrange(3)}")
 else:
     for i in range(int(sys.argv[2])):
         if i % 2 == 0:

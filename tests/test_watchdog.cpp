@@ -85,6 +85,20 @@ TEST_CASE("watchdog: nested guards report the inner wait, then the outer one aga
   CHECK(c.line.find("in MPI_Ialltoall (pipeline finish) >") != std::string::npos);
 }
 
+TEST_CASE("watchdog: no wait counts while a WatchdogPause lives") {
+  Caught c;
+  {
+    dist::Watchdog w(quick(c, 0.1));
+    {
+      const dist::WatchdogPause pause;
+      dist::WaitGuard wait("MPI_Bcast", "broadcast from rank 0");
+      std::this_thread::sleep_for(400ms);
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  CHECK(c.calls == 0);
+}
+
 TEST_CASE("watchdog: guards without a watchdog record nothing") {
   dist::WaitGuard before("MPI_Barrier", nullptr);  // no watchdog yet: inactive
   std::this_thread::sleep_for(300ms);

@@ -19,6 +19,7 @@ namespace {
 // sorts: start is written last on entry (release) and re-read by the watchdog after the other
 // fields, so a wait that changed meanwhile is skipped for one round, never misreported.
 std::atomic<bool> g_enabled{false};
+std::atomic<int> g_paused{0};
 std::atomic<int64_t> g_start{0};  // 0: not waiting
 std::atomic<const char*> g_op{nullptr}, g_what{nullptr};
 std::atomic<int64_t> g_index{-1}, g_count{0};
@@ -62,6 +63,9 @@ WaitGuard::~WaitGuard() {
   }
   publish(op_, what_, index_, count_, start_);
 }
+
+WatchdogPause::WatchdogPause() { g_paused.fetch_add(1); }
+WatchdogPause::~WatchdogPause() { g_paused.fetch_sub(1); }
 
 void watchdog_set_context(const char* phase, int64_t epoch, int64_t step) {
   g_phase.store(phase, std::memory_order_relaxed);
@@ -125,7 +129,7 @@ void Watchdog::loop() {
 
 bool Watchdog::check() {
   const int64_t start = g_start.load(std::memory_order_acquire);
-  if (start == 0) return false;
+  if (start == 0 || g_paused.load() > 0) return false;
   const char* op = g_op.load(std::memory_order_relaxed);
   const char* what = g_what.load(std::memory_order_relaxed);
   const int64_t index = g_index.load(std::memory_order_relaxed), count = g_count.load(std::memory_order_relaxed);

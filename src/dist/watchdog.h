@@ -36,6 +36,16 @@ class WaitGuard {
   int64_t start_ = 0, index_ = -1, count_ = 0;  // the enclosing wait's
 };
 
+// While one lives, no wait counts: for waits that are long by design (the other ranks idle while
+// rank 0 runs ./pipeline_eval --compare's sequential baseline alone). Nests.
+class WatchdogPause {
+ public:
+  WatchdogPause();
+  ~WatchdogPause();
+  WatchdogPause(const WatchdogPause&) = delete;
+  WatchdogPause& operator=(const WatchdogPause&) = delete;
+};
+
 // Where the trainer is, shown in the line as "PHASE epoch E step S" (phase a literal, e.g.
 // "training"; epoch and step from 1, step < 1 not shown; phase null: nothing shown).
 void watchdog_set_context(const char* phase, int64_t epoch, int64_t step);

@@ -112,7 +112,9 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   std::optional<RunOutput> seq;
   if (baseline) {
     // Rank 0 alone, with the threads a single-rank run would get; the others wait without
-    // spinning so that the baseline has the machine to itself.
+    // spinning so that the baseline has the machine to itself, for as long as it takes (no
+    // --timeout: a large dataset's baseline may run for hours).
+    const dist::WatchdogPause long_wait;
     comm.on_root([&] {
       set_num_threads(alone_threads);
       predictor->warm_up();
