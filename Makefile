@@ -196,6 +196,13 @@ demo: deps
 	  echo "mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --compare -o $$run/eval" && \
 	  mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --compare -o $$run/eval
 
+# Rank failure trials (bench/reliability.sh): seeded kills of one rank of ./train and
+# ./pipeline_eval; prints the time-to-exit distribution (figures in bench/RESULTS.md).
+.PHONY: reliability
+reliability:
+	$(MAKE) --no-print-directory -j$$(nproc) apps tools
+	bash bench/reliability.sh
+
 clean:
 	rm -rf build
 

@@ -184,6 +184,10 @@ TEST_CASE("eval options: switches") {
   const EvalOptions c = parse(with_checkpoint({"--sequential=false", "--compare"}));
   CHECK(c.compare);
   CHECK(!c.sequential);
+  expect_parse_error(with_checkpoint({"--timeout=-5"}),
+                     "--timeout: '-5' is not a number of seconds >= 0 (0 = off)");
+  CHECK(parse(with_checkpoint({"--timeout", "0"})).timeout == 0);
+  CHECK(parse(with_checkpoint({})).timeout == 1800);
   expect_parse_error(with_checkpoint({"--json=maybe"}),
                      "--json: 'maybe' is not a switch value (true, on, yes, 1, false, off");
   expect_parse_error(with_checkpoint({"--skip-bad", "data/x"}),

@@ -341,6 +341,8 @@ TEST_CASE("train options: value errors") {
   expect_parse_error({"--keep-checkpoints=-1"}, "--keep-checkpoints: '-1' is not an integer");
   expect_parse_error({"--check-sync=1.5"}, "--check-sync: '1.5' is not an integer >= 0");
   expect_parse_error({"--bucket-mb", "0"}, "--bucket-mb: '0' is not a number > 0 (MiB)");
+  expect_parse_error({"--timeout", "-1"}, "--timeout: '-1' is not a number of seconds >= 0 (0 = off)");
+  expect_parse_error({"--timeout", "soon"}, "--timeout: 'soon' is not a number of seconds >= 0");
   expect_parse_error({"--progress", "fancy"},
                      "--progress: 'fancy' is not one of auto, bar, plain or none");
   expect_parse_error({"--augment", "mixup"},

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "dist/comm.h"
+#include "dist/watchdog.h"
 #include "eval/evaluate.h"
 #include "eval/options.h"
 #include "eval/report.h"
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
       if (comm.root()) std::cout << eval::eval_help();
       return 0;
     }
+    // --timeout: a rank stuck waiting on another ends the job (dist/watchdog.h).
+    const auto watchdog = dist::Watchdog::start(options.timeout, comm.rank(), comm.host());
     const eval::Report report = eval::run_evaluation(options, comm);
     comm.on_root([&] {
       std::cout << (options.json ? eval::report_json(report) + "\n" : eval::format_report(report)) << std::flush;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/comm.h"
+#include "dist/watchdog.h"
 #include "io/checkpoint.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : j["config"].items()) flags.push_back("--" + k + "=" + v.get<std::string>());
       options = train::parse_train_options(flags);
     }
+    // --timeout: a rank stuck waiting on another ends the job (dist/watchdog.h).
+    const auto watchdog = dist::Watchdog::start(options.timeout, comm.rank(), comm.host());
     train::run_training(options, comm, std::cout);
     return 0;
   } catch (const dist::SharedError& e) {  // every rank has it: report once, exit normally

@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/fault.h"
 #include "core/gpu.h"
+#include "dist/watchdog.h"
 
 namespace mpicnn::dist {
 
@@ -86,6 +88,7 @@ Comm::Comm(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  fault::set_rank(rank_);
   char name[MPI_MAX_PROCESSOR_NAME] = {0};
   int len = 0;
   MPI_CHECK(MPI_Get_processor_name(name, &len));
@@ -134,18 +137,23 @@ void Comm::fail_job(const std::string& message) const {
   std::_Exit(1);  // MPI_Abort does not return; this is for the compiler and broken MPIs
 }
 
-void Comm::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+void Comm::barrier() const {
+  WaitGuard wait("MPI_Barrier", nullptr);
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
 
 namespace {
 // Large byte broadcasts in chunks: MPI counts are int.
 void bcast_bytes(uint8_t* data, uint64_t n) {
   constexpr uint64_t kChunk = uint64_t(1) << 30;
+  WaitGuard wait("MPI_Bcast", "broadcast from rank 0");
   for (uint64_t off = 0; off < n; off += kChunk)
     MPI_CHECK(MPI_Bcast(data + off, int(std::min(kChunk, n - off)), MPI_BYTE, 0, MPI_COMM_WORLD));
 }
 }  // namespace
 
 void Comm::broadcast(std::vector<uint8_t>& bytes) const {
+  WaitGuard wait("MPI_Bcast", "broadcast from rank 0");
   uint64_t n = bytes.size();
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
   if (rank_ != 0) bytes.resize(n);
@@ -178,6 +186,7 @@ void Comm::on_root(const std::function<void()>& fn) const {
 
 void Comm::on_all(const std::function<void()>& fn) const {
   const std::string mine = run_caught(fn, rank_);
+  WaitGuard wait("MPI_Allreduce", "agreeing on errors");
   int first = mine.empty() ? size_ : rank_;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first == size_) return;
@@ -190,6 +199,7 @@ void Comm::on_all(const std::function<void()>& fn) const {
 }
 
 void Comm::broadcast(std::string& s) const {
+  WaitGuard wait("MPI_Bcast", "broadcast from rank 0");
   uint64_t n = s.size();
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
   if (rank_ != 0) s.resize(n);
@@ -198,6 +208,7 @@ void Comm::broadcast(std::string& s) const {
 
 void Comm::broadcast(Tensor& t) const {
   // Sizes are agreed first, so a mismatch throws on every rank instead of corrupting memory.
+  WaitGuard wait("MPI_Bcast", "tensor broadcast from rank 0");
   int64_t root_n = t.numel();
   MPI_CHECK(MPI_Bcast(&root_n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
   const int64_t mine = t.numel();
@@ -229,6 +240,7 @@ bool mpi_cuda_aware() {
 
 void Comm::allreduce_in_place(void* data, size_t count, MPI_Datatype type, MPI_Op op) const {
   CHECK(count < size_t(INT_MAX), "allreduce: too many values (", count, ")");
+  WaitGuard wait("MPI_Allreduce", nullptr);
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(count), type, op, MPI_COMM_WORLD));
 }
 
@@ -246,6 +258,7 @@ bool Comm::agree(const std::string& s) const {
 
 std::vector<uint64_t> Comm::allgather(uint64_t x) const {
   std::vector<uint64_t> all(size_t(size_), 0);
+  WaitGuard wait("MPI_Allgather", nullptr);
   MPI_CHECK(MPI_Allgather(&x, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
   return all;
 }
@@ -253,6 +266,7 @@ std::vector<uint64_t> Comm::allgather(uint64_t x) const {
 std::vector<std::string> Comm::allgather(const std::string& s) const {
   CHECK(s.size() < size_t(INT_MAX), "allgather: string too long (", s.size(), " bytes)");
   std::vector<int> sizes(size_t(size_), 0), offsets(size_t(size_), 0);
+  WaitGuard wait("MPI_Allgather", "strings");
   const int mine = int(s.size());
   MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD));
   int64_t total = 0;

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/fault.h"
 #include "core/gpu.h"
+#include "dist/watchdog.h"
 
 namespace mpicnn::dist {
 
@@ -82,6 +84,7 @@ void GradSync::start(size_t b) {
   if (gpu_ && !staged_) {
     // Device memory: blocking. Open MPI's CUDA support covers blocking collectives only; its
     // non-blocking reductions apply the sum on the CPU to the device pointer (ompi#9845).
+    WaitGuard wait("MPI_Allreduce", "gradient bucket", int(b), int(buckets_.size()));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bucket_data(b), int(k.end - k.begin), MPI_FLOAT,
                             MPI_SUM, comm_.world()));
     return;
@@ -150,15 +153,20 @@ void GradSync::finish() {
   if (options_.mode == SyncMode::Overlap || g.device() == Device::CUDA) {
     launch_ready(0);  // whatever backward did not report (all of it without the hook)
     while (next_ < buckets_.size()) start(next_++);
+    fault::point("allreduce");  // the requests are in flight: the other ranks wait on ours
+    WaitGuard wait("MPI_Waitall", "gradient buckets", -1, 0);
     MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
     if (staged_) copy_back();
   } else if (synced_floats_ < g.numel()) {  // frozen ranges: bucket by bucket, without them
-    for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      WaitGuard wait("MPI_Allreduce", "gradient bucket", int(b), int(buckets_.size()));
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bucket_data(b), int(buckets_[b].end - buckets_[b].begin),
                               MPI_FLOAT, MPI_SUM, comm_.world()));
+    }
   } else {
     // Whole slab, in chunks below MPI's int count (a single call for any real model).
     constexpr int64_t kChunk = int64_t(1) << 30;
+    WaitGuard wait("MPI_Allreduce", "gradient slab");
     for (int64_t off = 0; off < g.numel(); off += kChunk)
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, g.data() + off, int(std::min(kChunk, g.numel() - off)),
                               MPI_FLOAT, MPI_SUM, comm_.world()));

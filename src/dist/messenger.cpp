@@ -6,9 +6,12 @@
 
 #include <algorithm>
 
+#include "dist/watchdog.h"
+
 namespace mpicnn::dist {
 
 Messenger::Messenger(const Comm& comm) : comm_(comm), sent_to_(size_t(comm.size()), 0) {
+  WaitGuard wait("MPI_Comm_dup", "pipeline start");  // collective: waits for every rank
   MPI_CHECK(MPI_Comm_dup(comm.world(), &mc_));
   MPI_CHECK(MPI_Comm_set_errhandler(mc_, MPI_ERRORS_RETURN));
 }
@@ -76,6 +79,7 @@ void Messenger::nap(int& spins) {
 
 Message Messenger::wait() {
   Message m;
+  WaitGuard wait("MPI_Iprobe", "waiting for a pipeline message");
   for (int spins = 0; !poll(m);) nap(spins);
   return m;
 }
@@ -88,6 +92,7 @@ void Messenger::send_error(const std::string& message) {
 std::string Messenger::finish() {
   const int K = comm_.size();
   std::vector<int64_t> expect(size_t(K), 0);
+  WaitGuard wait("MPI_Ialltoall", "pipeline finish");
   MPI_Request req;
   MPI_CHECK(MPI_Ialltoall(sent_to_.data(), 1, MPI_INT64_T, expect.data(), 1, MPI_INT64_T, mc_, &req));
   Message m;
@@ -113,6 +118,7 @@ std::string Messenger::finish() {
 }
 
 void napping_barrier(const Comm& comm) {
+  WaitGuard wait("MPI_Ibarrier", nullptr);
   MPI_Request req;
   MPI_CHECK(MPI_Ibarrier(comm.world(), &req));
   for (int done = 0;;) {

@@ -4,7 +4,9 @@
 
 #include <climits>
 
+#include "core/fault.h"
 #include "data/loader.h"
+#include "dist/watchdog.h"
 
 namespace mpicnn::dist {
 
@@ -66,6 +68,8 @@ std::vector<uint8_t> scatter_shards(const Comm& comm, const Data* on_root, uint6
       send.insert(send.end(), bytes.begin(), bytes.end());
     }
   });
+  fault::point("scatter");
+  WaitGuard wait("MPI_Scatterv", "epoch shards from rank 0");
   int mine = 0;
   MPI_CHECK(MPI_Scatter(counts.data(), 1, MPI_INT, &mine, 1, MPI_INT, 0, comm.world()));
   std::vector<uint8_t> got(static_cast<size_t>(mine));

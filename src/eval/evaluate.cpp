@@ -16,6 +16,7 @@
 #include "core/threads.h"
 #include "data/holdout.h"
 #include "dist/messenger.h"
+#include "dist/watchdog.h"
 #include "eval/pipeline.h"
 #include "eval/plan.h"
 #include "io/checkpoint.h"
@@ -84,6 +85,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   // The predicting ranks share the node's cores: the other stages are light and nap while they
   // wait, so counting them (as Comm::threads_per_rank would) leaves cores idle.
   int predictors_here = pipeline && layout.last(r) == kPredict ? 1 : 0;
+  dist::WaitGuard wait("MPI_Allreduce", "predictors per node");
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &predictors_here, 1, MPI_INT, MPI_SUM, comm.node()));
   const int threads = dist::threads_per_rank(o.threads, comm.node_cpus(), std::max(1, predictors_here),
                                              comm.own_cpus());
@@ -114,7 +116,9 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   std::optional<RunOutput> seq;
   if (baseline) {
     // Rank 0 alone, with the threads a single-rank run would get; the others wait without
-    // spinning so that the baseline has the machine to itself.
+    // spinning so that the baseline has the machine to itself, for as long as it takes (no
+    // --timeout: a large dataset's baseline may run for hours).
+    const dist::WatchdogPause long_wait;
     comm.on_root([&] {
       set_num_threads(alone_threads);
       predictor->warm_up();

@@ -26,6 +26,7 @@ using cli::bad;
 using cli::Given;
 using cli::to_bool;
 using cli::to_choice;
+using cli::to_double;
 using cli::to_float_list;
 using cli::to_int;
 using cli::to_int32;
@@ -94,6 +95,9 @@ const cli::Program& program() {
       {"device", "", "NAME", cli::Kind::Value,
        "where the predict stage runs: auto (the GPU when this build has CUDA and one is "
        "visible), cpu or cuda (node-local rank modulo the visible GPUs); tf32 math"},
+      {"timeout", "", "SECONDS", cli::Kind::Value,
+       "a rank that waits on another rank (a message, a collective) for longer ends the job with "
+       "one line naming the rank, the operation and the time waited (>= 0; 0 = never)"},
       {"help", "h", "", cli::Kind::Help, "print this help and exit"},
   }, "the dataset is -d PATH"};
   return p;
@@ -123,6 +127,7 @@ std::map<std::string, std::string> shown_defaults() {
       {"batch-credits", std::to_string(o.batch_credits)},
       {"json", b(o.json)},
       {"device", o.device},
+      {"timeout", cli::format_double(o.timeout)},
   };
 }
 
@@ -225,6 +230,9 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
   set("device", o.device, [](const Given& g) {
     if (g.value == "cuda" && !gpu::compiled_in()) FAIL(g.label, " cuda: ", gpu::unavailable_reason());
     return to_choice(g, {"auto", "cpu", "cuda"});
+  });
+  set("timeout", o.timeout, [](const Given& g) {
+    return to_double(g, [](double x) { return x >= 0 && x <= 1e9; }, "a number of seconds >= 0 (0 = off)");
   });
 
   check_across_options(o, cmd);

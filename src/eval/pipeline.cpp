@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "core/check.h"
+#include "core/fault.h"
 #include "core/timer.h"
 #include "dist/messenger.h"
 
@@ -213,6 +214,7 @@ class RankLoop {
 
   // One item from the source or the inbox, through this rank's stages.
   void step() {
+    fault::point("eval-stage");
     if (lo_ == kRead && !source_done_) {
       if (next_ == plan_.count) {
         source_done_ = true;
@@ -264,6 +266,7 @@ class RankLoop {
         return;
       }
       case kPredict: {
+        fault::point("eval-predict");
         std::vector<Prediction> p;
         timed(kPredict, [&] { p = predictor_->predict(std::get<InputBatch>(x)); });
         if (rank_ == 0)

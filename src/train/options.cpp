@@ -116,6 +116,10 @@ const cli::Program& program() {
       {"check-sync", "", "N", cli::Kind::Value,
        "every N steps check that all ranks hold the same weights (0 = off)"},
       {"bucket-mb", "", "MB", cli::Kind::Value, "gradient allreduce bucket size in MiB (> 0)"},
+      {"timeout", "", "SECONDS", cli::Kind::Value,
+       "a rank that waits on another rank (a collective, a gradient allreduce) for longer ends "
+       "the job with one line naming the rank, the operation and the time waited (>= 0; 0 = "
+       "never)"},
       {"device", "", "NAME", cli::Kind::Value,
        "auto (the GPU when this build has CUDA and one is visible), cpu or cuda (one GPU per "
        "rank: node-local rank modulo the visible GPUs)"},
@@ -365,6 +369,9 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
   set("bucket-mb", o.bucket_mb, [](const Given& g) {
     return to_double(g, [](double x) { return x > 0 && x <= 1 << 20; }, "a number > 0 (MiB)");
   });
+  set("timeout", o.timeout, [](const Given& g) {
+    return to_double(g, [](double x) { return x >= 0 && x <= 1e9; }, "a number of seconds >= 0 (0 = off)");
+  });
   set("device", o.device, [](const Given& g) {
     if (g.value == "cuda" && !gpu::compiled_in()) FAIL(g.label, " cuda: ", gpu::unavailable_reason());
     return to_choice(g, {"auto", "cpu", "cuda"});
@@ -424,6 +431,7 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"progress", o.progress},
       {"check-sync", i(o.check_sync)},
       {"bucket-mb", cli::format_double(o.bucket_mb)},
+      {"timeout", cli::format_double(o.timeout)},
       {"device", o.device},
       {"precision", o.precision},
       {"deterministic", b(o.deterministic)},

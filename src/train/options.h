@@ -63,6 +63,9 @@ struct TrainOptions {
   std::string progress = "auto";  // auto | bar | plain | none
   int64_t check_sync = 0;      // steps between replica-consistency checks; 0 = off
   double bucket_mb = 25;       // gradient allreduce bucket size in MiB
+  // A rank that waits on MPI longer than this many seconds ends the job (dist/watchdog.h);
+  // 0 = no watchdog. The default is PyTorch DDP's collective timeout.
+  double timeout = 1800;
   std::string device = "auto";     // auto | cpu | cuda (core/device.h)
   std::string precision = "auto";  // auto | fp32 | tf32 | bf16 | fp16
   bool deterministic = false;      // GPU: deterministic cuDNN algorithms

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/fault.h"
+#include "dist/watchdog.h"
 #include "layers/dropout.h"
 #include "train/trainer_detail.h"
 
@@ -58,6 +60,7 @@ EvalResult evaluate(const dist::Comm& comm, Model& model, dist::SplitData& test,
   data::Batch b;
   uint64_t pos = 0;  // position of the batch's first sample in this rank's shard
   while (loader->next(b)) {
+    fault::point("eval");
     const Tensor& logits = model.forward(model_input(stage, tf, b));
     xent.forward(logits, b.labels.data());
     const Tensor p = to_host(xent.probabilities());
@@ -100,6 +103,7 @@ bool Trainer::train_epoch() {
   for (int64_t step = state_.step_in_epoch; step < plan_.steps && !stop; ++step) {
     Timer step_clock;
     opt_->set_lr(schedule_->lr(epoch, step, plan_.steps));
+    dist::watchdog_set_context("training", epoch + 1, step + 1);  // for the watchdog's line
     CHECK(loader->next(batch), "rank ", comm_.rank(), ": data ran out at step ", step, " of epoch ", epoch + 1);
     const double loss = train_step(batch);
     if (hooks_.after_step) hooks_.after_step(state_);
@@ -127,6 +131,7 @@ bool Trainer::train_epoch() {
 // auxiliary heads, when it has any (as torchvision's reference recipe computes and reports it).
 double Trainer::train_step(const data::Batch& batch) {
   seed_dropout();
+  fault::point("forward");
   const int32_t* labels = batch.labels.data();
   const Tensor& logits = model_->forward(model_input(stage_, *train_tf_, batch));
   xent_.forward(logits, labels);
@@ -190,6 +195,7 @@ void Trainer::end_epoch() {
   const bool last = state_.epoch == o_.epochs;
   EvalResult ev;
   if (test_ && (state_.epoch % o_.eval_every == 0 || last)) {
+    dist::watchdog_set_context("evaluation after", state_.epoch, 0);
     share_batchnorm_statistics();
     ev = evaluate(comm_, *model_, *test_, *eval_tf_, lopt_, xent_, stage_);
     result_.test_loss = ev.loss;
@@ -210,10 +216,18 @@ void Trainer::end_epoch() {
 // Rank 0 writes the checkpoint with rank 0's BatchNorm running statistics, which are then also
 // every rank's (see trainer.h); a failed save stops every rank.
 void Trainer::save(const std::string& why) {
+  if (state_.step_in_epoch > 0)  // a stop within an epoch
+    dist::watchdog_set_context("checkpoint in", state_.epoch + 1, state_.step_in_epoch);
+  else
+    dist::watchdog_set_context("checkpoint after", state_.epoch, 0);
   share_batchnorm_statistics();
   scaler_.record(state_);
   comm_.on_root([&] {
-    const CheckpointPaths p = save_checkpoint(run_dir_, *model_, *opt_, state_, o_.keep_checkpoints);
+    // Fault points "checkpoint-model", "checkpoint-optimizer", ... after each stage of the write.
+    const CheckpointPaths p = save_checkpoint(run_dir_, *model_, *opt_, state_, o_.keep_checkpoints,
+                                              [](std::string_view stage) {
+                                                if (fault::armed()) fault::point("checkpoint-" + std::string(stage));
+                                              });
     if (!why.empty()) out_ << why << ": " << p.dir << "\n";
   });
 }
