@@ -109,9 +109,14 @@ RunTracker::RunTracker(const std::string& run_dir, RunInfo info, std::function<i
       old = json::parse(in);
       run_id_ = old.at("mlflow_run_id").get<std::string>();
       start_ms_ = old.at("started_unix_ms").get<int64_t>();
+      // A metric that was not measured (no evaluation that epoch) was written as null.
+      auto metric = [](const json& e, const char* key) {
+        const auto it = e.find(key);
+        return it == e.end() || it->is_null() ? NAN : it->get<double>();
+      };
       for (const json& e : old.at("per_epoch"))
-        epochs_.push_back({e.at("epoch").get<int64_t>(), e.value("train_loss", NAN),
-                           e.value("test_loss", NAN), e.value("top1", NAN), e.value("top5", NAN),
+        epochs_.push_back({e.at("epoch").get<int64_t>(), metric(e, "train_loss"),
+                           metric(e, "test_loss"), metric(e, "top1"), metric(e, "top5"),
                            e.at("epoch_seconds").get<double>(), e.value("comm_share", 0.0),
                            e.value("data_wait_s", 0.0), e.value("images", int64_t(0))});
     } catch (const json::exception& e) {
