@@ -321,29 +321,28 @@ std::string checkpoint_name(const TrainerState& s) {
 
 namespace {
 
-// The three files of a checkpoint, written into the (new, empty) directory `tmp`. The tensor
-// files are read back before trainer.json records their sizes and CRC-32s: what trainer.json
-// vouches for is what a later load will read.
+// The three files of a checkpoint, written into the (new, empty) directory `tmp`. trainer.json
+// records the tensor files' sizes and CRC-32s as the writer computed them from the bytes it wrote
+// (no second pass; a later load verifies every tensor against its own CRC-32 anyway).
 void write_checkpoint_files(const fs::path& tmp, const Model& model, const Optimizer& optimizer,
                             const TrainerState& st, const CheckpointHook& hook) {
   auto stage = [&](std::string_view s) {
     if (hook) hook(s);
   };
+  json j = state_to_json(st);
+  auto record = [&](const char* f, const FileDigest& d) {
+    j["files"][f] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
+  };
   // "format: pt" is what safetensors' torch helpers write; loaders use it as a hint.
-  model.save_state_dict((tmp / kModelFile).string(),
-                        {{"format", "pt"}, {"mpicnn.model", st.model}});
+  record(kModelFile, model.save_state_dict((tmp / kModelFile).string(),
+                                           {{"format", "pt"}, {"mpicnn.model", st.model}}));
   stage("model");
   SafetensorsWriter ow;
   optimizer.save_state(ow);
   ow.set_metadata("mpicnn.model", st.model);
-  ow.write((tmp / kOptimFile).string());
+  record(kOptimFile, ow.write((tmp / kOptimFile).string()));
   stage("optimizer");
 
-  json j = state_to_json(st);
-  for (const char* f : {kModelFile, kOptimFile}) {
-    const FileDigest d = SafetensorsReader((tmp / f).string()).digest();
-    j["files"][f] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
-  }
   j["crc32"] = crc32_hex(own_crc(j));
   const std::string text = j.dump(2) + "\n";
   write_file_atomic((tmp / kTrainerFile).string(),
