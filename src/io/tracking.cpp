@@ -3,7 +3,12 @@
 // --backend-store-uri file:RUN/mlruns` reads). Not an MLflow client: no server, no database.
 #include "io/tracking.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <charconv>
 #include <chrono>
@@ -30,6 +35,23 @@ int64_t system_ms() {
 
 void write_text(const fs::path& path, const std::string& text) {
   write_file_atomic(path.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+// One whole line or none: a short write (a full disk, a file size limit) is cut back, so the file
+// never ends in a torn line that breaks a JSON Lines or MLflow reader.
+void append_line(const fs::path& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  CHECK(fd >= 0, path.string(), ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int err = errno;
+  if (n != ssize_t(line.size())) {
+    if (n > 0 && sized) (void)!::ftruncate(fd, st.st_size);
+    ::close(fd);
+    FAIL(path.string(), ": write failed: ", n < 0 ? std::strerror(err) : "short write (disk full?)");
+  }
+  ::close(fd);
 }
 
 // YAML single-quoted scalar: only the quote itself needs escaping.
@@ -180,18 +202,12 @@ void RunTracker::write_run_meta(RunStatus status, int64_t end_ms) {
 }
 
 void RunTracker::append_jsonl(const json& j) {
-  const fs::path path = fs::path(run_dir_) / "metrics.jsonl";
-  std::ofstream out(path, std::ios::app);
-  out << j.dump() << '\n';
-  out.flush();
-  CHECK(out, path.string(), ": write failed");
+  append_line(fs::path(run_dir_) / "metrics.jsonl", j.dump() + "\n");
 }
 
 void RunTracker::log_metric(const std::string& key, double value, int64_t step, int64_t ts) {
-  const fs::path path = fs::path(mlrun_) / "metrics" / mlflow_safe_key(key);
-  std::ofstream out(path, std::ios::app);
-  out << ts << ' ' << num(value) << ' ' << step << '\n';
-  CHECK(out, path.string(), ": write failed");
+  append_line(fs::path(mlrun_) / "metrics" / mlflow_safe_key(key),
+              std::to_string(ts) + ' ' + num(value) + ' ' + std::to_string(step) + '\n');
 }
 
 void RunTracker::log_step(const StepRecord& r) {

@@ -101,6 +101,21 @@ else
   check "RLIMIT_FSIZE: latest and checkpoint 1 intact, no temporaries, tracking files parse" intact "$lim"
 fi
 
+# ---- 2b. the limit hit by metrics.jsonl mid-epoch (dash's ulimit -f counts 512-byte blocks):
+# one line, and the file is cut back to whole lines (never a torn JSON line).
+mj=$SCRATCH/mjsonl
+env -u OPENBLAS_CORETYPE mpiexec -n 2 --oversubscribe --mca btl self,tcp \
+  sh -c 'trap "" XFSZ; ulimit -f 4; exec "$@"' sh "$TRAIN" "${common[@]}" -b 8 -e 1 -s "$mj" > "$mj.out" 2>&1
+if [ $? = 0 ]; then
+  fail "RLIMIT_FSIZE on metrics.jsonl" "the run did not fail"
+else
+  check "RLIMIT_FSIZE on metrics.jsonl: one error line naming it" grep -q "train: $mj/metrics.jsonl: write failed" "$mj.out"
+  check "RLIMIT_FSIZE on metrics.jsonl: whole lines only, summary.json parses" /usr/bin/python3 -c '
+import json, sys
+[json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+json.load(open(sys.argv[1] + "/summary.json"))' "$mj"
+fi
+
 # ---- 3. bit-flipped and truncated checkpoints ---------------------------------------------
 good=$SCRATCH/good
 run_train 2 "$good.out" -b 32 -e 1 -s "$good" || fail "good run" "$(tail -1 "$good.out")"
