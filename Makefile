@@ -76,7 +76,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.cpp=$(OUT)/bench/%)
 F64_SRC   := src/core/check.cpp src/core/tensor.cpp src/core/rng.cpp src/core/threads.cpp \
   src/core/blas.cpp src/core/gpu.cpp src/core/gpu_absent.cpp $(sort $(wildcard src/layers/*.cpp)) \
   $(sort $(wildcard src/models/*.cpp)) src/optim/optimizer.cpp src/optim/sgd.cpp src/optim/adamw.cpp \
-  src/io/safetensors.cpp src/io/safetensors_writer.cpp src/io/atomic_file.cpp
+  src/io/safetensors.cpp src/io/safetensors_writer.cpp src/io/safetensors_crc.cpp src/io/atomic_file.cpp
 F64_FLAGS := -DMPICNN_F64=1 -Dmpicnn=mpicnn_f64
 F64_OBJ   := $(F64_SRC:%.cpp=$(BUILD)/obj-f64/%.o)
 F64_LIB   := $(BUILD)/libmpicnn_f64.a

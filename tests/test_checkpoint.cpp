@@ -101,6 +101,14 @@ std::string error_of(F&& fn) {
 
 std::string latest_target(const fs::path& run) { return fs::read_symlink(run / "latest").string(); }
 
+// trainer.json as format version 1 wrote it (no CRC of its own), to edit and still load.
+nlohmann::json legacy_v1(const std::string& text) {
+  auto j = nlohmann::json::parse(text);
+  j.erase("crc32");
+  j["format_version"] = 1;
+  return j;
+}
+
 }  // namespace
 
 TEST_CASE("checkpoint round trip is bit-exact for model, optimizer and trainer state") {
@@ -281,7 +289,30 @@ TEST_CASE("checkpoint load errors name the file and change nothing") {
          s[s.size() - 5] ^= 0x40;
          spit(d / "optimizer.safetensors", s);
        },
-       {"optimizer.safetensors", "CRC-32"}},
+       {"optimizer.safetensors: tensor 'optim.momentum_buffer.", "fails its CRC32 check (stored ",
+        "the file is corrupt"}},
+      {"flipped trainer.json digit (still valid JSON)",
+       [](const fs::path& d) {
+         std::string s = slurp(d / "trainer.json");
+         const size_t at = s.find("\"global_step\": 200");
+         REQUIRE(at != std::string::npos);
+         s[at + 15] ^= 0x01;  // 200 -> 300 ('2' ^ 1 = '3')
+         spit(d / "trainer.json", s);
+       },
+       {"trainer.json: fails its CRC32 check (stored ", "the file is corrupt"}},
+      {"trainer.json without its CRC",
+       [](const fs::path& d) {
+         auto j = nlohmann::json::parse(slurp(d / "trainer.json"));
+         j.erase("crc32");
+         spit(d / "trainer.json", j.dump());
+       },
+       {"trainer.json: field 'crc32' missing"}},
+      {"model file of another checkpoint (valid on its own)",
+       [](const fs::path& d) {
+         auto other = lenet(3);
+         other->save_state_dict((d / "model.safetensors").string());
+       },
+       {"model.safetensors: ", "but ", "trainer.json records", "replaced or is corrupt"}},
       {"missing optimizer", [](const fs::path& d) { fs::remove(d / "optimizer.safetensors"); },
        {"optimizer.safetensors: missing"}},
       {"missing trainer.json", [](const fs::path& d) { fs::remove(d / "trainer.json"); },
@@ -297,7 +328,7 @@ TEST_CASE("checkpoint load errors name the file and change nothing") {
        {"trainer.json", "version 99"}},
       {"missing field",
        [](const fs::path& d) {
-         auto j = nlohmann::json::parse(slurp(d / "trainer.json"));
+         auto j = legacy_v1(slurp(d / "trainer.json"));
          j.erase("global_step");
          spit(d / "trainer.json", j.dump());
        },
@@ -309,7 +340,7 @@ TEST_CASE("checkpoint load errors name the file and change nothing") {
          auto other = build_model("lenet", {.num_classes = 5, .in_channels = 1}, 3);
          other->save_state_dict((d / "model.safetensors").string());
          const std::string bytes = slurp(d / "model.safetensors");
-         auto j = nlohmann::json::parse(slurp(d / "trainer.json"));
+         auto j = legacy_v1(slurp(d / "trainer.json"));
          j["files"]["model.safetensors"]["bytes"] = bytes.size();
          j["files"]["model.safetensors"]["crc32"] =
              uint32_t(::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()),

@@ -14,6 +14,7 @@
 #include "eval/pipeline.h"
 #include "eval/plan.h"
 #include "recipes.h"
+#include "io/safetensors.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -180,6 +181,9 @@ TEST_CASE("pipeline eval: --checkpoint alone evaluates the test split of the dat
   fs::copy(fs::canonical(f.run + "/latest"), ck, fs::copy_options::recursive);
   json st = read_json(ck + "/trainer.json");
   st["data_path"] = d / "moved";
+  st.erase("crc32");  // re-sealed as save_checkpoint seals it: its CRC-32 over the rest
+  const std::string body = st.dump();
+  st["crc32"] = crc32_hex(crc32_of({reinterpret_cast<const uint8_t*>(body.data()), body.size()}));
   std::ofstream(ck + "/trainer.json", std::ios::trunc) << st.dump();
   const auto gone = run_mpi(2, "pipeline_eval", {"--checkpoint", ck});
   CHECK(gone.rc != 0);

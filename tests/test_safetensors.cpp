@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "core/half.h"
 #include "io/atomic_file.h"
@@ -288,6 +289,7 @@ TEST_CASE("safetensors reader rejects malformed files with one clear error") {
     expect_rejected(make_file("{\"a\":"), "not valid JSON");
     expect_rejected(make_file("{} x"), "not valid JSON");
     expect_rejected(make_file(std::string("{\"a\"\0:1}", 8)), "not valid JSON");
+    expect_rejected(make_file(std::string("{}\0 ", 4)), "NUL byte at byte 2");  // as padding
     // Hostile nesting is refused while parsing (no deep recursion, no huge DOM).
     const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
     expect_rejected(make_file("{\"a\":" + deep + "}"), "nested more than 8 levels");
@@ -416,6 +418,147 @@ TEST_CASE("safetensors reader survives every truncation and many byte corruption
     }
   }
   CHECK(rejected > 0);
+}
+
+namespace {
+
+// A small checksummed file: three tensors of three dtypes, data packed in this order.
+std::vector<uint8_t> tiny_checksummed() {
+  SafetensorsWriter w;
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  w.add_f32("conv.weight", v.data(), {2, 3});
+  w.add_f32("conv.bias", v.data(), {2}, DType::BF16);
+  w.add_i64_scalar("bn.num_batches_tracked", 7);
+  w.set_metadata("format", "pt");
+  return w.to_bytes();
+}
+
+uint32_t zlib_crc(const std::vector<uint8_t>& b) {
+  return uint32_t(::crc32(::crc32(0L, Z_NULL, 0), b.data(), uInt(b.size())));
+}
+
+}  // namespace
+
+TEST_CASE("safetensors CRC-32s: written, hidden from metadata, zlib-compatible") {
+  const std::vector<uint8_t> good = tiny_checksummed();
+  const auto r = SafetensorsReader::from_bytes(good, "tiny.safetensors");
+  CHECK(r.checksummed());
+  CHECK(r.metadata() == std::map<std::string, std::string>{{"format", "pt"}});
+  CHECK(r.digest().bytes == good.size());
+  CHECK(r.digest().crc32 == zlib_crc(good));  // combined from the tensors' CRCs, no second pass
+  // The stored value is zlib's (Python's zlib.crc32) over the tensor's bytes, in lowercase hex.
+  uint64_t n = 0;
+  std::memcpy(&n, good.data(), 8);
+  const auto header = nlohmann::json::parse(good.begin() + 8, good.begin() + 8 + long(n));
+  const auto bias = r.bytes("conv.bias");
+  CHECK(header["__metadata__"]["crc32:conv.bias"] ==
+        crc32_hex(uint32_t(::crc32(0, bias.data(), uInt(bias.size())))));
+  CHECK(header["__metadata__"].contains("crc32-header"));
+
+  TempDir dir;
+  SafetensorsWriter w;
+  w.add_i64_scalar("n", 1);
+  const FileDigest d = w.write(dir / "n.safetensors");
+  CHECK(d.bytes == slurp(dir / "n.safetensors").size());
+  CHECK(d.crc32 == zlib_crc(slurp(dir / "n.safetensors")));
+  CHECK(has(error_of([&] { w.set_metadata("crc32:n", "00000000"); }), "reserved for the CRC-32s"));
+  CHECK(has(error_of([&] { w.set_metadata("crc32-header", "0"); }), "reserved"));
+
+  // Another writer may re-save the file in another order (Python's safetensors sorts by dtype
+  // and name): the CRCs stay valid, since they cover bytes per tensor and a sorted header.
+  nlohmann::ordered_json h;
+  h["__metadata__"] = header["__metadata__"];
+  std::vector<uint8_t> data;
+  for (const char* name : {"bn.num_batches_tracked", "conv.bias", "conv.weight"}) {
+    const TensorInfo& t = r.info(name);
+    const auto b = r.bytes(name);
+    h[name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
+               {"data_offsets", {data.size(), data.size() + b.size()}}};
+    data.insert(data.end(), b.begin(), b.end());
+  }
+  std::vector<uint8_t> resaved = make_file(h.dump());
+  resaved.insert(resaved.end(), data.begin(), data.end());
+  const auto rr = SafetensorsReader::from_bytes(resaved, "resaved.safetensors");
+  CHECK(rr.checksummed());
+  CHECK(rr.read_f32("conv.weight") == r.read_f32("conv.weight"));
+}
+
+TEST_CASE("safetensors CRC-32s: files without them (torch, torchvision exports) still load") {
+  const std::string e = "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}";
+  for (const std::string& header : {"{\"a\":" + e + "}",
+                                    "{\"__metadata__\":{\"format\":\"pt\"},\"a\":" + e + "}"}) {
+    const std::vector<uint8_t> f = make_file(header, 4);
+    const auto r = SafetensorsReader::from_bytes(f, "torch.safetensors");
+    CHECK_FALSE(r.checksummed());
+    CHECK(r.digest().crc32 == zlib_crc(f));
+    CHECK(r.read_f32("a").size() == 1);
+  }
+}
+
+TEST_CASE("safetensors CRC-32s: every flipped bit of a written file is refused naming the file") {
+  const std::vector<uint8_t> good = tiny_checksummed();
+  const auto ok = SafetensorsReader::from_bytes(good, "ok");
+  const size_t data_start = good.size() - size_t(ok.tensors().back().end);
+  int named_tensor = 0;
+  for (size_t pos = 0; pos < good.size(); ++pos) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<uint8_t> bad = good;
+      bad[pos] ^= uint8_t(1u << bit);
+      CAPTURE(pos);
+      CAPTURE(bit);
+      const std::string msg = error_of([&] { SafetensorsReader::from_bytes(bad, "bad.safetensors"); });
+      REQUIRE_MESSAGE(has(msg, "bad.safetensors: "), "flip accepted or unnamed: ", msg);
+      named_tensor += has(msg, "tensor '");
+      if (pos < data_start) continue;
+      // A data byte: the message names the tensor that holds it and both CRC-32s.
+      const int64_t at = int64_t(pos - data_start);
+      for (const TensorInfo& t : ok.tensors())
+        if (at >= t.begin && at < t.end)
+          CHECK_MESSAGE(has(msg, "tensor '" + t.name + "' fails its CRC32 check (stored "), msg);
+    }
+  }
+  CHECK(named_tensor > int(8 * (good.size() - data_start)));  // header flips name tensors too
+
+  // Two header cases spelled out: a damaged CRC digit and a damaged tensor name.
+  std::string text(good.begin(), good.end());
+  std::string crc_digit = text;
+  const size_t at = crc_digit.find("\"crc32:conv.bias\":\"") + 19;
+  crc_digit[at] = crc_digit[at] == '0' ? '1' : '0';
+  CHECK(has(error_of([&] {
+              SafetensorsReader::from_bytes({crc_digit.begin(), crc_digit.end()}, "bad.safetensors");
+            }),
+            "bad.safetensors: tensor 'conv.bias' fails its CRC32 check"));
+  std::string name = text;
+  name[name.find("\"conv.weight\":{") + 1] = 'k';
+  CHECK(has(error_of([&] { SafetensorsReader::from_bytes({name.begin(), name.end()}, "bad.safetensors"); }),
+            "bad.safetensors: tensor 'konv.weight' has no CRC-32"));
+  std::string meta = text;
+  meta[meta.find("\"format\":\"pt\"") + 11] = 'q';  // a metadata value: only the header CRC sees it
+  CHECK(has(error_of([&] { SafetensorsReader::from_bytes({meta.begin(), meta.end()}, "bad.safetensors"); }),
+            "bad.safetensors: the header (tensor names, dtypes, shapes, metadata) fails its CRC32 check"));
+}
+
+TEST_CASE("safetensors CRC-32s: every truncation is refused naming the file and the cut tensor") {
+  const std::vector<uint8_t> good = tiny_checksummed();
+  const auto ok = SafetensorsReader::from_bytes(good, "ok");
+  const size_t data_start = good.size() - size_t(ok.tensors().back().end);
+  for (size_t len = 0; len < good.size(); ++len) {
+    CAPTURE(len);
+    const std::string msg = error_of(
+        [&] { SafetensorsReader::from_bytes({good.begin(), good.begin() + long(len)}, "cut.safetensors"); });
+    REQUIRE(has(msg, "cut.safetensors: "));
+    if (len < 8) continue;  // no header length at all
+    CHECK_MESSAGE(has(msg, "truncated"), msg);
+    if (len < data_start) continue;
+    // The first tensor (in data order) whose bytes are not all there.
+    const int64_t have = int64_t(len - data_start);
+    const TensorInfo* cut = nullptr;
+    for (const TensorInfo& t : ok.tensors())
+      if (!cut && t.end > have) cut = &t;
+    REQUIRE(cut != nullptr);
+    CHECK_MESSAGE(has(msg, "tensor '" + cut->name + "': data_offsets"), msg);
+    CHECK_MESSAGE(has(msg, "run past the end of the file"), msg);
+  }
 }
 
 TEST_CASE("safetensors writer validates its inputs") {

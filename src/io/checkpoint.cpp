@@ -63,17 +63,6 @@ std::vector<uint8_t> read_all(const fs::path& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-uint32_t crc32_of(const std::vector<uint8_t>& bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  size_t done = 0;
-  while (done < bytes.size()) {  // zlib takes uInt lengths
-    const size_t n = std::min<size_t>(bytes.size() - done, 1u << 30);
-    crc = ::crc32(crc, bytes.data() + done, uInt(n));
-    done += n;
-  }
-  return uint32_t(crc);
-}
-
 // Removes a directory when the save that made it fails, so failed saves leave no litter.
 struct TempDirGuard {
   fs::path path;
@@ -122,6 +111,23 @@ json state_to_json(const TrainerState& s) {
   return j;
 }
 
+// trainer.json's own CRC-32 is over the compact dump of everything else in it: a bit flip
+// that still parses (a digit of a counter, a letter of a path) changes that dump.
+uint32_t own_crc(const json& without_crc) {
+  const std::string text = without_crc.dump();
+  return crc32_of({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+void check_own_crc(json j, const std::string& path) {
+  const auto it = j.find("crc32");
+  CHECK(it != j.end() && it->is_string(), path, ": field 'crc32' missing or not a string: the file is corrupt");
+  const std::string stored = *it;
+  j.erase("crc32");
+  const std::string got = crc32_hex(own_crc(j));
+  CHECK(stored == got, path, ": fails its CRC32 check (stored ", stored, ", computed ", got,
+        "): the file is corrupt");
+}
+
 template <typename T>
 T field(const json& j, const char* key, const std::string& path) {
   auto it = j.find(key);
@@ -146,8 +152,10 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   CHECK(field<std::string>(j, "format", path) == "mpicnn-checkpoint", path,
         ": not an mpicnn checkpoint (format '", j["format"].dump(), "')");
   const int version = field<int>(j, "format_version", path);
-  CHECK(version == kCheckpointFormatVersion, path, ": checkpoint format version ", version,
-        ", this build reads version ", kCheckpointFormatVersion);
+  CHECK(version >= kOldestCheckpointFormatVersion && version <= kCheckpointFormatVersion, path,
+        ": checkpoint format version ", version, ", this build reads versions ",
+        kOldestCheckpointFormatVersion, " to ", kCheckpointFormatVersion);
+  if (version >= 2) check_own_crc(j, path);
   TrainerState s;
   s.model = field<std::string>(j, "model", path);
   s.optimizer = field<std::string>(j, "optimizer", path);
@@ -209,19 +217,21 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   return {s, files};
 }
 
-// The recorded size and CRC-32 catch a truncated or bit-flipped tensor file, which the
-// safetensors reader alone cannot (a flipped data byte is still a well-formed file).
-void verify_file(const fs::path& file, const json& files, const std::string& trainer_path) {
+// A tensor file of the checkpoint, read and verified (its own CRC-32s name a damaged tensor),
+// then compared with trainer.json's record of it: a complete, valid file from elsewhere (another
+// checkpoint's) is refused too.
+SafetensorsReader open_recorded(const fs::path& file, const json& files, const std::string& trainer_path) {
   const std::string name = file.filename().string();
   CHECK(files.contains(name) && files[name].is_object(), trainer_path, ": no record of ", name);
   const auto size = field<uint64_t>(files[name], "bytes", trainer_path);
   const auto crc = field<uint32_t>(files[name], "crc32", trainer_path);
   CHECK(fs::exists(file), file.string(), ": missing");
-  const std::vector<uint8_t> bytes = read_all(file);
-  CHECK(bytes.size() == size, file.string(), ": ", bytes.size(), " bytes, ", trainer_path,
-        " records ", size, " (truncated or replaced)");
-  CHECK(crc32_of(bytes) == crc, file.string(), ": CRC-32 differs from the one in ", trainer_path,
-        " (corrupt)");
+  SafetensorsReader r(file.string());
+  const FileDigest d = r.digest();
+  CHECK(d.bytes == size && d.crc32 == crc, file.string(), ": ", d.bytes, " bytes with CRC-32 ",
+        crc32_hex(d.crc32), ", but ", trainer_path, " records ", size, " bytes with CRC-32 ",
+        crc32_hex(crc), ": the file was replaced or is corrupt");
+  return r;
 }
 
 // Model::load_state_dict changes tensors as it goes; checking every name and shape first
@@ -309,6 +319,57 @@ std::string checkpoint_name(const TrainerState& s) {
   return buf;
 }
 
+namespace {
+
+// The three files of a checkpoint, written into the (new, empty) directory `tmp`. trainer.json
+// records the tensor files' sizes and CRC-32s as the writer computed them from the bytes it wrote
+// (no second pass; a later load verifies every tensor against its own CRC-32 anyway).
+void write_checkpoint_files(const fs::path& tmp, const Model& model, const Optimizer& optimizer,
+                            const TrainerState& st, const CheckpointHook& hook) {
+  auto stage = [&](std::string_view s) {
+    if (hook) hook(s);
+  };
+  json j = state_to_json(st);
+  auto record = [&](const char* f, const FileDigest& d) {
+    j["files"][f] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
+  };
+  // "format: pt" is what safetensors' torch helpers write; loaders use it as a hint.
+  record(kModelFile, model.save_state_dict((tmp / kModelFile).string(),
+                                           {{"format", "pt"}, {"mpicnn.model", st.model}}));
+  stage("model");
+  SafetensorsWriter ow;
+  optimizer.save_state(ow);
+  ow.set_metadata("mpicnn.model", st.model);
+  record(kOptimFile, ow.write((tmp / kOptimFile).string()));
+  stage("optimizer");
+
+  j["crc32"] = crc32_hex(own_crc(j));
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic((tmp / kTrainerFile).string(),
+                    {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  stage("trainer");
+  fsync_dir(tmp);
+}
+
+// Where RUN/latest points now, for the line a failed save prints.
+std::string latest_now(const fs::path& run) {
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(run / "latest", ec);
+  return ec ? "there is no earlier checkpoint" : (run / "latest").string() + " still points to " + target.string();
+}
+
+// One line for a save that failed before its checkpoint was published: the checkpoint, the file
+// (by its name, not the temporary directory's) and the cause, e.g. "No space left on device".
+[[noreturn]] void save_failed(const fs::path& run, const fs::path& final_dir, const fs::path& tmp,
+                              const Error& e) {
+  std::string why = e.message();
+  const std::string tmp_prefix = tmp.string() + "/";
+  for (size_t at; (at = why.find(tmp_prefix)) != std::string::npos;) why.erase(at, tmp_prefix.size());
+  FAIL("checkpoint ", final_dir.string(), " not saved: ", why, "; ", latest_now(run));
+}
+
+}  // namespace
+
 CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
                                 const Optimizer& optimizer, const TrainerState& state,
                                 int keep_last, const CheckpointHook& hook) {
@@ -326,12 +387,9 @@ CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
   }
 
   const std::string name = checkpoint_name(state);
+  const fs::path final_dir = ckdir / name;
   const fs::path tmp = ckdir / (".tmp-" + name + "-" + unique_suffix());
-  CHECK(fs::create_directory(tmp, ec) && !ec, tmp.string(), ": cannot create: ", ec.message());
-  TempDirGuard guard{tmp};
-  auto stage = [&](std::string_view s) {
-    if (hook) hook(s);
-  };
+  TempDirGuard guard;  // removes the temporary directory (and what is in it) unless published
 
   TrainerState st = state;
   const auto now = std::chrono::system_clock::now();
@@ -342,42 +400,32 @@ CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
   st.optimizer = optimizer.name();
   if (st.run_started.empty()) st.run_started = st.saved_at;
 
-  // "format: pt" is what safetensors' torch helpers write; loaders use it as a hint.
-  model.save_state_dict((tmp / kModelFile).string(),
-                        {{"format", "pt"}, {"mpicnn.model", st.model}});
-  stage("model");
-  SafetensorsWriter ow;
-  optimizer.save_state(ow);
-  ow.set_metadata("mpicnn.model", st.model);
-  ow.write((tmp / kOptimFile).string());
-  stage("optimizer");
-
-  json j = state_to_json(st);
-  for (const char* f : {kModelFile, kOptimFile}) {
-    const std::vector<uint8_t> bytes = read_all(tmp / f);  // what is on disk, not in memory
-    j["files"][f] = {{"bytes", bytes.size()}, {"crc32", crc32_of(bytes)}};
-  }
-  const std::string text = j.dump(2) + "\n";
-  write_file_atomic((tmp / kTrainerFile).string(),
-                    {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
-  stage("trainer");
-  fsync_dir(tmp);
-
-  const fs::path final_dir = ckdir / name;
-  if (!fs::exists(fs::symlink_status(final_dir))) {
-    CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, final_dir.string(),
-          ": cannot publish: ", std::strerror(errno));
-  } else {
-    // Resumed from an earlier checkpoint and reached a name saved before: swap atomically so
-    // `latest` (which may point here) never sees a missing or partial directory; the guard
-    // then removes the old one, now at the temp name.
-    CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0,
-          final_dir.string(), ": cannot replace: ", std::strerror(errno));
+  try {
+    CHECK(fs::create_directory(tmp, ec) && !ec, tmp.string(), ": cannot create: ", ec.message());
+    guard.path = tmp;
+    write_checkpoint_files(tmp, model, optimizer, st, hook);
+    if (!fs::exists(fs::symlink_status(final_dir))) {
+      CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, final_dir.string(),
+            ": cannot publish: ", std::strerror(errno));
+      guard.path.clear();
+    } else {
+      // Resumed from an earlier checkpoint and reached a name saved before: swap atomically so
+      // `latest` (which may point here) never sees a missing or partial directory; the guard
+      // then removes the old one, now at the temp name.
+      CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0,
+            final_dir.string(), ": cannot replace: ", std::strerror(errno));
+    }
+  } catch (const Error& e) {
+    save_failed(run, final_dir, tmp, e);
   }
   fsync_dir(ckdir);
-  stage("published");
-  update_latest(run, "checkpoints/" + name);
-  stage("latest");
+  if (hook) hook("published");
+  try {
+    update_latest(run, "checkpoints/" + name);
+  } catch (const Error& e) {
+    FAIL("checkpoint ", final_dir.string(), " saved, but ", e.message(), "; ", latest_now(run));
+  }
+  if (hook) hook("latest");
   prune(ckdir, keep_last, name);
 
   CheckpointPaths p;
@@ -429,13 +477,11 @@ TrainerState load_checkpoint(const std::string& arg, Model& model, Optimizer& op
         "', not '", model.name(), "'");
   CHECK(state.optimizer == optimizer.name(), p.trainer, ": checkpoint of optimizer '",
         state.optimizer, "', not '", optimizer.name(), "'");
-  verify_file(p.model, files, p.trainer);
-  verify_file(p.optimizer, files, p.trainer);
-  const SafetensorsReader mr(p.model);
+  const SafetensorsReader mr = open_recorded(p.model, files, p.trainer);
   validate_model_file(mr, model);
-  const SafetensorsReader orr(p.optimizer);
+  const SafetensorsReader orr = open_recorded(p.optimizer, files, p.trainer);
   optimizer.load_state(orr);  // validates everything before changing anything
-  model.load_state_dict(p.model);
+  for (const StateEntry& e : model.params().entries()) read_state_entry(mr, e);
   return state;
 }
 

@@ -16,7 +16,10 @@ class Model;
 class Optimizer;
 
 // Bumped when trainer.json or the file set changes meaning; load refuses other versions.
-inline constexpr int kCheckpointFormatVersion = 1;
+// Version 2 adds trainer.json's own CRC-32 (field "crc32", over the rest of the file) and
+// requires it; version 1 checkpoints (no such field) still load.
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kOldestCheckpointFormatVersion = 1;
 
 // How the model's inputs are prepared for evaluation (the trainer's eval preprocessing and the
 // class names), so that an evaluation (./pipeline_eval --checkpoint) reproduces them from the
@@ -78,11 +81,14 @@ std::string checkpoint_name(const TrainerState& state);
 // "latest") after that stage completes; throwing from it simulates a crash there.
 using CheckpointHook = std::function<void(std::string_view stage)>;
 
-// Writes a complete checkpoint into a temporary directory, renames it into place, then
-// repoints RUN/latest; only after that removes the oldest checkpoints beyond `keep_last`
-// (0 keeps all). A failure at any point leaves `latest` and every existing checkpoint as
-// they were. Saving a name that exists (after resuming from an earlier one) swaps the new
-// directory in atomically. Returns the new checkpoint's paths.
+// Writes a complete checkpoint into a temporary directory, reads its tensor files back
+// (verifying their CRC-32s), renames it into place, then repoints RUN/latest; only after that
+// removes the oldest checkpoints beyond `keep_last` (0 keeps all). A failure at any point
+// (a full disk, a file size limit) removes the temporary directory and leaves `latest` and
+// every existing checkpoint as they were; its error is one line naming the checkpoint, the
+// file and the cause, and where `latest` still points. Saving a name that exists (after
+// resuming from an earlier one) swaps the new directory in atomically. Returns the new
+// checkpoint's paths.
 CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
                                 const Optimizer& optimizer, const TrainerState& state,
                                 int keep_last, const CheckpointHook& hook = {});
@@ -91,11 +97,12 @@ CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
 // Errors name the path when nothing there is a checkpoint.
 CheckpointPaths resolve_checkpoint(const std::string& arg);
 
-// Validates the whole checkpoint (format version, file sizes and CRC-32s recorded in
-// trainer.json, model name, every tensor name and shape, optimizer type and options) before
-// changing anything, then restores model and optimizer. Errors name the offending file.
+// Validates the whole checkpoint (format version, trainer.json's own CRC-32, every tensor's
+// CRC-32 in the tensor files, file sizes and CRC-32s recorded in trainer.json, model name,
+// every tensor name and shape, optimizer type and options) before changing anything, then
+// restores model and optimizer. Errors name the offending file (and tensor).
 TrainerState load_checkpoint(const std::string& arg, Model& model, Optimizer& optimizer);
-// trainer.json alone (validated, with the version check): for tools that only inspect.
+// trainer.json alone (validated, with the version and CRC checks): for tools that only inspect.
 TrainerState read_trainer_state(const std::string& trainer_json_path);
 
 // The stop flag. install_stop_signals() routes SIGTERM and SIGUSR1 (a scheduler's walltime

@@ -150,6 +150,11 @@ Json parse_header(std::vector<std::string>& order, const std::string& f, std::st
   CHECK(bad == std::string_view::npos, f, ": header is not valid UTF-8 (byte ", bad,
         " of the header)");
   CHECK(!text.empty() && text[0] == '{', f, ": header is not a JSON object (must start with '{')");
+  // JSON text holds no raw NUL; nlohmann would take one as the end of the input and ignore the
+  // rest (a damaged padding byte would pass unnoticed).
+  const size_t nul = text.find('\0');
+  CHECK(nul == std::string_view::npos, f, ": header is not valid JSON: NUL byte at byte ", nul,
+        " of the header");
   // A valid header nests three deep (header, entry, shape). Deeper input is refused while
   // parsing: a 100 MB header of nested brackets would otherwise cost gigabytes of DOM.
   constexpr int kMaxDepth = 8;
@@ -236,7 +241,8 @@ TensorInfo parse_entry(const std::string& where, const std::string& name, const 
   t.begin = *b, t.end = *e;
   CHECK(t.begin <= t.end, where, ": data_offsets [", t.begin, ", ", t.end, "] have begin > end");
   CHECK(t.end <= data_size, where, ": data_offsets [", t.begin, ", ", t.end,
-        "] run past the end of the file (data buffer is ", data_size, " bytes)");
+        "] run past the end of the file (data buffer is ", data_size,
+        " bytes): the file is truncated or corrupt");
   CHECK(t.nbytes() == *need, where, ": data_offsets [", t.begin, ", ", t.end, "] span ",
         t.nbytes(), " bytes, but dtype ", dtype_name(t.dtype), " and shape ", dims_str(t.shape),
         " need ", *need);
@@ -321,10 +327,11 @@ void SafetensorsReader::parse() {
   CHECK(n <= kMaxHeaderBytes, f, ": header length ", n, " exceeds the limit of ",
         kMaxHeaderBytes, " bytes (not a safetensors file?)");
   CHECK(n <= file_.size() - 8, f, ": header length ", n, " runs past the end of the file (",
-        file_.size(), " bytes)");
+        file_.size(), " bytes): the file is truncated or corrupt");
   data_start_ = 8 + size_t(n);
   const int64_t data_size = int64_t(file_.size() - data_start_);
   std::vector<std::string> order;
+  std::map<std::string, std::string> crcs;  // the CRC-32 entries of __metadata__
   const Json header = parse_header(
       order, f, std::string_view(reinterpret_cast<const char*>(file_.data()) + 8, size_t(n)));
 
@@ -336,7 +343,7 @@ void SafetensorsReader::parse() {
       for (const auto& [mk, mv] : value.items()) {
         CHECK(mv.is_string(), f, ": __metadata__ must map strings to strings, but '", mk,
               "' is ", describe(mv));
-        metadata_[mk] = mv.get<std::string>();
+        (is_crc_key(mk) ? crcs : metadata_)[mk] = mv.get<std::string>();
       }
       continue;
     }
@@ -344,7 +351,9 @@ void SafetensorsReader::parse() {
     tensors_.push_back(parse_entry(f + ": tensor '" + key + "'", key, value, data_size));
   }
   check_tiling(f, tensors_, data_size);
+  if (!crcs.empty()) verify_checksums(crcs);  // safetensors_crc.cpp
 }
+
 
 const std::string& SafetensorsReader::metadata(const std::string& key) const {
   const auto it = metadata_.find(key);

@@ -1,5 +1,8 @@
 // safetensors writer: tensors in insertion order, header padded to 8 bytes, data packed with no
-// holes, written atomically. Not a streaming writer: tensor bytes are held until write().
+// holes, CRC-32s in the metadata, written atomically. Not a streaming writer: tensor bytes are
+// held until write().
+#include <zlib.h>
+
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -90,6 +93,8 @@ void SafetensorsWriter::add_i64_scalar(const std::string& name, int64_t value) {
 }
 
 void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  CHECK(!is_crc_key(key), "safetensors writer: metadata key '", key,
+        "' is reserved for the CRC-32s the writer records");
   CHECK(invalid_utf8_at(key) == std::string_view::npos &&
             invalid_utf8_at(value) == std::string_view::npos,
         "safetensors writer: metadata '", key, "' is not valid UTF-8");
@@ -97,13 +102,26 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
 }
 
 std::vector<uint8_t> SafetensorsWriter::header() const {
+  std::vector<uint32_t> crcs;
+  return header(crcs);
+}
+
+// `crcs` receives each entry's data CRC-32, in entry order (write() combines them).
+std::vector<uint8_t> SafetensorsWriter::header(std::vector<uint32_t>& crcs) const {
   using OrderedJson = nlohmann::ordered_json;  // the header lists tensors in insertion order
-  OrderedJson h = OrderedJson::object();
-  if (!metadata_.empty()) {
-    OrderedJson m = OrderedJson::object();
-    for (const auto& [k, v] : metadata_) m[k] = v;
-    h["__metadata__"] = std::move(m);
+  std::map<std::string, std::string> meta = metadata_;
+  std::vector<std::string> lines;
+  crcs.clear();
+  for (const Entry& e : entries_) {
+    crcs.push_back(crc32_of(e.data));
+    meta[std::string(kCrcKeyPrefix) + e.name] = crc32_hex(crcs.back());
+    lines.push_back(safetensors_detail::tensor_line(e.name, e.dtype, e.shape));
   }
+  meta[std::string(kHeaderCrcKey)] = crc32_hex(safetensors_detail::header_crc(lines, meta));
+  OrderedJson h = OrderedJson::object();
+  OrderedJson m = OrderedJson::object();
+  for (const auto& [k, v] : meta) m[k] = v;
+  h["__metadata__"] = std::move(m);
   int64_t offset = 0;
   for (const Entry& e : entries_) {
     const int64_t end = offset + int64_t(e.data.size());
@@ -130,11 +148,20 @@ std::vector<uint8_t> SafetensorsWriter::to_bytes() const {
   return out;
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+FileDigest SafetensorsWriter::write(const std::string& path) const {
+  std::vector<uint32_t> crcs;
+  const std::vector<uint8_t> head = header(crcs);
+  FileDigest d{head.size(), crc32_of(head)};
   AtomicFile f(path);
-  f.write(header());
-  for (const Entry& e : entries_) f.write(e.data);
+  f.write(head);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const std::vector<uint8_t>& data = entries_[i].data;
+    f.write(data);
+    d.crc32 = uint32_t(::crc32_combine(d.crc32, crcs[i], z_off_t(data.size())));
+    d.bytes += data.size();
+  }
   f.commit();
+  return d;
 }
 
 }  // namespace mpicnn

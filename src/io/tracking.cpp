@@ -3,7 +3,12 @@
 // --backend-store-uri file:RUN/mlruns` reads). Not an MLflow client: no server, no database.
 #include "io/tracking.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <charconv>
 #include <chrono>
@@ -30,6 +35,23 @@ int64_t system_ms() {
 
 void write_text(const fs::path& path, const std::string& text) {
   write_file_atomic(path.string(), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+// One whole line or none: a short write (a full disk, a file size limit) is cut back, so the file
+// never ends in a torn line that breaks a JSON Lines or MLflow reader.
+void append_line(const fs::path& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  CHECK(fd >= 0, path.string(), ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int err = errno;
+  if (n != ssize_t(line.size())) {
+    if (n > 0 && sized) (void)!::ftruncate(fd, st.st_size);
+    ::close(fd);
+    FAIL(path.string(), ": write failed: ", n < 0 ? std::strerror(err) : "short write (disk full?)");
+  }
+  ::close(fd);
 }
 
 // YAML single-quoted scalar: only the quote itself needs escaping.
@@ -109,9 +131,14 @@ RunTracker::RunTracker(const std::string& run_dir, RunInfo info, std::function<i
       old = json::parse(in);
       run_id_ = old.at("mlflow_run_id").get<std::string>();
       start_ms_ = old.at("started_unix_ms").get<int64_t>();
+      // A metric that was not measured (no evaluation that epoch) was written as null.
+      auto metric = [](const json& e, const char* key) {
+        const auto it = e.find(key);
+        return it == e.end() || it->is_null() ? NAN : it->get<double>();
+      };
       for (const json& e : old.at("per_epoch"))
-        epochs_.push_back({e.at("epoch").get<int64_t>(), e.value("train_loss", NAN),
-                           e.value("test_loss", NAN), e.value("top1", NAN), e.value("top5", NAN),
+        epochs_.push_back({e.at("epoch").get<int64_t>(), metric(e, "train_loss"),
+                           metric(e, "test_loss"), metric(e, "top1"), metric(e, "top5"),
                            e.at("epoch_seconds").get<double>(), e.value("comm_share", 0.0),
                            e.value("data_wait_s", 0.0), e.value("images", int64_t(0))});
     } catch (const json::exception& e) {
@@ -175,18 +202,12 @@ void RunTracker::write_run_meta(RunStatus status, int64_t end_ms) {
 }
 
 void RunTracker::append_jsonl(const json& j) {
-  const fs::path path = fs::path(run_dir_) / "metrics.jsonl";
-  std::ofstream out(path, std::ios::app);
-  out << j.dump() << '\n';
-  out.flush();
-  CHECK(out, path.string(), ": write failed");
+  append_line(fs::path(run_dir_) / "metrics.jsonl", j.dump() + "\n");
 }
 
 void RunTracker::log_metric(const std::string& key, double value, int64_t step, int64_t ts) {
-  const fs::path path = fs::path(mlrun_) / "metrics" / mlflow_safe_key(key);
-  std::ofstream out(path, std::ios::app);
-  out << ts << ' ' << num(value) << ' ' << step << '\n';
-  CHECK(out, path.string(), ": write failed");
+  append_line(fs::path(mlrun_) / "metrics" / mlflow_safe_key(key),
+              std::to_string(ts) + ' ' + num(value) + ' ' + std::to_string(step) + '\n');
 }
 
 void RunTracker::log_step(const StepRecord& r) {

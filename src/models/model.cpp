@@ -154,8 +154,8 @@ void Model::backward(const Tensor& dlogits, std::span<const Tensor* const> daux)
   grad_ready_(0);
 }
 
-void Model::save_state_dict(const std::string& path,
-                            const std::map<std::string, std::string>& metadata) const {
+FileDigest Model::save_state_dict(const std::string& path,
+                                  const std::map<std::string, std::string>& metadata) const {
   SafetensorsWriter w;  // copies the bytes it is given: host copies of GPU slabs suffice
   const Tensor values = to_host(store_.values()), buffers = to_host(store_.buffers());
   for (const StateEntry& e : store_.entries()) {
@@ -166,7 +166,7 @@ void Model::save_state_dict(const std::string& path,
                    dims_of(e.shape), kRealDType);
   }
   for (const auto& [k, v] : metadata) w.set_metadata(k, v);
-  w.write(path);
+  return w.write(path);
 }
 
 void read_state_entry(const SafetensorsReader& r, const StateEntry& e) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"  // FileDigest
 #include "layers/params.h"
 #include "models/module.h"
 
@@ -105,8 +106,9 @@ class Model {
   // backward stops below the lowest trainable layer. Errors name a prefix that matches nothing.
   void freeze(const std::vector<std::string>& prefixes);
 
-  void save_state_dict(const std::string& path,
-                       const std::map<std::string, std::string>& metadata = {}) const;
+  // Returns the written file's size and CRC-32 (io/safetensors.h), for a checkpoint's record.
+  FileDigest save_state_dict(const std::string& path,
+                             const std::map<std::string, std::string>& metadata = {}) const;
   void load_state_dict(const std::string& path);
 
  private:

@@ -343,6 +343,7 @@ ResumePoint Trainer::load_resume_point() {
         "); a resumed run keeps its validation split");
   CHECK(saved.epoch < o_.epochs || (saved.epoch == o_.epochs && saved.step_in_epoch == 0),
         "--resume: ", ck.dir, " is past --epochs ", o_.epochs);
+  if (saved.step_in_epoch > 0) check_mid_epoch_layout(saved, ck.dir);
   if (run_dir_.empty()) {
     CHECK(!ck.run_dir.empty(), "--resume: ", ck.dir,
           " is not inside a run directory; name one with --save-dir");
@@ -350,6 +351,33 @@ ResumePoint Trainer::load_resume_point() {
   }
   return {saved.epoch, saved.step_in_epoch, saved.global_step, saved.samples_seen,
           FP16LossScaler::saved_in(saved)};
+}
+
+// Mid-epoch, the samples already trained are positions [0, steps x ranks x batch) of the epoch's
+// order (dist/shard.h: rank r holds positions r, r + K, ...). Another rank count resumes exactly
+// there only with the same global batch (ranks x batch size, hence the same steps per epoch);
+// with --distribute-data=false every rank has its own order, so ranks and batch must both stay.
+// Anything else would train some samples twice and skip others: refused. At an epoch boundary
+// any rank count and batch size continue (the next epoch is sharded over the new ranks).
+void Trainer::check_mid_epoch_layout(const TrainerState& saved, const std::string& dir) const {
+  const auto cfg = to_config(o_);
+  const auto was = [&](const char* key) {
+    const auto it = saved.config.find(key);
+    return it == saved.config.end() ? cfg.at(key) : it->second;  // older checkpoints: as now
+  };
+  const int64_t b0 = std::stoll(was("batch-size")), k0 = saved.ranks, k1 = comm_.size();
+  const bool dist0 = was("distribute-data") == "true", dist1 = o_.distribute_data;
+  const bool same = dist0 == dist1 && (dist1 ? k0 * b0 == k1 * o_.batch_size
+                                             : k0 == k1 && b0 == o_.batch_size);
+  if (same) return;
+  std::string hint = "resume from an epoch-boundary checkpoint (epoch-NNNN)";
+  if (dist0 && dist1 && (k0 * b0) % k1 == 0)
+    hint = "pass -b " + std::to_string(k0 * b0 / k1) + " to keep the global batch of " +
+           std::to_string(k0 * b0) + ", or " + hint;
+  FAIL("--resume: ", dir, " stopped mid-epoch (step ", saved.step_in_epoch, " of epoch ", saved.epoch + 1,
+       ") with ", k0, " ranks x batch ", b0, (dist0 ? "" : " (--distribute-data=false)"), "; ", k1,
+       " ranks x batch ", o_.batch_size, (dist1 ? "" : " (--distribute-data=false)"),
+       " would not continue with the samples it had not trained: ", hint);
 }
 
 void Trainer::start_gradient_sync() {

@@ -82,6 +82,7 @@ class Trainer {
   void build_replica();
   void resume_or_start();
   ResumePoint load_resume_point();
+  void check_mid_epoch_layout(const TrainerState& saved, const std::string& dir) const;
   void start_gradient_sync();
   void open_run();
   void print_header() const;

@@ -12,12 +12,15 @@ usage:
   write_safetensors.py --check FILE OUT_DIR
       FILE must hold, in this order: every tensor of the manifest unchanged, then for each
       F32 tensor X the tensors "X:f16" and "X:bf16", equal bit for bit to torch's .half() and
-      .bfloat16() of X (any NaN for a NaN), with the manifest's metadata. Exit 1 on mismatch.
+      .bfloat16() of X (any NaN for a NaN), with the manifest's metadata plus the writer's
+      CRC-32 entries ("crc32:NAME", checked here with zlib.crc32 over each tensor's bytes, and
+      "crc32-header"). Exit 1 on mismatch.
 """
 import json
 import os
 import struct
 import sys
+import zlib
 
 import torch
 
@@ -136,8 +139,20 @@ def check(path, out_dir):
     buf = data[8 + n:]
     with open(os.path.join(out_dir, "manifest.json")) as fh:
         manifest = json.load(fh)
-    if header.pop("__metadata__", None) != manifest["metadata"]:
+    metadata = header.pop("__metadata__", None) or {}
+    crcs = {k[len("crc32:"):]: v for k, v in metadata.items() if k.startswith("crc32:")}
+    if "crc32-header" not in metadata:
+        errors.append("no crc32-header entry in the metadata")
+    plain = {k: v for k, v in metadata.items() if not k.startswith("crc32")}
+    if plain != manifest["metadata"]:
         errors.append("metadata differs from %s" % manifest["metadata"])
+    if sorted(crcs) != sorted(header):
+        errors.append("CRC-32 entries for %s, tensors %s" % (sorted(crcs), sorted(header)))
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        if name in crcs and crcs[name] != "%08x" % zlib.crc32(buf[begin:end]):
+            errors.append("%s: stored CRC-32 %s, zlib.crc32 gives %08x" % (
+                name, crcs[name], zlib.crc32(buf[begin:end])))
 
     expected = []  # (name, dtype, shape, expected bytes or reference float tensor)
     for m in manifest["tensors"]:
