@@ -218,6 +218,12 @@ TEST_CASE("checkpoint names, keep-last-N, the latest symlink and every resume pa
     names.insert(d.path().filename().string());
   CHECK(names == std::set<std::string>{"epoch-0004", "step-00000417"});  // the last two written
 
+  // Rank 0 died after publishing a checkpoint but before writing latest: the run directory
+  // resumes from its newest complete checkpoint (an unfinished .tmp- one is not a candidate).
+  fs::remove(dir.path / "latest");
+  fs::create_directories(dir.path / "checkpoints" / ".tmp-epoch-0005-1-1");
+  CHECK(resolve_checkpoint(dir.str()).dir == e4);
+
   CHECK(error_of([&] { resolve_checkpoint((dir.path / "nope").string()); }).find("nope: no such") !=
         std::string::npos);
   CkDir empty;

@@ -145,12 +145,14 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   json j;
   try {
     j = json::parse(bytes.begin(), bytes.end());
+  } catch (const json::parse_error& e) {
+    FAIL(path, ": not valid JSON (truncated or corrupt) at byte ", e.byte);
   } catch (const json::exception& e) {
-    FAIL(path, ": not valid JSON (truncated or corrupt): ", e.what());
+    FAIL(path, ": not valid JSON (truncated or corrupt)");
   }
   CHECK(j.is_object(), path, ": not a JSON object");
-  CHECK(field<std::string>(j, "format", path) == "mpicnn-checkpoint", path,
-        ": not an mpicnn checkpoint (format '", j["format"].dump(), "')");
+  const std::string format = field<std::string>(j, "format", path);
+  CHECK(format == "mpicnn-checkpoint", path, ": not an mpicnn checkpoint (format '", format, "')");
   const int version = field<int>(j, "format_version", path);
   CHECK(version >= kOldestCheckpointFormatVersion && version <= kCheckpointFormatVersion, path,
         ": checkpoint format version ", version, ", this build reads versions ",
@@ -275,13 +277,16 @@ void update_latest(const fs::path& run, const std::string& target) {
 // then global step, then name). A checkpoint whose trainer.json cannot be read is left alone:
 // pruning must never be the thing that destroys evidence. Removal first renames the
 // directory to a hidden name, so a crash mid-removal never leaves a half-deleted visible one.
-void prune(const fs::path& ckdir, int keep_last, const std::string& keep_name) {
-  if (keep_last <= 0) return;
+// The published checkpoints of RUN/checkpoints (complete: their trainer.json reads), newest
+// first (by save time, then global step, then name).
+std::vector<std::string> published_checkpoints(const fs::path& ckdir) {
   struct Item {
     int64_t ms, step;
     std::string name;
   };
   std::vector<Item> items;
+  std::error_code ec;
+  if (!fs::is_directory(ckdir, ec)) return {};
   for (const auto& d : fs::directory_iterator(ckdir)) {
     const std::string n = d.path().filename().string();
     if (!d.is_directory() || !is_checkpoint_name(n)) continue;
@@ -294,15 +299,22 @@ void prune(const fs::path& ckdir, int keep_last, const std::string& keep_name) {
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
     return std::tie(a.ms, a.step, a.name) > std::tie(b.ms, b.step, b.name);
   });
+  std::vector<std::string> names;
+  for (const Item& it : items) names.push_back(it.name);
+  return names;
+}
+
+void prune(const fs::path& ckdir, int keep_last, const std::string& keep_name) {
+  if (keep_last <= 0) return;
   int kept = 0;
-  for (const Item& it : items) {
-    if (it.name == keep_name || kept < keep_last - 1) {
-      if (it.name != keep_name) ++kept;
+  for (const std::string& name : published_checkpoints(ckdir)) {
+    if (name == keep_name || kept < keep_last - 1) {
+      if (name != keep_name) ++kept;
       continue;
     }
-    const fs::path gone = ckdir / (".del-" + it.name + "-" + unique_suffix());
+    const fs::path gone = ckdir / (".del-" + name + "-" + unique_suffix());
     std::error_code ec;
-    fs::rename(ckdir / it.name, gone, ec);
+    fs::rename(ckdir / name, gone, ec);
     if (!ec) fs::remove_all(gone, ec);
   }
   fsync_dir(ckdir);
@@ -445,13 +457,19 @@ CheckpointPaths resolve_checkpoint(const std::string& arg) {
     FAIL(arg, ": symlink to missing ", fs::read_symlink(p, ec).string());
   CHECK(fs::is_directory(p, ec), arg, ": no such checkpoint or run directory");
   if (!fs::exists(p / kTrainerFile, ec)) {
-    // A run directory: its latest pointer names the checkpoint.
+    // A run directory: its latest pointer names the checkpoint. A run whose rank 0 died after
+    // publishing its first checkpoint but before writing latest has none: its newest published
+    // checkpoint is the one to continue.
     const fs::path latest = p / "latest";
     if (fs::is_symlink(fs::symlink_status(latest, ec)) && !fs::exists(latest, ec))
       FAIL(latest.string(), ": points to missing ", fs::read_symlink(latest, ec).string());
-    CHECK(fs::exists(latest, ec), arg,
-          ": not a checkpoint (no trainer.json) and no latest checkpoint in it");
-    p = latest;
+    if (fs::exists(latest, ec)) {
+      p = latest;
+    } else {
+      const std::vector<std::string> published = published_checkpoints(p / "checkpoints");
+      CHECK(!published.empty(), arg, ": not a checkpoint (no trainer.json) and no latest checkpoint in it");
+      p = p / "checkpoints" / published.front();
+    }
   }
   const fs::path dir = fs::canonical(p, ec);
   CHECK(!ec, p.string(), ": ", ec.message());
