@@ -222,7 +222,7 @@ deps:
 
 # deps first, then a fresh make so the build sees what deps installed.
 test: deps
-	$(MAKE) --no-print-directory -j$$(nproc) apps tests bench tools
+	$(MAKE) --no-print-directory -j$$(nproc) apps tests bench tools fuzz-build
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory -j$$(nproc) cuda-build; \
 	  else echo "make test: no nvcc at $(NVCC): the CUDA build is not compiled"; fi
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
