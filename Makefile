@@ -55,7 +55,7 @@ endif
 DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
   libboost-program-options-dev doctest-dev libstb-dev libjpeg62-turbo-dev nlohmann-json3-dev \
   zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
-  slurm-wlm iproute2
+  slurm-wlm iproute2 clang libclang-rt-14-dev
 
 LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*' ! -name gpu_absent.cpp))
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/obj/%.o)
@@ -105,7 +105,7 @@ NVCCFLAGS := -std=c++20 -O3 -Isrc -Ikernels -Xcompiler -Wall,-Wextra \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) -MMD -MP
 
-.PHONY: all lib apps tests bench tools deps test demo clean cuda-build
+.PHONY: all lib apps tests bench tools deps test demo clean cuda-build fuzz fuzz-build
 # Bench objects are intermediates of a pattern chain; keep them so `make` does not rebuild them.
 .SECONDARY: $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.o) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.o) $(APPS_SRC:%.cpp=$(BUILD)/obj/%.o)
 all: lib apps tests bench tools
@@ -166,6 +166,50 @@ cuda-build:
 	  $(APPS_SRC:src/apps/%.cpp=$(BUILD)/cuda/bin/%) $(BENCH_SRC:bench/%.cpp=$(BUILD)/cuda/bench/%) \
 	  $(TOOLS_SRC:data_tools/%.cpp=$(BUILD)/cuda/bin/%)
 
+# ---- Fuzzing (tests/fuzz/, tests/README.md) ----------------------------------------------------
+# libFuzzer harnesses, one per parser of outside data, built with clang (libFuzzer is clang's)
+# under ASan and UBSan into build/fuzz/fuzz_NAME. Only the parsers and what they call on the
+# way (FUZZ_LIB_SRC) are compiled with clang, instrumented for coverage and the sanitizers, as
+# objects of their own (the flags differ from g++'s); the rest (the model registry behind
+# --model, the models behind a checkpoint) links from the g++ library $(LIB): the objects come
+# first, so the library never supplies a second copy of them. A whole-library clang build
+# would take 5-10 times as long. `make fuzz` runs each harness for FUZZ_SECONDS
+# (tests/fuzz/run.sh); the working corpus grows in build/fuzz/corpus/NAME and anything found
+# lands in build/fuzz/artifacts/NAME/.
+FUZZ_CXX      ?= clang++
+FUZZ_SECONDS  ?= 60
+FUZZ_DIR      := build/fuzz
+# tests/fuzz/ubsan_ignore.txt: third-party code left unchecked, each entry with its reason.
+FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+  -fsanitize-ignorelist=tests/fuzz/ubsan_ignore.txt
+FUZZ_CXXFLAGS := -std=c++20 -O1 -g -march=$(CPU_ARCH) -Wall -Wextra -Wno-unknown-warning-option -MMD -MP $(FUZZ_SAN)
+FUZZ_SRC      := $(sort $(wildcard tests/fuzz/fuzz_*.cpp))
+FUZZ_NAMES    := $(FUZZ_SRC:tests/fuzz/fuzz_%.cpp=%)
+FUZZ_BIN      := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
+FUZZ_LIB_SRC  := src/core/check.cpp src/core/cli.cpp src/core/gpu_absent.cpp src/data/idx.cpp \
+  src/data/cifar.cpp src/data/csv_dataset.cpp src/data/image.cpp src/io/atomic_file.cpp \
+  src/io/safetensors.cpp src/io/checkpoint.cpp src/optim/schedule.cpp src/train/options.cpp
+FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/obj/%.o)
+
+$(FUZZ_DIR)/obj/%.o: %.cpp tests/fuzz/ubsan_ignore.txt
+	@mkdir -p $(@D)
+	$(FUZZ_CXX) $(CPPFLAGS) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+# -fopenmp: the g++ library's objects call libgomp.
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ) $(LIB)
+	$(FUZZ_CXX) $(FUZZ_SAN) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(LIB) $(LDLIBS) -lgomp -o $@
+
+# Objects of a pattern chain: kept, so that the next `make fuzz-build` does not rebuild them.
+.SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_SRC:%.cpp=$(FUZZ_DIR)/obj/%.o)
+fuzz-build: $(FUZZ_BIN)
+
+fuzz: deps
+	$(MAKE) --no-print-directory -j$$(nproc) fuzz-build
+	@for n in $(FUZZ_NAMES); do \
+	  echo "== fuzz_$$n: $(FUZZ_SECONDS) s"; \
+	  bash tests/fuzz/run.sh $$n $(FUZZ_SECONDS) $(FUZZ_DIR) || exit 1; \
+	done
+
 # Installs only what is missing; as root directly, otherwise through sudo.
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -180,7 +224,7 @@ deps:
 
 # deps first, then a fresh make so the build sees what deps installed.
 test: deps
-	$(MAKE) --no-print-directory -j$$(nproc) apps tests bench tools
+	$(MAKE) --no-print-directory -j$$(nproc) apps tests bench tools fuzz-build
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory -j$$(nproc) cuda-build; \
 	  else echo "make test: no nvcc at $(NVCC): the CUDA build is not compiled"; fi
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
@@ -206,4 +250,4 @@ reliability:
 clean:
 	rm -rf build
 
--include $(F64_OBJ:.o=.d) $(F64_TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/src/core/gpu_absent.d $(APPS_SRC:%.cpp=$(BUILD)/obj/%.d) $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)
+-include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.cpp=$(FUZZ_DIR)/obj/%.d) $(F64_OBJ:.o=.d) $(F64_TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/src/core/gpu_absent.d $(APPS_SRC:%.cpp=$(BUILD)/obj/%.d) $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)

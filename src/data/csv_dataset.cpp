@@ -15,6 +15,11 @@ namespace mpicnn::data {
 
 namespace {
 
+// Without a classes.txt the classes are "0" .. the largest label, so a label bounds how many
+// names are made: 2000000000 in a 30-byte file meant 2e9 strings (found by tests/fuzz). Far
+// above any classification dataset's count (ImageNet-21k has 21841).
+constexpr int kMaxUnnamedClasses = 100000;
+
 std::string trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -135,6 +140,9 @@ FileListData read_csv_dataset(const std::string& csv_path, const std::string& sp
           csv_path, " line ", rec.line, ": label '", ltext, "' is not a class index (an integer >= 0)");
     CHECK(class_names.empty() || label < int(class_names.size()), csv_path, " line ", rec.line, ": label ",
           label, " is outside the ", class_names.size(), " classes of ", classes_file.string());
+    CHECK(!class_names.empty() || label < kMaxUnnamedClasses, csv_path, " line ", rec.line, ": label ",
+          label, " is too large: without a classes.txt beside the CSV labels must be below ",
+          kMaxUnnamedClasses);
     // Every row counts for the number of classes, so train and test rows agree on it.
     max_label = std::max(max_label, label);
     if (col_split >= 0) {

@@ -22,10 +22,10 @@ std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& name)
 
 // Columns are found by name in the header (other columns are ignored). Paths are relative to
 // the CSV's folder unless absolute. Labels are class indices >= 0; classes.txt next to the CSV
-// (one name per line) names them and bounds them, else the names are "0" .. max label. With a
-// split column, `split` selects the rows whose split equals it ("all": every row); without
-// one the file is a single split, returned for "train" and "all". Errors name the file and
-// line; check_files also stats every image up front.
+// (one name per line) names them and bounds them, else the names are "0" .. max label (labels
+// below 100000). With a split column, `split` selects the rows whose split equals it ("all":
+// every row); without one the file is a single split, returned for "train" and "all". Errors
+// name the file and line; check_files also stats every image up front.
 FileListData read_csv_dataset(const std::string& csv_path, const std::string& split, bool check_files);
 
 }  // namespace mpicnn::data

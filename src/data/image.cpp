@@ -104,6 +104,15 @@ void check_bmp_size(std::span<const std::uint8_t> b, const std::string& name) {
   CHECK(b.size() >= need, name, ": truncated BMP (", b.size(), " of ", need, " bytes)");
 }
 
+// PIL refuses images of more than 2 * Image.MAX_IMAGE_PIXELS pixels (DecompressionBombError).
+// The same limit here: a JPEG header of a few hundred bytes can declare 65500 x 65500 pixels,
+// 12.9 GB to allocate before the data is found to be missing (found by tests/fuzz).
+constexpr std::uint64_t kMaxPixels = 2ull * 89478485;
+void check_pixel_count(std::uint64_t w, std::uint64_t h, const std::string& name) {
+  CHECK(w * h <= kMaxPixels, name, ": ", w, "x", h, " pixels is more than ", kMaxPixels,
+        " (PIL: decompression bomb)");
+}
+
 // ---- JPEG: libjpeg-turbo with the settings PIL uses -------------------------------------------
 // torchvision's loader is Image.open(f).convert("RGB"), and PIL (Debian's python3-pil) decodes
 // with the same libjpeg-turbo: called the same way it gives the same bytes. What PIL's
@@ -228,6 +237,7 @@ void decode_jpeg(Image& out, std::span<const std::uint8_t> bytes, const std::str
   JpegDecoder d;
   JpegStep step = jpeg_start(d, bytes);
   if (step == JpegStep::ok) {
+    check_pixel_count(d.cinfo.output_width, d.cinfo.output_height, name);
     const int c = d.cinfo.output_components == 1 ? 1 : 3;
     out.height = int(d.cinfo.output_height), out.width = int(d.cinfo.output_width), out.channels = c;
     out.pixels.resize(std::size_t(out.height) * out.width * c);
@@ -284,6 +294,7 @@ void decode_image(Image& out, std::span<const std::uint8_t> bytes, int channels,
     const char* why = stbi_failure_reason();
     FAIL(name, ": cannot decode image (", why ? why : "unknown reason", ")");
   }
+  check_pixel_count(std::uint64_t(w), std::uint64_t(h), name);
   if (bytes.size() >= 2 && bytes[0] == 'B' && bytes[1] == 'M') check_bmp_size(bytes, name);
   std::unique_ptr<stbi_uc, void (*)(void*)> data(stbi_load_from_memory(bytes.data(), len, &w, &h, &c, 0),
                                                  stbi_image_free);

@@ -27,7 +27,8 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path);
 // replicates; RGB -> gray uses PIL's convert("L") luma, (299 R + 587 G + 114 B) / 1000), 0 keeps
 // what the file has (gray+alpha -> gray, RGBA -> RGB: alpha is dropped as PIL's convert("RGB")
 // does). `name` is the file or sample the bytes came from; a truncated, corrupt or unsupported
-// file is an Error naming it and saying why (a JPEG fails where PIL raises, see image.cpp).
+// file is an Error naming it and saying why (a JPEG fails where PIL raises, see image.cpp), and
+// so is one of more than 178956970 pixels (PIL's DecompressionBombError limit).
 Image decode_image(std::span<const std::uint8_t> bytes, int channels, const std::string& name);
 // The same into `out`, reusing its pixel storage (a loader thread keeps one Image per thread).
 void decode_image(Image& out, std::span<const std::uint8_t> bytes, int channels, const std::string& name);
