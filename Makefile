@@ -13,7 +13,7 @@ PYTHON   ?= /usr/bin/python3
 CPU_ARCH ?= native
 # MUTANT=N: one deliberate bug of src/core/mutant.h switched on, for tests/mutation/run.sh only.
 MUTANT   ?= 0
-VARIANT  := $(if $(filter 1,$(DEBUG)),debug,release)$(if $(filter 1,$(SANITIZE)),-asan,)$(if $(filter-out native,$(CPU_ARCH)),-$(CPU_ARCH),)$(if $(filter-out 0,$(MUTANT)),-mutant$(MUTANT),)
+VARIANT  := $(if $(filter 1,$(DEBUG)),debug,release)$(if $(filter 1,$(SANITIZE)),-asan,)$(if $(filter thread,$(SANITIZE)),-tsan,)$(if $(filter-out native,$(CPU_ARCH)),-$(CPU_ARCH),)$(if $(filter-out 0,$(MUTANT)),-mutant$(MUTANT),)
 BUILD    := build/$(VARIANT)
 # src/ compiles once for both builds (it sees the GPU only through src/core/gpu.h); what differs
 # is the backend linked in: kernels/*.cu (CUDA=1) or src/core/gpu_absent.cpp. Linked programs go
@@ -45,10 +45,6 @@ ifeq ($(DEBUG),1)
   CXXFLAGS += -O0 -g
 else
   CXXFLAGS += -O3 -g1
-endif
-ifeq ($(SANITIZE),1)
-  CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-  LDFLAGS  += -fsanitize=address,undefined
 endif
 
 # Debian packages the project and its tests need (installed by `make deps`).
@@ -104,6 +100,40 @@ endif
 NVCCFLAGS := -std=c++20 -O3 -Isrc -Ikernels -Xcompiler -Wall,-Wextra \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) -MMD -MP
+
+# ---- Sanitizers (issue 23; tests/README.md "Sanitizers") --------------------------------------
+# SANITIZE=1: ASan+UBSan (build/release-asan), SANITIZE=thread: TSan (build/release-tsan). -O1:
+# the sanitizers' checks do not need -O3's vectorised loops, and it compiles much faster. Their
+# unit_tests leave out the PyTorch parity tests (minutes even unsanitized) and with them the
+# float64 copy of the core (tests/f64, a second build of the core), and the CUDA cases.
+# `make sanitize-build` builds what tests/run_all.sh's sanitizer suites run.
+ifeq ($(SANITIZE),1)
+  CXXFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS  += -fsanitize=address,undefined
+else ifeq ($(SANITIZE),thread)
+  CXXFLAGS += -O1 -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS  += -fsanitize=thread
+endif
+ifneq ($(SANITIZE),0)
+  TEST_OBJ := $(filter-out %/test_model_parity.o %/test_cuda.o,$(TEST_OBJ))
+  F64_TEST_OBJ :=
+  F64_LIB :=
+endif
+# TSan checks the threaded code: the loader's workers and the pipeline's stages (whose tests run
+# ./pipeline_eval under mpiexec); only those test files are compiled.
+ifeq ($(SANITIZE),thread)
+  TEST_OBJ := $(filter %/test_main.o %/test_loader.o %/test_pipeline_eval.o,$(TEST_OBJ))
+endif
+# What tests/run_all.sh's sanitizer suites run: the test binaries and the programs the unit tests
+# start (data tools, apps; not linked to ./train). This block comes before the first rule, so the
+# default goal is set to stay `all`.
+.DEFAULT_GOAL := all
+.PHONY: sanitize-build sanitize-variant
+sanitize-build:
+	$(MAKE) --no-print-directory SANITIZE=1 sanitize-variant
+	$(MAKE) --no-print-directory SANITIZE=thread sanitize-variant
+sanitize-variant: $(TEST_BIN) $(if $(filter 1,$(SANITIZE)),$(MPI_TEST_BIN)) $(TOOLS_BIN) $(APPS_SRC:src/apps/%.cpp=$(OUT)/bin/%)
+# ---- end of the sanitizer block ----------------------------------------------------------------
 
 .PHONY: all lib apps tests bench tools deps test demo clean cuda-build fuzz fuzz-build
 # Bench objects are intermediates of a pattern chain; keep them so `make` does not rebuild them.
@@ -227,6 +257,7 @@ test: deps
 	$(MAKE) --no-print-directory -j$$(nproc) apps tests bench tools fuzz-build
 	@if [ -x $(NVCC) ]; then $(MAKE) --no-print-directory -j$$(nproc) cuda-build; \
 	  else echo "make test: no nvcc at $(NVCC): the CUDA build is not compiled"; fi
+	$(MAKE) --no-print-directory -j$$(nproc) sanitize-build
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
 
 # The main job on the built-in default (lenet on Fashion-MNIST, 10 epochs) on 2 ranks; about
