@@ -17,8 +17,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -128,14 +131,49 @@ void check_own_crc(json j, const std::string& path) {
         "): the file is corrupt");
 }
 
+// A JSON integer that fits T; nothing for a float or one out of T's range (nlohmann's get<int>
+// of 1e300 would be a float-to-int conversion out of range: undefined behaviour, found by
+// tests/fuzz/fuzz_trainer_json).
+template <typename T>
+std::optional<T> as_integer(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t x = v.get<uint64_t>();
+    if (x <= uint64_t(std::numeric_limits<T>::max())) return T(x);
+  } else if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if constexpr (std::is_signed_v<T>)
+      if (x >= int64_t(std::numeric_limits<T>::min()) && x <= int64_t(std::numeric_limits<T>::max())) return T(x);
+  }
+  return std::nullopt;
+}
+
 template <typename T>
 T field(const json& j, const char* key, const std::string& path) {
   auto it = j.find(key);
   CHECK(it != j.end(), path, ": field '", key, "' missing");
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    FAIL(path, ": field '", key, "' has the wrong type (", it->type_name(), ")");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const std::optional<T> x = as_integer<T>(*it);
+    CHECK(x.has_value(), path, ": field '", key, "' is not an integer in [", +std::numeric_limits<T>::min(),
+          ", ", +std::numeric_limits<T>::max(), "]");
+    return *x;
+  } else if constexpr (std::is_same_v<T, std::vector<float>>) {
+    // Each element a finite number within float's range (a larger double cast to float is
+    // undefined behaviour).
+    CHECK(it->is_array(), path, ": field '", key, "' is not an array");
+    std::vector<float> out;
+    for (const json& v : *it) {
+      CHECK(v.is_number() && std::isfinite(v.get<double>()) &&
+                std::abs(v.get<double>()) <= double(std::numeric_limits<float>::max()),
+            path, ": field '", key, "' holds a value that is not a finite float");
+      out.push_back(float(v.get<double>()));
+    }
+    return out;
+  } else {
+    try {
+      return it->get<T>();
+    } catch (const json::exception&) {
+      FAIL(path, ": field '", key, "' has the wrong type (", it->type_name(), ")");
+    }
   }
 }
 
@@ -144,7 +182,11 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   const std::vector<uint8_t> bytes = read_all(path);
   json j;
   try {
-    j = json::parse(bytes.begin(), bytes.end());
+    // A depth limit: a file nested thousands deep would overflow the stack when copied.
+    j = json::parse(bytes.begin(), bytes.end(), [&](int depth, json::parse_event_t, json&) {
+      CHECK(depth <= 16, path, ": nested more than 16 levels deep (not a trainer.json)");
+      return true;
+    });
   } catch (const json::parse_error& e) {
     FAIL(path, ": not valid JSON (truncated or corrupt) at byte ", e.byte);
   } catch (const json::exception& e) {
@@ -166,7 +208,13 @@ std::pair<TrainerState, json> parse_trainer(const std::string& path) {
   s.global_step = field<int64_t>(j, "global_step", path);
   s.samples_seen = field<int64_t>(j, "samples_seen", path);
   s.seed = field<uint64_t>(j, "seed", path);
-  s.rng_counters = field<std::map<std::string, uint64_t>>(j, "rng_counters", path);
+  const json counters = field<json>(j, "rng_counters", path);
+  CHECK(counters.is_object(), path, ": field 'rng_counters' is not an object");
+  for (const auto& [name, value] : counters.items()) {
+    const std::optional<uint64_t> n = as_integer<uint64_t>(value);
+    CHECK(n.has_value(), path, ": rng_counters '", name, "' is not an integer in [0, 2^64-1]");
+    s.rng_counters[name] = *n;
+  }
   s.ranks = field<int>(j, "ranks", path);
   s.config = field<std::map<std::string, std::string>>(j, "config", path);
   if (j.contains("data_path")) s.data_path = field<std::string>(j, "data_path", path);

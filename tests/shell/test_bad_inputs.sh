@@ -59,9 +59,21 @@ EOF
   for d in old newer otherfmt trunc foreign; do cp -r "$ck" "$F/$d"; done
   set_field() { /usr/bin/python3 -c 'import json,sys; p=sys.argv[1]; d=json.load(open(p)); d[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(d,open(p,"w"),indent=2)' "$@"; }
   set_field "$F/old/trainer.json" format_version 0
-  set_field "$F/newer/trainer.json" format_version 2
+  set_field "$F/newer/trainer.json" format_version 3
   set_field "$F/otherfmt/trainer.json" format '"other-tool"'
   truncate -s 1000 "$F/trunc/model.safetensors"
+  # One flipped bit in the last tensor's data; a trainer.json changed by one digit, still JSON.
+  cp -r "$ck" "$F/flip" && cp -r "$ck" "$F/flipjson" || return 1
+  /usr/bin/python3 - "$F" <<'EOF2' || return 1
+import re, sys
+f = sys.argv[1]
+b = bytearray(open(f"{f}/flip/model.safetensors", "rb").read()); b[-10] ^= 0x10
+open(f"{f}/flip/model.safetensors", "wb").write(b)
+t = open(f"{f}/flipjson/trainer.json").read()
+t2 = re.sub(r'("samples_seen": *)(\d+)', lambda m: m.group(1) + str(int(m.group(2)) + 1), t, count=1)
+assert t2 != t
+open(f"{f}/flipjson/trainer.json", "w").write(t2)
+EOF2
   cp "$F/data/train.csv" "$F/foreign/trainer.json"
   # A run a job would resume (stopped, not finished) whose checkpoint is of an old format.
   cp -r "$F/run" "$F/oldrun" && set_field "$F/oldrun/checkpoints/epoch-0001/trainer.json" format_version 0 &&
@@ -104,7 +116,7 @@ fi
 declare -A PH=(
   [BIN]=$BIN [DATA]=$F/data [DATA5]=$F/data5 [IDX]=$F/idx [IDXTRUNC]=$F/idxtrunc [IDXLAB]=$F/idxlab
   [RUN]=$F/run [RUNRO]=$F/runro [OLDRUN]=$F/oldrun [OLD]=$F/old [NEWER]=$F/newer [OTHERFMT]=$F/otherfmt
-  [TRUNC]=$F/trunc [FOREIGN]=$F/foreign [EMPTYCSV]=$F/empty.csv [HEADERCSV]=$F/header.csv
+  [TRUNC]=$F/trunc [FOREIGN]=$F/foreign [FLIP]=$F/flip [FLIPJSON]=$F/flipjson [EMPTYCSV]=$F/empty.csv [HEADERCSV]=$F/header.csv
   [GRID]=$F/bad.grid [NOREAD]=$F/noread.csv [EMPTYDIR]=$F/emptydir [CFG]=$F/bad.cfg [RO]=$F/ro [PBS]=$F/pbs [SLURM]=$F/slurm
   [MPI]="mpiexec --oversubscribe" [AS_NOBODY]=$AS_NOBODY
 )
