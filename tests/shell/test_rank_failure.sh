@@ -17,7 +17,8 @@ if ! rf_make_data "$SCRATCH/data"; then
 fi
 
 # 1. Kills. 3 epochs of 11 steps; evaluation has 3 batches per rank per epoch.
-for how in forward:1:5 allreduce:2:14 checkpoint-model:0:2 eval:1:4 scatter:2:1; do
+# checkpoint-published:0:1 dies after publishing the first checkpoint, before `latest` is written.
+for how in forward:1:5 allreduce:2:14 checkpoint-model:0:2 checkpoint-published:0:1 eval:1:4 scatter:2:1; do
   name=${how%%:*}
   rf_train_trial "$SCRATCH/kill-$name" "$how" > "$SCRATCH/line"
   case $? in

@@ -70,48 +70,52 @@ rf_run() {
   fi
 }
 
+# rf_verdict LINE: whether the killed job exited non-zero within 30 s (RF_RC, RF_TTE of rf_run);
+# prints LINE with why and returns 1 when it did not, returns 2 (printing why) when no kill
+# happened, 0 otherwise. RF_LINE gets LINE with the time-to-exit.
+rf_verdict() {
+  RF_LINE="$1: rc $RF_RC"
+  if [ "$RF_KILLED" != 1 ]; then
+    echo "$RF_LINE, no kill happened (the run ended first); not a trial"
+    return 2
+  fi
+  RF_LINE+=", time-to-exit $RF_TTE s"
+  if [ "$RF_RC" = 0 ] || [ "$RF_RC" = 124 ] || ! /usr/bin/python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 30)" "$RF_TTE"; then
+    echo "$RF_LINE: FAILED (must exit non-zero within 30 s; 124 = hung)"
+    return 1
+  fi
+}
+
 # rf_train_trial RUN HOW: a killed 3-rank training run in RUN, then its recovery. Prints one
 # line "trial HOW: rc R, time-to-exit T s, <recovery>" and returns non-zero on a failure: the
 # job did not exit non-zero within 30 s, or RUN/latest did not load, or --resume did not finish.
 rf_train_trial() {
-  local run=$1 how=$2 line
+  local run=$1 how=$2
   rm -rf "$run" "$run.log" "$run.log.kill"
   rf_run "$run.log" "$how" mpiexec -n 3 --oversubscribe "$REPO/train" "${RF_TRAIN[@]}" -s "$run"
-  line="trial $how: rc $RF_RC"
-  if [ "$RF_KILLED" != 1 ]; then
-    echo "$line, no kill happened (the run ended first); not a trial"
-    return 2
-  fi
-  line+=", time-to-exit $RF_TTE s"
-  if [ "$RF_RC" = 0 ] || [ "$RF_RC" = 124 ] || ! /usr/bin/python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 30)" "$RF_TTE"; then
-    echo "$line: FAILED (must exit non-zero within 30 s; 124 = hung)"
-    return 1
-  fi
+  rf_verdict "trial $how" || return
   if [ -e "$run/latest" ]; then
-    rf_recover "$run" "$run" "$line"
-    return
+    rf_recover "$run" "$RF_LINE"
+  elif ls -d "$run"/checkpoints/epoch-* >/dev/null 2>&1; then
+    # Killed between publishing the first checkpoint and pointing `latest` at it: --resume RUN
+    # continues from the newest published checkpoint.
+    rf_recover "$run" "$RF_LINE, no latest yet (killed before it was written)"
+  else
+    echo "$RF_LINE, killed before the first checkpoint (nothing to resume)"
   fi
-  # Killed between publishing the first checkpoint and pointing `latest` at it: resume from it.
-  local first
-  first=$(ls -d "$run"/checkpoints/epoch-* 2>/dev/null | tail -1)
-  if [ -n "$first" ]; then
-    rf_recover "$run" "$first" "$line, no latest yet (killed before it was written)"
-    return
-  fi
-  echo "$line, killed before the first checkpoint (nothing to resume)"
 }
 
-# rf_recover RUN FROM LINE: FROM (RUN or one of its checkpoints) loads (./pipeline_eval on 1
-# rank) and --resume FROM finishes the run.
+# rf_recover RUN LINE: RUN's checkpoint loads (./pipeline_eval on 1 rank) and --resume RUN
+# finishes the run.
 rf_recover() {
-  local run=$1 from=$2 line=$3 ckpt
-  if [ "$from" = "$run" ]; then ckpt="latest $(basename "$(readlink -f "$run/latest")")"; else ckpt=$(basename "$from"); fi
-  if ! timeout "$RF_GUARD" mpiexec -n 1 --oversubscribe "$REPO/pipeline_eval" --checkpoint "$from" \
+  local run=$1 line=$2 ckpt
+  ckpt="checkpoint $(ls -t "$run/checkpoints" | head -1)"
+  if ! timeout "$RF_GUARD" mpiexec -n 1 --oversubscribe "$REPO/pipeline_eval" --checkpoint "$run" \
        --limit 64 > "$run.eval.log" 2>&1; then
     echo "$line: FAILED: $ckpt does not load: $(tail -1 "$run.eval.log")"
     return 1
   fi
-  if ! timeout "$RF_GUARD" mpiexec -n 3 --oversubscribe "$REPO/train" --resume "$from" > "$run.resume.log" 2>&1 ||
+  if ! timeout "$RF_GUARD" mpiexec -n 3 --oversubscribe "$REPO/train" --resume "$run" > "$run.resume.log" 2>&1 ||
      ! grep -q '^done: ' "$run.resume.log"; then
     echo "$line: FAILED: --resume from $ckpt did not finish: $(tail -1 "$run.resume.log")"
     return 1
@@ -122,18 +126,9 @@ rf_recover() {
 # rf_eval_trial CKPT_RUN OUT HOW: a killed 4-rank ./pipeline_eval of CKPT_RUN (rank 0 reads,
 # 1 decodes, 2 normalises, 3 predicts). Same verdict as rf_train_trial, without recovery.
 rf_eval_trial() {
-  local ckpt=$1 out=$2 how=$3 line
+  local ckpt=$1 out=$2 how=$3
   rf_run "$out.log" "$how" mpiexec -n 4 --oversubscribe "$REPO/pipeline_eval" --checkpoint "$ckpt" \
     --threads 1 -b 8
-  line="eval trial $how: rc $RF_RC"
-  if [ "$RF_KILLED" != 1 ]; then
-    echo "$line, no kill happened (the run ended first); not a trial"
-    return 2
-  fi
-  line+=", time-to-exit $RF_TTE s"
-  if [ "$RF_RC" = 0 ] || [ "$RF_RC" = 124 ] || ! /usr/bin/python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 30)" "$RF_TTE"; then
-    echo "$line: FAILED (must exit non-zero within 30 s; 124 = hung)"
-    return 1
-  fi
-  echo "$line"
+  rf_verdict "eval trial $how" || return
+  echo "$RF_LINE"
 }
