@@ -19,8 +19,10 @@ run_doctest() {
   local name=$1
   shift
   echo "=== $name"
+  local t0=$SECONDS
   "$@" --no-intro=true --no-colors=true 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
+  echo "--- $name: $((SECONDS - t0)) s"
   local line
   line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1)
   if [ -n "$line" ]; then
@@ -107,8 +109,10 @@ fi
 for suite in tests/shell/*.sh; do
   [ -e "$suite" ] || continue
   echo "=== $suite"
+  t0=$SECONDS
   MPICNN_BUILD=$build timeout 900 bash "$suite" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
+  echo "--- $suite: $((SECONDS - t0)) s"
   p=$(grep -c '^PASS: ' "$log") f=$(grep -c '^FAIL: ' "$log") s=$(grep -c '^SKIP: ' "$log")
   passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
   if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
@@ -117,6 +121,7 @@ for suite in tests/shell/*.sh; do
   fi
 done
 
+echo "suites took $SECONDS s"
 echo "$skipped skipped (see the SKIP: lines for why)"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -216,6 +216,13 @@ TEST_CASE("image decode: PNG, JPEG, BMP round trips and PIL's channel conversion
     broken("corrupt." + name, bad);
   }
   broken("empty.png", {});
+  // A chunk that runs past the end is refused before stb allocates its declared length (an
+  // 86-byte file from tests/fuzz asked for 2 GB); the walk stops at IEND, so trailing bytes pass.
+  std::vector<uint8_t> cut(png.begin(), png.end() - 20);
+  expect_error([&] { decode_image(cut, 0, "cut.png"); }, "cut.png: truncated or corrupt PNG (chunk 'IDAT' at byte");
+  std::vector<uint8_t> trailing = png;
+  trailing.insert(trailing.end(), {1, 2, 3});
+  CHECK(decode_image(trailing, 0, "trailing.png").pixels == decode_image(png, 0, "png").pixels);
   const std::string text = "not an image, just text\n";
   broken("notes.txt", std::vector<uint8_t>(text.begin(), text.end()));
   expect_error([&] { read_image(dir / "missing.png", 3); }, dir / "missing.png");

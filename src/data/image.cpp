@@ -104,6 +104,23 @@ void check_bmp_size(std::span<const std::uint8_t> b, const std::string& name) {
   CHECK(b.size() >= need, name, ": truncated BMP (", b.size(), " of ", need, " bytes)");
 }
 
+// A PNG whose chunk runs past the end of the file is truncated or corrupt; refused before stb,
+// which grows its IDAT buffer to the declared length first (an 86-byte file asked for 2 GB;
+// found by tests/fuzz). Walks the chunks (length, type, data, CRC) up to IEND.
+void check_png_chunks(std::span<const std::uint8_t> b, const std::string& name) {
+  std::size_t at = 8;  // after the signature
+  while (at + 8 <= b.size()) {
+    const std::uint64_t length = std::uint64_t(b[at]) << 24 | b[at + 1] << 16 | b[at + 2] << 8 | b[at + 3];
+    std::string type(reinterpret_cast<const char*>(b.data() + at + 4), 4);
+    for (char& ch : type)
+      if (ch < 0x20 || ch > 0x7e) ch = '?';  // the message stays one printable line
+    CHECK(at + 12 + length <= b.size(), name, ": truncated or corrupt PNG (chunk '", type, "' at byte ", at,
+          " needs ", length + 4, " bytes of data and CRC, the file has ", b.size() - at - 8, " more)");
+    if (type == "IEND") return;
+    at += 12 + length;
+  }
+}
+
 // PIL refuses images of more than 2 * Image.MAX_IMAGE_PIXELS pixels (DecompressionBombError).
 // The same limit here: a JPEG header of a few hundred bytes can declare 65500 x 65500 pixels,
 // 12.9 GB to allocate before the data is found to be missing (found by tests/fuzz).
@@ -296,6 +313,7 @@ void decode_image(Image& out, std::span<const std::uint8_t> bytes, int channels,
   }
   check_pixel_count(std::uint64_t(w), std::uint64_t(h), name);
   if (bytes.size() >= 2 && bytes[0] == 'B' && bytes[1] == 'M') check_bmp_size(bytes, name);
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) check_png_chunks(bytes, name);
   std::unique_ptr<stbi_uc, void (*)(void*)> data(stbi_load_from_memory(bytes.data(), len, &w, &h, &c, 0),
                                                  stbi_image_free);
   if (!data) {
