@@ -98,7 +98,12 @@ void check_bmp_size(std::span<const std::uint8_t> b, const std::string& name) {
     CHECK(b.size() >= 34, name, ": truncated BMP header");
     w = std::int32_t(u32(18)), h = std::int32_t(u32(22)), bpp = u16(28), compression = u32(30);
   }
-  if (compression != 0 && compression != 3 && compression != 6) return;  // RLE etc.: stb checks
+  if (compression == 1 || compression == 2) return;  // RLE8/RLE4: stb refuses them itself
+  // Any other value is not a BMP stb can read, but stb would decode it as uncompressed pixels
+  // from past the end of the file: a 40-byte file made 1280 x 131072 pixels (found by tests/fuzz).
+  // PIL refuses it too ("Unsupported BMP compression").
+  CHECK(compression == 0 || compression == 3 || compression == 6, name, ": unsupported BMP compression ",
+        compression);
   const std::uint64_t row = (std::uint64_t(w < 0 ? -w : w) * bpp + 31) / 32 * 4;
   const std::uint64_t need = std::uint64_t(offset) + row * std::uint64_t(h < 0 ? -h : h);
   CHECK(b.size() >= need, name, ": truncated BMP (", b.size(), " of ", need, " bytes)");
