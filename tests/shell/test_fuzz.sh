@@ -1,12 +1,12 @@
 # The fuzz harnesses (tests/fuzz/, one per parser of outside data) as a regression test: builds
 # them (`make fuzz-build`: clang with ASan and UBSan, about a minute on 2 cores from nothing),
 # runs every file of each committed corpus once (the seeds, and the inputs of past findings,
-# named regress-*), then fuzzes each harness for FUZZ_TEST_SECONDS (default 4) from its seeds.
+# named regress-*), then fuzzes each harness for FUZZ_TEST_SECONDS (default 2) from its seeds.
 # A crash, sanitizer report, 10 s hang or 2 GB allocation fails the harness's case, naming the
 # report and where libFuzzer saved the input. The long campaign is bench/fuzz_campaign.sh.
 source "$(dirname "$0")/lib/common.sh"
 cd "$REPO"
-seconds=${FUZZ_TEST_SECONDS:-4}
+seconds=${FUZZ_TEST_SECONDS:-2}
 export MPICNN_FUZZ_TMP=$SCRATCH  # the harnesses' scratch files, removed with the suite's folder
 
 names=$(ls tests/fuzz/fuzz_*.cpp | sed -E 's|.*/fuzz_(.*)\.cpp|\1|')
