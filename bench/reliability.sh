@@ -50,16 +50,19 @@ PY
 }
 
 printf 'kind\thow\trc\ttime_to_exit_s\tresult\n' > "$OUT/trials.tsv"
+# record KIND HOW STATUS: the trial's line, its verdict (1 fails the run) and, when a kill
+# happened (status not 2), its row of trials.tsv.
+record() {
+  echo "$i. $(cat "$OUT/line")"
+  [ "$3" = 1 ] && failed=1
+  [ "$3" = 2 ] && return
+  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$RF_RC" "$RF_TTE" "$3" >> "$OUT/trials.tsv"
+}
 failed=0 i=0
 for how in $(plan train); do
   i=$((i + 1))
   rf_train_trial "$OUT/run$i" "$how" > "$OUT/line"  # not in a subshell: RF_RC, RF_TTE
-  st=$?
-  line=$(cat "$OUT/line")
-  echo "$i. $line"
-  [ $st = 1 ] && failed=1
-  [ $st = 2 ] && continue
-  printf 'train\t%s\t%s\t%s\t%s\n' "$how" "$RF_RC" "$RF_TTE" "$st" >> "$OUT/trials.tsv"
+  record train "$how" $?
 done
 # The evaluations read a finished run.
 timeout "$RF_GUARD" mpiexec -n 3 --oversubscribe "$REPO/train" "${RF_TRAIN[@]}" -s "$OUT/evalrun" \
@@ -68,12 +71,7 @@ TRIALS=$EVAL_TRIALS
 for how in $(plan eval); do
   i=$((i + 1))
   rf_eval_trial "$OUT/evalrun" "$OUT/eval$i" "$how" > "$OUT/line"
-  st=$?
-  line=$(cat "$OUT/line")
-  echo "$i. $line"
-  [ $st = 1 ] && failed=1
-  [ $st = 2 ] && continue
-  printf 'eval\t%s\t%s\t%s\t%s\n' "$how" "$RF_RC" "$RF_TTE" "$st" >> "$OUT/trials.tsv"
+  record eval "$how" $?
 done
 
 /usr/bin/python3 - "$OUT/trials.tsv" <<'PY'

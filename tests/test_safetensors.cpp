@@ -385,14 +385,19 @@ TEST_CASE("safetensors reader rejects malformed files with one clear error") {
   }
 }
 
-TEST_CASE("safetensors reader survives every truncation and many byte corruptions") {
+// A small checksummed file: three tensors of three dtypes, data packed in this order.
+std::vector<uint8_t> tiny_checksummed() {
   SafetensorsWriter w;
   const std::vector<float> v = {1, 2, 3, 4, 5, 6};
   w.add_f32("conv.weight", v.data(), {2, 3});
   w.add_f32("conv.bias", v.data(), {2}, DType::BF16);
   w.add_i64_scalar("bn.num_batches_tracked", 7);
   w.set_metadata("format", "pt");
-  const std::vector<uint8_t> good = w.to_bytes();
+  return w.to_bytes();
+}
+
+TEST_CASE("safetensors reader survives every truncation and many byte corruptions") {
+  const std::vector<uint8_t> good = tiny_checksummed();
   int rejected = 0, accepted = 0;
   for (size_t len = 0; len < good.size(); ++len) {
     try {
@@ -422,16 +427,6 @@ TEST_CASE("safetensors reader survives every truncation and many byte corruption
 
 namespace {
 
-// A small checksummed file: three tensors of three dtypes, data packed in this order.
-std::vector<uint8_t> tiny_checksummed() {
-  SafetensorsWriter w;
-  const std::vector<float> v = {1, 2, 3, 4, 5, 6};
-  w.add_f32("conv.weight", v.data(), {2, 3});
-  w.add_f32("conv.bias", v.data(), {2}, DType::BF16);
-  w.add_i64_scalar("bn.num_batches_tracked", 7);
-  w.set_metadata("format", "pt");
-  return w.to_bytes();
-}
 
 uint32_t zlib_crc(const std::vector<uint8_t>& b) {
   return uint32_t(::crc32(::crc32(0L, Z_NULL, 0), b.data(), uInt(b.size())));
