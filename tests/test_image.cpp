@@ -317,6 +317,47 @@ TEST_CASE("image decode: damaged JPEGs fail or decode exactly where PIL does") {
           " truncated)");
 }
 
+// A JPEG header can declare far more pixels than its data holds. Decoding a file of several scans
+// fills a coefficient buffer of the whole image before the first row, so its cost is known from
+// the header, and a file whose decoding would take more than 512 MiB is refused before libjpeg
+// allocates anything; a single-scan file of the same size is not refused for memory (its rows
+// come out as the data arrives): cut short, it fails as truncated, as in PIL.
+TEST_CASE("image decode: JPEG headers declaring huge images are refused before decoding") {
+  TempDir dir;
+  SafetensorsWriter inputs;
+  {
+    std::ofstream list(dir / "encode.txt");
+    add_u8(inputs, "progressive", test_image(16, 16, 4, 3));
+    add_u8(inputs, "baseline", test_image(16, 16, 4, 4));
+    list << "progressive jpg CMYK progressive\nbaseline jpg RGB\n";
+  }
+  inputs.write(dir / "inputs.safetensors");
+  run_python("preprocess_torch.py", "encode " + shell_quote(dir.path.string()));
+  // Rewrites the height and width of the frame header (SOF0 or SOF2).
+  auto declare = [&](const std::string& name, int side, double keep = 1.0) {
+    std::vector<uint8_t> jpg = read_file_bytes(dir / (name + ".jpg"));
+    jpg.resize(std::size_t(double(jpg.size()) * keep));
+    std::size_t i = 2;
+    while (i + 9 < jpg.size() && !(jpg[i] == 0xFF && (jpg[i + 1] == 0xC0 || jpg[i + 1] == 0xC2)))
+      i += 2 + (std::size_t(jpg[i + 2]) << 8 | jpg[i + 3]);
+    REQUIRE(i + 9 < jpg.size());
+    jpg[i + 5] = jpg[i + 7] = uint8_t(side >> 8);
+    jpg[i + 6] = jpg[i + 8] = uint8_t(side & 0xFF);
+    const std::string path = dir / (name + "_" + std::to_string(side) + ".jpg");
+    write_bytes(path, jpg);
+    return path;
+  };
+  // 13377^2 pixels is under PIL's limit: 4 components x 2 bytes of coefficients + 3 of output.
+  const std::string big = declare("progressive", 13377);
+  expect_error([&] { read_image(big, 3); }, big + ": decoding this 13377x13377 multi-scan (progressive) JPEG takes ");
+  expect_error([&] { read_image(big, 3); }, "more than the limit of 512 MiB");
+  // 2000^2 x 11 bytes is 42 MiB: decoded (rows past the data are libjpeg's gray, as in PIL).
+  const Image small = read_image(declare("progressive", 2000), 3);
+  CHECK((small.height == 2000 && small.width == 2000 && small.channels == 3));
+  const std::string baseline = declare("baseline", 13377, 0.8);  // cut inside the scan
+  expect_error([&] { read_image(baseline, 3); }, baseline + ": truncated JPEG");
+}
+
 // ---- resize and crops vs PIL / torchvision -----------------------------------------------------
 
 TEST_CASE("image resize and crops equal PIL and torchvision") {

@@ -186,8 +186,10 @@ void jpeg_skip_input_data(j_decompress_ptr cinfo, long n) {
   s->bytes_in_buffer -= k;
 }
 
-// Reads the header, chooses the output colour space and starts decompression.
-JpegStep jpeg_start(JpegDecoder& d, std::span<const std::uint8_t> bytes) {
+// Reads the header and chooses the output colour space; also finds whether the file has several
+// scans (progressive, or a multi-scan baseline), which libjpeg decodes through a coefficient
+// buffer of the whole image.
+JpegStep jpeg_header(JpegDecoder& d, std::span<const std::uint8_t> bytes, bool& multiple_scans) {
   if (setjmp(d.jump)) return JpegStep::failed;
   d.cinfo.err = jpeg_std_error(&d.err);
   d.err.error_exit = jpeg_error_exit;
@@ -213,8 +215,38 @@ JpegStep jpeg_start(JpegDecoder& d, std::span<const std::uint8_t> bytes) {
                     d.cinfo.num_components);
       return JpegStep::failed;
   }
+  multiple_scans = jpeg_has_multiple_scans(&d.cinfo);
+  return JpegStep::ok;
+}
+
+// Starts decompression: allocates libjpeg's buffers and, for several scans, reads them all.
+JpegStep jpeg_start(JpegDecoder& d) {
+  if (setjmp(d.jump)) return JpegStep::failed;
   return jpeg_start_decompress(&d.cinfo) ? JpegStep::ok : JpegStep::truncated;
 }
+
+// What decoding takes: the output (1 or 3 bytes a pixel) and, for a file of several scans, the
+// whole-image coefficient buffer libjpeg fills before the first row comes out (64 two-byte
+// coefficients a block, each component's blocks rounded up to its sampling factors).
+std::uint64_t jpeg_decode_bytes(const jpeg_decompress_struct& c, bool multiple_scans) {
+  const std::uint64_t channels = c.num_components == 1 ? 1 : 3;
+  std::uint64_t bytes = std::uint64_t(c.image_width) * c.image_height * channels;
+  if (multiple_scans)
+    for (int i = 0; i < c.num_components; ++i) {
+      const jpeg_component_info& k = c.comp_info[i];
+      const std::uint64_t bw = (k.width_in_blocks + k.h_samp_factor - 1) / k.h_samp_factor * k.h_samp_factor;
+      const std::uint64_t bh = (k.height_in_blocks + k.v_samp_factor - 1) / k.v_samp_factor * k.v_samp_factor;
+      bytes += bw * bh * DCTSIZE2 * sizeof(JCOEF);
+    }
+  return bytes;
+}
+
+// PIL decodes any JPEG under its pixel limit, however much memory that takes; a progressive CMYK
+// header of 700 bytes declaring 13377 x 13377 pixels made libjpeg zero 1.4 GB of coefficients
+// and the output another 0.5 GB, for 10 s (found by tests/fuzz). Decoding is refused above
+// 512 MiB: every single-scan JPEG under the pixel limit fits (3 bytes a pixel), as does a
+// progressive 4:2:0 colour photo up to PIL's warning threshold of 89.5 M pixels.
+constexpr std::uint64_t kMaxJpegDecodeBytes = std::uint64_t(512) << 20;
 
 // Decodes every scanline into `out` (sized by the caller: 1 channel for gray, 3 otherwise).
 JpegStep jpeg_read(JpegDecoder& d, Image& out) {
@@ -257,9 +289,17 @@ JpegStep jpeg_read(JpegDecoder& d, Image& out) {
 
 void decode_jpeg(Image& out, std::span<const std::uint8_t> bytes, const std::string& name) {
   JpegDecoder d;
-  JpegStep step = jpeg_start(d, bytes);
+  bool multiple_scans = false;
+  JpegStep step = jpeg_header(d, bytes, multiple_scans);
   if (step == JpegStep::ok) {
-    check_pixel_count(d.cinfo.output_width, d.cinfo.output_height, name);
+    check_pixel_count(d.cinfo.image_width, d.cinfo.image_height, name);
+    const std::uint64_t need = jpeg_decode_bytes(d.cinfo, multiple_scans);
+    CHECK(need <= kMaxJpegDecodeBytes, name, ": decoding this ", d.cinfo.image_width, "x", d.cinfo.image_height,
+          multiple_scans ? " multi-scan (progressive)" : "", " JPEG takes ", (need + (1 << 20) - 1) >> 20,
+          " MiB, more than the limit of ", kMaxJpegDecodeBytes >> 20, " MiB");
+    step = jpeg_start(d);
+  }
+  if (step == JpegStep::ok) {
     const int c = d.cinfo.output_components == 1 ? 1 : 3;
     out.height = int(d.cinfo.output_height), out.width = int(d.cinfo.output_width), out.channels = c;
     out.pixels.resize(std::size_t(out.height) * out.width * c);
