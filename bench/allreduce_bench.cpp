@@ -1,10 +1,11 @@
-// Gradient sync cost: GradSync (overlapped buckets, and blocking whole slab) on a real model's
-// gradient slab vs a bare MPI_Allreduce of the same bytes, same run, median of N. The overlap
-// mode is driven by reporting every entry ready in reverse slab order with no compute between,
-// so this measures the bucketing overhead; a second part times whole training steps (forward,
-// backward, sync) with the overlapped and the blocking sync, which shows the overlap gain.
-// Usage: mpiexec -n K allreduce_bench [model=resnet18] [reps=20] [bucket_mb=25] [batch=16]
-//        [size=64] [step_reps=5]   (batch 0 skips the step timing)
+// Gradient sync cost: GradSync (buckets advanced by the progress thread or by hooks, and the
+// blocking whole slab) on a real model's gradient slab vs a bare MPI_Allreduce of the same
+// bytes, same run, median of N. The overlapped modes are driven by reporting every entry ready
+// in reverse slab order with no compute between, so this measures the bucketing and hand-over
+// overhead; a second part times whole training steps (forward, backward, sync) with each mode,
+// which shows the overlap gain.
+// Usage: mpiexec -n K allreduce_bench [model=resnet18] [reps=20] [bucket_mb=0 (auto)]
+//        [batch=16] [size=64] [step_reps=5]   (batch 0 skips the step timing)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
   try {
     const std::string name = argc > 1 ? argv[1] : "resnet18";
     const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-    const double bucket_mb = argc > 3 ? std::atof(argv[3]) : 25.0;
+    const double bucket_mb = argc > 3 ? std::atof(argv[3]) : 0.0;
     const int batch = argc > 4 ? std::atoi(argv[4]) : 16;
     const int size = argc > 5 ? std::atoi(argv[5]) : 64;
     const int step_reps = argc > 6 ? std::atoi(argv[6]) : 5;
@@ -52,11 +53,12 @@ int main(int argc, char** argv) {
       if (e.kind == StateKind::Param) ready.push_back(e.offset);
     std::reverse(ready.begin(), ready.end());
 
-    dist::GradSync overlap(comm, store, {.bucket_bytes = int64_t(bucket_mb * (1 << 20))});
-    dist::GradSync blocking(comm, store, {.mode = dist::SyncMode::Blocking});
-    // Sum only: the 1/K is folded into the loss gradient by the caller.
-    dist::GradSync summing(comm, store, {.bucket_bytes = int64_t(bucket_mb * (1 << 20)), .average = false});
-    std::vector<double> t_bare, t_overlap, t_blocking, t_sum;
+    const int64_t bucket_bytes = bucket_mb > 0 ? int64_t(bucket_mb * (1 << 20)) : dist::auto_bucket_bytes(store);
+    // Sum only, as ./train runs it: the 1/K is folded into the loss gradient by the caller.
+    dist::GradSync threaded(comm, store, {.bucket_bytes = bucket_bytes, .mode = dist::SyncMode::Thread, .average = false});
+    dist::GradSync hooked(comm, store, {.bucket_bytes = bucket_bytes, .mode = dist::SyncMode::Hooks, .average = false});
+    dist::GradSync blocking(comm, store, {.mode = dist::SyncMode::Blocking, .average = false});
+    std::vector<double> t_bare, t_thread, t_blocking, t_hooks;
     for (int r = 0; r < reps + 2; ++r) {  // the first two are warm-up
       comm.barrier();
       double t = MPI_Wtime();
@@ -64,9 +66,9 @@ int main(int argc, char** argv) {
       const double a = MPI_Wtime() - t;
       comm.barrier();
       t = MPI_Wtime();
-      overlap.begin_step();
-      for (int64_t off : ready) overlap.on_ready(off);
-      overlap.finish();
+      threaded.begin_step();
+      for (int64_t off : ready) threaded.on_ready(off);
+      threaded.finish();
       const double b = MPI_Wtime() - t;
       comm.barrier();
       t = MPI_Wtime();
@@ -75,24 +77,23 @@ int main(int argc, char** argv) {
       const double c = MPI_Wtime() - t;
       comm.barrier();
       t = MPI_Wtime();
-      summing.begin_step();
-      for (int64_t off : ready) summing.on_ready(off);
-      summing.finish();
+      hooked.begin_step();
+      for (int64_t off : ready) hooked.on_ready(off);
+      hooked.finish();
       const double d = MPI_Wtime() - t;
-      if (r >= 2) t_bare.push_back(a), t_overlap.push_back(b), t_blocking.push_back(c), t_sum.push_back(d);
+      if (r >= 2) t_bare.push_back(a), t_thread.push_back(b), t_blocking.push_back(c), t_hooks.push_back(d);
       fill(g), fill(bare);  // keep values bounded
     }
     if (comm.root()) {
       const double mb = double(n) * 4 / (1 << 20);
       const double base = median(t_bare);
-      std::printf("allreduce_bench: %s, %lld floats (%.1f MiB), %d ranks on %d node(s), %zu buckets of >= %.0f MiB, median of %d\n",
-                  name.c_str(), (long long)n, mb, comm.size(), comm.nodes(), overlap.buckets().size(),
-                  bucket_mb, reps);
+      std::printf("allreduce_bench: %s, %lld floats (%.1f MiB), %d ranks on %d node(s), %zu buckets of >= %.2f MiB, median of %d\n",
+                  name.c_str(), (long long)n, mb, comm.size(), comm.nodes(), threaded.buckets().size(),
+                  double(bucket_bytes) / (1 << 20), reps);
       std::printf("  bare MPI_Allreduce      %8.2f ms  (%.2f GB/s payload)\n", base * 1e3, mb / 1024 / base);
-      std::printf("  GradSync overlap        %8.2f ms  ratio %.3f\n", median(t_overlap) * 1e3, median(t_overlap) / base);
+      std::printf("  GradSync thread         %8.2f ms  ratio %.3f\n", median(t_thread) * 1e3, median(t_thread) / base);
+      std::printf("  GradSync hooks          %8.2f ms  ratio %.3f\n", median(t_hooks) * 1e3, median(t_hooks) / base);
       std::printf("  GradSync blocking slab  %8.2f ms  ratio %.3f\n", median(t_blocking) * 1e3, median(t_blocking) / base);
-      std::printf("  GradSync overlap, 1/K folded into the loss (no scale pass) %8.2f ms  ratio %.3f\n",
-                  median(t_sum) * 1e3, median(t_sum) / base);
     }
     if (batch > 0) {
       // Whole steps: the 1/K is folded into the loss gradient in both modes, so the
@@ -125,14 +126,14 @@ int main(int argc, char** argv) {
         }
         return std::pair<double, double>(median(ts), sync.stats().wait_share());
       };
-      dist::GradSync step_overlap(comm, store, {.bucket_bytes = int64_t(bucket_mb * (1 << 20)), .average = false});
-      dist::GradSync step_blocking(comm, store, {.mode = dist::SyncMode::Blocking, .average = false});
-      const auto [tb, wb] = time_steps(step_blocking, false);
-      const auto [to, wo] = time_steps(step_overlap, true);
+      const auto [tb, wb] = time_steps(blocking, false);
+      const auto [th, wh] = time_steps(hooked, true);
+      const auto [tt, wt] = time_steps(threaded, true);
       if (comm.root())
         std::printf("  training step, batch %d per rank at %dx%d, %d threads per rank, median of %d:\n"
-                    "    blocking sync %8.1f ms (waiting %.1f%%)   overlapped %8.1f ms (waiting %.1f%%)\n",
-                    batch, size, size, comm.threads_per_rank(0), step_reps, tb * 1e3, wb * 100, to * 1e3, wo * 100);
+                    "    blocking sync %8.1f ms (waiting %.1f%%)   hooks %8.1f ms (waiting %.1f%%)   thread %8.1f ms (waiting %.1f%%)\n",
+                    batch, size, size, comm.threads_per_rank(0), step_reps, tb * 1e3, wb * 100, th * 1e3, wh * 100,
+                    tt * 1e3, wt * 100);
     }
   } catch (const Error& e) {
     comm.fail_job(e.message());

@@ -1,5 +1,6 @@
 // fp16 and bf16 conversions (core/half.h): known values, rounding to even, specials, and every
-// 16-bit pattern; fp16 also against the CPU's own F16C converter.
+// 16-bit pattern; fp16 also against the CPU's own F16C converter. The gradient compression's
+// array casts (dist/compress.h) against them.
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
@@ -9,6 +10,8 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "core/rng.h"
+#include "dist/compress.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -95,4 +98,49 @@ TEST_CASE("bf16 conversion: known values, rounding to even, specials") {
     if (!std::isnan(f) && float_to_bf16(f) != b) ++mismatches;
   }
   CHECK(mismatches == 0);
+}
+
+// --grad-compression's casts: element for element the scalar conversions (rounded to even),
+// every 16-bit value back and forth exactly, and the error of a round trip within half an ulp.
+TEST_CASE("grad compression: fp16 and bf16 array casts round trip") {
+  using dist::GradCompression;
+  std::vector<float> x;
+  const Rng rng(5, "grad compression test");
+  for (uint64_t i = 0; i < 4096; ++i)
+    x.push_back(rng.normal(2 * i) * std::ldexp(1.0f, int(rng.uniform(2 * i + 1) * 40) - 30));
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, -1e9f, 1e-9f, std::ldexp(1.0f, -24), INFINITY, -INFINITY, NAN})
+    x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  for (GradCompression c : {GradCompression::Fp16, GradCompression::Bf16}) {
+    CAPTURE(dist::to_string(c));
+    const bool fp16 = c == GradCompression::Fp16;
+    std::vector<uint16_t> h(x.size());
+    std::vector<float> back(x.size());
+    dist::compress(c, x.data(), h.data(), n);
+    dist::decompress(c, h.data(), back.data(), n);
+    int64_t mismatches = 0, off = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      mismatches += h[i] != (fp16 ? float_to_half(x[i]) : float_to_bf16(x[i]));
+      mismatches += !same_float(back[i], fp16 ? half_to_float(h[i]) : bf16_to_float(h[i]));
+      // Round to nearest: within half an ulp of the format (2^-11, 2^-8 relative) for normal
+      // values in range; fp16's subnormals within half the smallest step (2^-25).
+      const double a = std::fabs(double(x[i]));
+      if (std::isfinite(x[i]) && (!fp16 || a < 65504))
+        off += std::fabs(double(back[i]) - x[i]) > std::max(a * std::ldexp(1.0, fp16 ? -11 : -8), fp16 ? std::ldexp(1.0, -25) : 0.0);
+    }
+    CHECK(mismatches == 0);
+    CHECK(off == 0);
+    // Every 16-bit pattern survives decompress -> compress (NaNs stay NaN).
+    std::vector<uint16_t> all(65536), again(65536);
+    std::vector<float> f(65536);
+    for (int i = 0; i < 65536; ++i) all[size_t(i)] = uint16_t(i);
+    dist::decompress(c, all.data(), f.data(), 65536);
+    dist::compress(c, f.data(), again.data(), 65536);
+    int64_t changed = 0;
+    for (int i = 0; i < 65536; ++i) changed += !(all[size_t(i)] == again[size_t(i)] || std::isnan(f[size_t(i)]));
+    CHECK(changed == 0);
+  }
+  CHECK(dist::parse_grad_compression("bf16", "--grad-compression") == GradCompression::Bf16);
+  testing::expect_error([] { dist::parse_grad_compression("int8", "--grad-compression"); },
+               "--grad-compression: 'int8' is not a gradient compression (none, fp16 or bf16)");
 }

@@ -89,7 +89,7 @@ TEST_CASE("train options: defaults") {
   CHECK(o.keep_checkpoints == 3);
   CHECK(o.progress == "auto");
   CHECK(o.check_sync == 0);
-  CHECK(o.bucket_mb == 25);
+  CHECK(o.bucket_mb == 0);
   CHECK(o.device == "auto");
   CHECK(o.config.empty());
   // The argc/argv form skips the program name.
@@ -340,7 +340,7 @@ TEST_CASE("train options: value errors") {
   expect_parse_error({"--checkpoint-every=x"}, "--checkpoint-every: 'x' is not an integer >= 0");
   expect_parse_error({"--keep-checkpoints=-1"}, "--keep-checkpoints: '-1' is not an integer");
   expect_parse_error({"--check-sync=1.5"}, "--check-sync: '1.5' is not an integer >= 0");
-  expect_parse_error({"--bucket-mb", "0"}, "--bucket-mb: '0' is not a number > 0 (MiB)");
+  expect_parse_error({"--bucket-mb", "-1"}, "--bucket-mb: '-1' is not a number >= 0 (MiB; 0 = auto)");
   expect_parse_error({"--timeout", "-1"}, "--timeout: '-1' is not a number of seconds >= 0 (0 = off)");
   expect_parse_error({"--timeout", "soon"}, "--timeout: 'soon' is not a number of seconds >= 0");
   expect_parse_error({"--progress", "fancy"},

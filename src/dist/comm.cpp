@@ -79,7 +79,7 @@ Comm::Comm(int* argc, char*** argv) {
     // variable; a value the user set wins.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
     // Until MPI_ERRORS_RETURN is set, a failing MPI_Init_thread aborts inside MPI anyway.
-    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &thread_level_);
+    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &thread_level_);
     CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed: ", mpi_error_string(rc));
     owns_mpi_ = true;
   } else {

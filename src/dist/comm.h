@@ -93,7 +93,8 @@ bool mpi_cuda_aware();
 
 class Comm {
  public:
-  // Initialises MPI (MPI_Init_thread, FUNNELED: only the thread that made the Comm calls MPI;
+  // Initialises MPI (MPI_Init_thread, SERIALIZED: the thread that made the Comm calls MPI,
+  // except during backward, when GradSync's progress thread alone does (progress_thread.h);
   // OpenMP and loader threads never do) unless it already is (then adopts it and leaves the
   // finalize to whoever initialised it). Sets MPI_ERRORS_RETURN, splits the node communicator
   // and runs the launcher check (fail_job on a mismatch).

@@ -15,7 +15,8 @@ namespace mpicnn::dist {
 
 namespace {
 
-// The MPI thread's current wait (FUNNELED: one thread calls MPI, so one slot). A seqlock of
+// The main thread's current wait (one slot: only it marks waits; GradSync's progress thread
+// never blocks in MPI, and the main thread's wait for it is marked). A seqlock of
 // sorts: start is written last on entry (release) and re-read by the watchdog after the other
 // fields, so a wait that changed meanwhile is skipped for one round, never misreported.
 std::atomic<bool> g_enabled{false};

@@ -115,7 +115,20 @@ const cli::Program& program() {
        "auto (bar on a terminal, plain lines in batch logs), bar, plain or none"},
       {"check-sync", "", "N", cli::Kind::Value,
        "every N steps check that all ranks hold the same weights (0 = off)"},
-      {"bucket-mb", "", "MB", cli::Kind::Value, "gradient allreduce bucket size in MiB (> 0)"},
+      {"bucket-mb", "", "MB", cli::Kind::Value,
+       "gradient allreduce bucket size in MiB (> 0), or 0: an eighth of the model's gradient, "
+       "between 64 KiB and 25 MiB (small buckets let communication start early in backward)"},
+      {"overlap", "", "MODE", cli::Kind::Value,
+       "how gradient allreduces overlap backward: thread (a progress thread drives them while "
+       "backward computes; needed over TCP), hooks (MPI tests between layers) or off (one "
+       "allreduce after backward)"},
+      {"allreduce", "", "ALGO", cli::Kind::Value,
+       "ring (all ranks in one allreduce), hierarchical (reduce inside each node, allreduce "
+       "among one rank per node, broadcast back) or auto (hierarchical when every node runs "
+       "several ranks of a multi-node job)"},
+      {"grad-compression", "", "FMT", cli::Kind::Value,
+       "none, fp16 or bf16: gradients cast to 16 bits for the allreduce (half the bytes on the "
+       "network), back to fp32 after"},
       {"timeout", "", "SECONDS", cli::Kind::Value,
        "a rank that waits on another rank (a collective, a gradient allreduce) for longer ends "
        "the job with one line naming the rank, the operation and the time waited (>= 0; 0 = "
@@ -373,8 +386,13 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
       [](const Given& g) { return to_choice(g, {"auto", "bar", "plain", "none"}); });
   set("check-sync", o.check_sync, int_from(0));
   set("bucket-mb", o.bucket_mb, [](const Given& g) {
-    return to_double(g, [](double x) { return x > 0 && x <= 1 << 20; }, "a number > 0 (MiB)");
+    return to_double(g, [](double x) { return x >= 0 && x <= 1 << 20; }, "a number >= 0 (MiB; 0 = auto)");
   });
+  set("overlap", o.overlap, [](const Given& g) { return to_choice(g, {"thread", "hooks", "off"}); });
+  set("allreduce", o.allreduce,
+      [](const Given& g) { return to_choice(g, {"ring", "hierarchical", "auto"}); });
+  set("grad-compression", o.grad_compression,
+      [](const Given& g) { return to_choice(g, {"none", "fp16", "bf16"}); });
   set("timeout", o.timeout, [](const Given& g) {
     return to_double(g, [](double x) { return x >= 0 && x <= 1e9; }, "a number of seconds >= 0 (0 = off)");
   });
@@ -437,6 +455,9 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"progress", o.progress},
       {"check-sync", i(o.check_sync)},
       {"bucket-mb", cli::format_double(o.bucket_mb)},
+      {"overlap", o.overlap},
+      {"allreduce", o.allreduce},
+      {"grad-compression", o.grad_compression},
       {"timeout", cli::format_double(o.timeout)},
       {"device", o.device},
       {"precision", o.precision},

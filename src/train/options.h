@@ -62,7 +62,10 @@ struct TrainOptions {
   int keep_checkpoints = 3;    // newest kept; 0 = keep all
   std::string progress = "auto";  // auto | bar | plain | none
   int64_t check_sync = 0;      // steps between replica-consistency checks; 0 = off
-  double bucket_mb = 25;       // gradient allreduce bucket size in MiB
+  double bucket_mb = 0;        // gradient allreduce bucket size in MiB; 0 = dist::auto_bucket_bytes
+  std::string overlap = "thread";          // thread | hooks | off (dist::SyncMode)
+  std::string allreduce = "auto";          // ring | hierarchical | auto (dist::AllreduceAlgo)
+  std::string grad_compression = "none";   // none | fp16 | bf16 (dist::GradCompression)
   // A rank that waits on MPI longer than this many seconds ends the job (dist/watchdog.h);
   // 0 = no watchdog. The default is PyTorch DDP's collective timeout.
   double timeout = 1800;

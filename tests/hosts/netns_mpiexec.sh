@@ -6,7 +6,10 @@
 # Usage: netns_mpiexec.sh N RANKS_PER_HOST [MPIEXEC_OPTIONS...] -- PROGRAM [ARGS...]
 # Runs from the current directory (shared by all hosts). The exit status is mpiexec's; a job
 # that runs past NETNS_MPIEXEC_TIMEOUT seconds (default 300) is killed and gives 124.
-# NETNS_RSH_LOG=FILE logs the launcher's calls to the agent.
+# NETNS_RSH_LOG=FILE logs the launcher's calls to the agent. NETNS_BTL=LIST replaces the BTL list
+# (default tcp,self): NETNS_BTL=vader,tcp,self lets the ranks of one host use shared memory
+# (the namespaces share /dev/shm and the PID namespace, so vader and its CMA copies work) while
+# hosts still talk TCP over the veth links, like several ranks per node on a real cluster.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() { echo "usage: $0 N RANKS_PER_HOST [MPIEXEC_OPTIONS...] -- PROGRAM [ARGS...]" >&2; exit 2; }
@@ -48,6 +51,6 @@ timeout -k 10 "${NETNS_MPIEXEC_TIMEOUT:-300}" "${pin[@]}" \
   ip netns exec mpicnn-h1 unshare --uts /bin/sh -c 'hostname h1 && exec "$@"' netns_mpiexec \
   mpiexec --hostfile "$hostfile" -n $((n * per)) --map-by "ppr:$per:node" \
   --bind-to none --mca plm_rsh_agent "$here/netns_rsh" \
-  --mca pml ob1 --mca btl tcp,self \
+  --mca pml ob1 --mca btl "${NETNS_BTL:-tcp,self}" \
   --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
   "${extra[@]}" "$@" </dev/null

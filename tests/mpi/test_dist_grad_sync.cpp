@@ -191,9 +191,13 @@ TEST_CASE("dist grad sync: average over ranks, overlapped and blocking") {
     CHECK(blocking.stats().steps == 1);
     CHECK(blocking.stats().bytes == len * 4);
 
+    for (const dist::SyncMode mode : {dist::SyncMode::Thread, dist::SyncMode::Hooks})
     for (int64_t bytes : {int64_t(1), int64_t(16) << 10, int64_t(25) << 20, int64_t(1) << 40}) {
       CAPTURE(bytes);
-      dist::GradSync sync(c, store, {.bucket_bytes = bytes});
+      CAPTURE(dist::to_string(mode));
+      dist::GradSync sync(c, store, {.bucket_bytes = bytes, .mode = mode});
+      // The progress thread runs where MPI allows it (mpi_main asks for SERIALIZED).
+      CHECK(sync.options().mode == (K > 1 ? mode : dist::SyncMode::Hooks));
       sync.attach(*n.model);
       size_t started_before_end = 0;  // buckets in flight before backward's last report
       n.model->set_grad_ready([&](int64_t off) {
@@ -326,7 +330,7 @@ TEST_CASE("dist grad sync: frozen parameters are left out of the buckets and nev
   }
   step(n);
   const DirectAverage d = direct_average(copy_of(store.grads()), K);
-  for (const dist::SyncMode mode : {dist::SyncMode::Overlap, dist::SyncMode::Blocking}) {
+  for (const dist::SyncMode mode : {dist::SyncMode::Thread, dist::SyncMode::Hooks, dist::SyncMode::Blocking}) {
     for (int64_t bytes : {int64_t(1), int64_t(64) << 10, int64_t(1) << 40}) {
       CAPTURE(bytes);
       dist::GradSync sync(comm(), store, {.bucket_bytes = bytes, .mode = mode});
@@ -351,4 +355,58 @@ TEST_CASE("dist grad sync: frozen parameters are left out of the buckets and nev
       n.model->set_grad_ready({});
     }
   }
+}
+
+// Hierarchical allreduce (node reduce, leader allreduce, node broadcast) and 16-bit compressed
+// gradients against the directly computed average; every rank must end with the same bits.
+TEST_CASE("dist grad sync: hierarchical and compressed sums") {
+  const dist::Comm& c = comm();
+  const int K = c.size();
+  Net n = make_net("resnet20", 3, 16, 10, 200 + uint64_t(c.rank()));
+  ParamStore& store = n.model->params();
+  step(n);
+  const std::vector<float> local = copy_of(store.grads());
+  const DirectAverage d = direct_average(local, K);
+  dist::GradSync ring(c, store, {.mode = dist::SyncMode::Blocking, .algo = dist::AllreduceAlgo::Ring});
+  ring.begin_step();
+  step(n);
+  ring.finish();
+  const std::vector<float> flat = copy_of(store.grads());
+  // Auto picks ring on one node (every rank of this test shares it).
+  CHECK(dist::GradSync(c, store, {}).options().algo == (c.nodes() > 1 && c.local_size() > 1
+                                                            ? dist::AllreduceAlgo::Hierarchical
+                                                            : dist::AllreduceAlgo::Ring));
+  struct Case {
+    dist::AllreduceAlgo algo;
+    dist::GradCompression compression;
+    double rel;  // per element, of the mean magnitude: the format's rounding, per partial sum
+    double abs;  // fp16's smallest subnormal: smaller gradients flush
+  };
+  const double u16 = std::ldexp(1.0, -11), ubf = std::ldexp(1.0, -8), sub16 = std::ldexp(1.0, -24);
+  for (const Case& k : {Case{dist::AllreduceAlgo::Hierarchical, dist::GradCompression::None, 1e-6, 1e-30},
+                        Case{dist::AllreduceAlgo::Ring, dist::GradCompression::Fp16, (K + 1) * u16, K * sub16},
+                        Case{dist::AllreduceAlgo::Ring, dist::GradCompression::Bf16, (K + 1) * ubf, 1e-30},
+                        Case{dist::AllreduceAlgo::Hierarchical, dist::GradCompression::Bf16, (K + 1) * ubf, 1e-30}})
+    for (const dist::SyncMode mode : {dist::SyncMode::Thread, dist::SyncMode::Hooks, dist::SyncMode::Blocking}) {
+      CAPTURE(dist::to_string(k.algo));
+      CAPTURE(dist::to_string(k.compression));
+      CAPTURE(dist::to_string(mode));
+      dist::GradSync sync(c, store, {.bucket_bytes = 64 << 10, .mode = mode, .algo = k.algo, .compression = k.compression});
+      sync.attach(*n.model);
+      sync.begin_step();
+      step(n);
+      sync.finish();
+      n.model->set_grad_ready({});
+      const std::vector<float> got = copy_of(store.grads());
+      int64_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        bad += std::fabs(got[i] - d.want[i]) > k.rel * d.mag[i] + k.abs;
+      CHECK(bad == 0);
+      CHECK(sync.stats().bytes == int64_t(got.size()) * (k.compression == dist::GradCompression::None ? 4 : 2));
+      // Replicas stay identical: rank 0's bits everywhere.
+      CHECK(c.agree(dist::hash_floats(got.data(), int64_t(got.size()))));
+      // a + b is exact whatever the order: at K <= 2 the hierarchical sum is the ring's.
+      if (K <= 2 && k.compression == dist::GradCompression::None) CHECK(got == flat);
+      if (k.compression != dist::GradCompression::None && K > 1) CHECK(got != flat);  // it did round
+    }
 }

@@ -88,4 +88,56 @@ check_same() {
 }
 check "multihost: 2 hosts give the model of 2 ranks on one host" check_same
 
+# (e) 2 hosts x 2 ranks: auto picks the hierarchical allreduce (node reduce, leader allreduce,
+# node broadcast); it trains the flat ring's model up to the order of the float sums (4 values
+# summed as (a+b)+(c+d) instead of the ring's order), and with fp16 compression the model of
+# 16-bit sums. --check-sync 1: every rank holds rank 0's weights after every step.
+"$cluster" up 2 >/dev/null 2>&1 || { fail "multihost: 2 x 2 cluster up" "netns_cluster.sh up 2 failed"; finish; }
+hier=$SCRATCH/hier ring=$SCRATCH/ring fp16=$SCRATCH/fp16
+run_2x2() {
+  local dir=$1
+  shift
+  # A host's 2 ranks share memory, hosts talk TCP; waiting ranks yield the 2 cores to the 4
+  # computing ones (a namespace host does not count as oversubscribed, so MPI would spin).
+  NETNS_BTL=vader,tcp,self OMPI_MCA_mpi_yield_when_idle=1 \
+    "$hosts_dir/netns_mpiexec.sh" 2 2 -- "$train" "${opts[@]}" --check-sync 1 -s "$dir" "$@" >"$dir.log" 2>&1 ||
+    { echo "$(basename "$dir") run failed: $(tail -1 "$dir.log")"; return 1; }
+}
+# max |a - b| / max |a| over the float tensors of two runs' final models
+model_diff() {
+  /usr/bin/python3 - "$1/latest/model.safetensors" "$2/latest/model.safetensors" <<'EOF'
+import json, struct, sys
+import numpy as np
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)
+            for k, v in head.items() if k != "__metadata__" and v["dtype"] == "F32"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys()
+print(max(float(np.abs(a[k] - b[k]).max()) for k in a) / max(float(np.abs(a[k]).max()) for k in a))
+EOF
+}
+within() { /usr/bin/python3 -c 'import sys; d, lo, hi = map(float, sys.argv[1:]); sys.exit(0 if lo <= d < hi else 1)' "$@"; }
+check_hierarchical() {
+  run_2x2 "$hier" && run_2x2 "$ring" --allreduce ring || return 1
+  local algo d
+  algo=$(json_get "$hier/summary.json" allreduce)
+  [ "$algo" = hierarchical ] || { echo "auto chose '$algo' on 2 hosts x 2 ranks (want hierarchical)"; return 1; }
+  grep -q "gradient sync: hierarchical allreduce, progress thread" "$hier.log" ||
+    { echo "no 'gradient sync: hierarchical allreduce, progress thread' line in the log"; return 1; }
+  d=$(model_diff "$ring" "$hier") || return 1
+  within "$d" 0 1e-4 || { echo "hierarchical vs ring: max relative weight difference $d (want < 1e-4)"; return 1; }
+}
+check "multihost: 2 hosts x 2 ranks, hierarchical allreduce (auto) trains the ring's model" check_hierarchical
+check_fp16() {
+  run_2x2 "$fp16" --grad-compression fp16 || return 1
+  grep -q "hierarchical allreduce, progress thread, fp16" "$fp16.log" || { echo "no fp16 sync line in the log"; return 1; }
+  local d
+  d=$(model_diff "$ring" "$fp16") || return 1
+  within "$d" 1e-9 0.05 || { echo "fp16-compressed vs fp32 ring: max relative weight difference $d (want in (0, 0.05))"; return 1; }
+}
+check "multihost: 2 hosts x 2 ranks, fp16-compressed gradients, replicas in sync" check_fp16
+
 finish
