@@ -37,6 +37,10 @@ LDFLAGS  := -fopenmp
 # bench/RESULTS.md: the pthreads build halved 3x3 conv throughput on 2 cores).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lboost_program_options -ljpeg -lz -lpthread
+# ./recommend: XGBoost's C API (fit, suggest) and cpp-httplib (serve), Debian's builds of both.
+# httplib's header must be compiled with the defines its library was built with (pkg-config).
+LDLIBS   += -lxgboost -lcpp-httplib
+HTTPLIB_CPPFLAGS := $(shell pkg-config --cflags cpp-httplib 2>/dev/null)
 # MPI (OpenMPI from `make deps`): flags from its C wrapper, so the compiler stays $(CXX); the
 # deprecated C++ bindings are skipped (we call the C API), system includes keep -Wall quiet.
 CPPFLAGS += -DOMPI_SKIP_MPICXX=1 $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/null))
@@ -51,7 +55,7 @@ endif
 DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
   libboost-program-options-dev doctest-dev libstb-dev libjpeg62-turbo-dev nlohmann-json3-dev \
   zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
-  slurm-wlm iproute2 clang libclang-rt-14-dev
+  slurm-wlm iproute2 clang libclang-rt-14-dev libxgboost-dev libcpp-httplib-dev chromium curl pkg-config
 
 LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*' ! -name gpu_absent.cpp))
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/obj/%.o)
@@ -132,7 +136,7 @@ endif
 sanitize-build:
 	$(MAKE) --no-print-directory SANITIZE=1 sanitize-variant
 	$(MAKE) --no-print-directory SANITIZE=thread sanitize-variant
-sanitize-variant: $(TEST_BIN) $(if $(filter 1,$(SANITIZE)),$(MPI_TEST_BIN)) $(TOOLS_BIN) $(APPS_SRC:src/apps/%.cpp=$(OUT)/bin/%)
+sanitize-variant: $(TEST_BIN) $(MPI_TEST_BIN) $(TOOLS_BIN) $(APPS_SRC:src/apps/%.cpp=$(OUT)/bin/%)
 # ---- end of the sanitizer block ----------------------------------------------------------------
 
 .PHONY: all lib apps tests bench tools deps test demo clean cuda-build fuzz fuzz-build
@@ -148,6 +152,15 @@ tools: $(TOOLS_BIN)
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+# httplib's Request holds an SSL pointer only under CPPHTTPLIB_OPENSSL_SUPPORT: serve.o built
+# without the library's defines would read its requests with the wrong layout, so no flags stop
+# the build (an order-only check: it never forces a rebuild).
+$(BUILD)/obj/src/recommend/serve.o: CPPFLAGS += $(HTTPLIB_CPPFLAGS)
+$(BUILD)/obj/src/recommend/serve.o: | httplib-flags
+.PHONY: httplib-flags
+httplib-flags:
+	@test -n "$(HTTPLIB_CPPFLAGS)" || { echo "src/recommend/serve.cpp: 'pkg-config --cflags cpp-httplib' gave no flags (make deps installs libcpp-httplib-dev and pkg-config)" >&2; exit 1; }
 
 $(BUILD)/obj-f64/%.o: %.cpp
 	@mkdir -p $(@D)

@@ -1,5 +1,5 @@
 // Model families against torchvision 0.14: for every registry model, the state dict (names,
-// shapes, order), parameter count and min_size against PyTorch (tests/python/model_names.py,
+// shapes, order), parameter count, min_size and forward multiply-adds against PyTorch (tests/python/model_names.py,
 // run at test time); each family's initialisation statistics; forward and backward of the
 // smaller models at their smallest input; finite-difference gradient checks of the custom
 // blocks (Fire, DenseBlock). Numerical parity with PyTorch is tests/test_model_parity.cpp.
@@ -36,6 +36,7 @@ struct Reference {
   int64_t params = -1;
   int min_size = -1;  // PyTorch's side only
   Entries entries;
+  int64_t macs = -1;  // per image at min_size; ours only for the models planned there
 };
 
 // model_names.py for every registry model, started first so that PyTorch builds its side
@@ -76,6 +77,8 @@ class ModelNames {
         ls >> out.at(current).params;
       } else if (tag == "min_size") {
         ls >> out.at(current).min_size;
+      } else if (tag == "macs") {
+        ls >> out.at(current).macs;
       } else if (tag == "entry") {
         auto& [key, dims] = out.at(current).entries.emplace_back();
         ls >> key;
@@ -133,7 +136,7 @@ void run_one_image(Model& m, int s, int64_t n = 1) {
 
 }  // namespace
 
-TEST_CASE("registry models: torchvision's state dict, parameter count and min_size") {
+TEST_CASE("registry models: torchvision's state dict, parameter count, min_size and multiply-adds") {
   ModelNames torch_side;
   const ModelOptions opt{.num_classes = kClasses, .in_channels = kInChannels};
   std::map<std::string, Reference> ours;
@@ -161,6 +164,7 @@ TEST_CASE("registry models: torchvision's state dict, parameter count and min_si
     // A batch of min_batch images (Inception v3: two, registry.cpp); one image fails there.
     CHECK(spec.default_size >= spec.min_size);
     CHECK_NOTHROW(run_one_image(*model, spec.min_size, spec.min_batch));
+    ours[spec.name].macs = model->forward_macs();  // what run facts record (Model::forward_macs)
     if (spec.min_size > 1)
       CHECK_THROWS_AS(run_one_image(*model, spec.min_size - 1, spec.min_batch), mpicnn::Error);
     if (spec.min_batch > 1) CHECK_THROWS_AS(run_one_image(*model, spec.min_size, 1), mpicnn::Error);
@@ -182,6 +186,7 @@ TEST_CASE("registry models: torchvision's state dict, parameter count and min_si
     CHECK(got.params == want.params);
     // torch's smallest size for a training-mode batch of min_batch images.
     CHECK(spec.min_size == want.min_size);
+    if (got.macs >= 0) CHECK(got.macs == want.macs);
   }
 }
 

@@ -217,6 +217,34 @@ TEST_CASE("tracking writes metrics.jsonl, summary.json and an MLflow file store"
   CHECK((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }
 
+TEST_CASE("tracking: run facts go to summary.json and to MLflow params under the same keys") {
+  TrDir dir;
+  RunInfo i = info();
+  i.facts = {{"model_macs", 1814073344}, {"input_shape", {3, 224, 224}}, {"dataset_kind", "csv"},
+             {"distribute_data", false}};
+  std::string mlrun;
+  {
+    RunTracker t(dir.path.string(), i);
+    mlrun = t.mlflow_run_dir();
+    t.finish(RunStatus::Finished);
+  }
+  const json s = json::parse(read_text(dir.path / "summary.json"));
+  CHECK(s.at("model_macs") == 1814073344);
+  CHECK(s.at("input_shape") == json({3, 224, 224}));
+  CHECK(s.at("dataset_kind") == "csv");
+  CHECK(s.at("distribute_data") == false);
+  const fs::path params = fs::path(mlrun) / "params";
+  CHECK(read_text(params / "model_macs") == "1814073344");
+  CHECK(read_text(params / "input_shape") == "3,224,224");
+  CHECK(read_text(params / "dataset_kind") == "csv");
+  CHECK(read_text(params / "distribute_data") == "false");
+  // The hardware every run records, as params too: MLflow's compare view shows them.
+  CHECK(read_text(params / "ranks") == "4");
+  CHECK(read_text(params / "nodes") == "2");
+  CHECK(read_text(params / "threads_per_rank") == "8");
+  CHECK(fs::exists(params / "cpu_model"));
+}
+
 TEST_CASE("tracking marks an unfinished run FAILED and resume continues the same run") {
   TrDir dir;
   std::string id;

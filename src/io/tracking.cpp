@@ -81,6 +81,15 @@ std::string file_uri(const fs::path& p) { return "file://" + fs::absolute(p).lex
 // JSON has no NaN: a metric that was not measured (no test set) is written as null.
 json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// A fact's MLflow param value: strings as they are, arrays joined by ',', others as JSON.
+std::string param_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) return v.dump();
+  std::string out;
+  for (const json& e : v) out += (out.empty() ? "" : ",") + param_text(e);
+  return out;
+}
+
 }  // namespace
 
 std::string cpu_model_name() {
@@ -168,6 +177,14 @@ RunTracker::RunTracker(const std::string& run_dir, RunInfo info, std::function<i
       {"mlflow.source.type", "LOCAL"}};
   for (const auto& [k, v] : tags) write_text(fs::path(mlrun_) / "tags" / k, v);
   for (const auto& [k, v] : info_.params) write_text(fs::path(mlrun_) / "params" / mlflow_safe_key(k), v);
+  json facts = info_.facts;
+  facts["ranks"] = info_.ranks;
+  facts["nodes"] = info_.nodes;
+  facts["threads_per_rank"] = info_.threads_per_rank;
+  facts["cpu_model"] = cpu_model_name();
+  if (!facts.contains("gpu_model")) facts["gpu_model"] = "";
+  for (const auto& [k, v] : facts.items())
+    write_text(fs::path(mlrun_) / "params" / mlflow_safe_key(k), param_text(v));
   write_run_meta(RunStatus::Running, -1);
   write_summary();
 }
@@ -255,7 +272,7 @@ json RunTracker::summary() const {
   s["threads_per_rank"] = info_.threads_per_rank;
   s["hosts"] = info_.hosts;
   s["cpu_model"] = cpu_model_name();
-  s["gpu_model"] = "";  // CPU build
+  s["gpu_model"] = "";  // the CPU; facts name the GPU of a GPU run
   s["batch_per_rank"] = info_.batch_per_rank;
   s["global_batch"] = info_.global_batch;
   s["epochs"] = info_.epochs;
@@ -281,6 +298,7 @@ json RunTracker::summary() const {
   s["test_top5"] = epochs_.empty() ? json(nullptr) : num_or_null(epochs_.back().top5);
   s["per_epoch"] = per;
   s["params"] = info_.params;
+  for (const auto& [k, v] : info_.facts.items()) s[k] = v;
   for (const auto& [k, v] : extra_.items()) s[k] = v;
   return s;
 }

@@ -37,6 +37,15 @@ struct RunInfo {
   int batch_per_rank = 0, global_batch = 0;
   int epochs = 0;
   std::map<std::string, std::string> params;  // the run configuration -> MLflow params
+  // What the configuration amounts to on this hardware, as `recommend` reads it: written into
+  // summary.json at the top level and as MLflow params under the same keys (strings: as they
+  // are; numbers: their JSON text; arrays: their elements joined by ','), so MLflow's compare
+  // view and `recommend report` show the same facts. Keys (set by the trainer): cpus_per_node,
+  // gpus_per_node, workers, distribute_data, input_shape [C, H, W], num_classes,
+  // train_samples, test_samples, model_params, model_macs (forward multiply-adds per image),
+  // dataset_kind. ranks, nodes, threads_per_rank, cpu_model and gpu_model become MLflow
+  // params as well.
+  nlohmann::json facts = nlohmann::json::object();
   bool resume = false;  // continue RUN's metrics, summary and MLflow run instead of a new one
 };
 

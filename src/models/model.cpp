@@ -5,6 +5,8 @@
 #include <set>
 
 #include "io/safetensors.h"
+#include "layers/conv2d.h"
+#include "layers/linear.h"
 #include "models/aux_net.h"
 
 namespace mpicnn {
@@ -18,7 +20,7 @@ Model::Model(std::string name, std::unique_ptr<Module> root, ModelOptions option
         options.in_channels);
   root_->register_state(store_, "");
   store_.allocate();
-  init(*this, seed);
+  if (options.initialise) init(*this, seed);
   aux_net_ = dynamic_cast<AuxNet*>(root_.get());
   if (aux_net_)
     for (size_t i = 0; i < aux_net_->num_heads(); ++i)
@@ -191,6 +193,25 @@ void Model::load_state_dict(const std::string& path) {
   }
   for (const TensorInfo& t : r.tensors())
     CHECK(expected.count(t.name), path, ": unexpected tensor '", t.name, "' for model ", name_);
+}
+
+}  // namespace mpicnn
+
+namespace mpicnn {
+
+int64_t Model::forward_macs() {
+  CHECK(planned_.ndim > 0, name_, ": forward_macs() before plan()");
+  int64_t macs = 0;
+  root_->for_each_layer([&](Layer& l, const std::string&) {
+    if (const auto* c = dynamic_cast<const Conv2d*>(&l)) {
+      const ConvGeometry& g = c->geometry();
+      const Conv2dOptions& o = c->options();
+      macs += g.out_plane() * o.out_channels * (o.in_channels / o.groups) * g.taps();
+    } else if (const auto* f = dynamic_cast<const Linear*>(&l)) {
+      macs += int64_t(f->in_features()) * f->out_features();
+    }
+  });
+  return macs;
 }
 
 }  // namespace mpicnn

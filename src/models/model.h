@@ -26,6 +26,9 @@ struct ModelOptions {
   // GoogLeNet's auxiliary classifiers' dropout, torchvision's `dropout_aux`; unset, its 0.7.
   // Separate from `dropout` as in torchvision (the heads' default differs); parity sets both 0.
   std::optional<real> aux_dropout = std::nullopt;
+  // false: skip the family's initialisation (parameters and buffers stay zero) for a caller
+  // that loads a whole state dict next; the VGGs' 130 M random draws take seconds.
+  bool initialise = true;
 
   real dropout_or(real family_default) const { return dropout.value_or(family_default); }
   real aux_dropout_or(real family_default) const { return aux_dropout.value_or(family_default); }
@@ -73,6 +76,9 @@ class Model {
   // and workspaces); returns the logits shape (N, classes).
   Shape plan(const Shape& input);
   const Shape& planned_input() const { return planned_; }
+  // Multiply-adds of one image's forward pass at the planned input size: every convolution's
+  // and linear layer's (other layers are not counted), auxiliary heads included. After plan().
+  int64_t forward_macs();
   void set_training(bool training);
   bool training() const { return training_; }
   // Logits (N, classes) for x (N, C, H, W) on the model's device, N up to the planned batch.

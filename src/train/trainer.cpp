@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "core/device.h"
 #include "core/threads.h"
@@ -129,6 +130,23 @@ std::vector<std::string> job_hosts(const dist::Comm& comm) {
   for (const std::string& h : comm.allgather(comm.host()))
     if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
   return hosts;
+}
+
+
+// "ring allreduce, progress thread, fp32, 1 bucket of 1.0 MiB": the sync as it runs.
+std::string describe_sync(const dist::GradSync& s) {
+  const dist::GradSyncOptions& o = s.options();
+  int64_t floats = 0;
+  for (const dist::Bucket& b : s.buckets()) floats += b.end - b.begin;
+  const char* mode = o.mode == dist::SyncMode::Thread  ? "progress thread"
+                     : o.mode == dist::SyncMode::Hooks ? "tested between layers"
+                                                       : "after backward";
+  const bool fp32 = o.compression == dist::GradCompression::None;
+  char size[32];
+  std::snprintf(size, sizeof size, "%.1f MiB", double(floats) * (fp32 ? 4 : 2) / (1 << 20));
+  return std::string(dist::to_string(o.algo)) + " allreduce, " + mode + ", " +
+         (fp32 ? "fp32" : dist::to_string(o.compression)) + ", " + std::to_string(s.buckets().size()) +
+         " bucket" + (s.buckets().size() > 1 ? "s" : "") + " of " + size + " in all";
 }
 
 }  // namespace
@@ -382,7 +400,11 @@ void Trainer::check_mid_epoch_layout(const TrainerState& saved, const std::strin
 
 void Trainer::start_gradient_sync() {
   dist::GradSyncOptions sopt;
-  sopt.bucket_bytes = std::max<int64_t>(4, int64_t(o_.bucket_mb * (1 << 20)));
+  sopt.bucket_bytes = o_.bucket_mb > 0 ? std::max<int64_t>(4, int64_t(o_.bucket_mb * (1 << 20)))
+                                       : dist::auto_bucket_bytes(model_->params());
+  sopt.mode = dist::parse_overlap(o_.overlap, "--overlap");
+  sopt.algo = dist::parse_allreduce(o_.allreduce, "--allreduce");
+  sopt.compression = dist::parse_grad_compression(o_.grad_compression, "--grad-compression");
   sopt.average = false;  // 1/K is in the loss gradient (grad_average_factor_)
   sync_.emplace(comm_, model_->params(), sopt);
   sync_->attach(*model_);
@@ -408,6 +430,7 @@ void Trainer::open_run() {
     if (state_.val_held_out > 0)
       ri.params["validation"] = data::describe_holdout(state_.val_fraction, state_.val_held_out);
     ri.resume = !resumed_from_.empty() && fs::exists(fs::path(run_dir_) / "summary.json");
+    ri.facts = run_facts();
     tracker_.emplace(run_dir_, ri);
     if (state_.val_held_out > 0)
       tracker_->set_summary("validation", {{"fraction", state_.val_fraction}, {"held_out", state_.val_held_out},
@@ -418,6 +441,27 @@ void Trainer::open_run() {
   });
   progress_.emplace(out_, mode);
   if (comm_.root()) result_.run_dir = run_dir_;
+}
+
+// What the configuration amounts to (RunInfo::facts): what `recommend` learns from.
+nlohmann::json Trainer::run_facts() const {
+  const bool gpu = dev_.device == Device::CUDA;
+  const SplitInfo& info = train_->info();
+  return {{"cpus_per_node", int(std::thread::hardware_concurrency())},
+          {"gpus_per_node", gpu ? gpu::backend().device_count() : 0},
+          {"gpu_model", gpu ? gpu::backend().device_name() : std::string()},
+          {"workers", o_.workers},
+          {"distribute_data", o_.distribute_data},
+          {"dataset_kind", info.kind},
+          {"input_shape", {input_.channels, input_.height, input_.width}},
+          {"num_classes", info.class_names.size()},
+          {"train_samples", info.size},
+          {"test_samples", test_ ? test_->info().size : uint64_t(0)},
+          {"model_params", model_->params().num_params()},
+          {"model_macs", model_->forward_macs()},
+          {"allreduce", dist::to_string(sync_->options().algo)},
+          {"overlap", dist::to_string(sync_->options().mode)},
+          {"grad_compression", dist::to_string(sync_->options().compression)}};
 }
 
 void Trainer::print_header() const {
@@ -435,6 +479,7 @@ void Trainer::print_header() const {
        << (o_.test_data.empty() || !test_ ? std::string() : "\n  test data: " + test_->info().description)
        << (init_line_.empty() ? std::string() : "\n  " + init_line_)
        << (frozen_line.empty() ? std::string() : "\n  " + frozen_line)
+       << (K > 1 ? "\n  gradient sync: " + describe_sync(*sync_) : std::string())
        << "\n  device " << dev_.description
        << "\n  " << opt_->name() << ", " << schedule_->describe()
        << describe_head_lr(*model_, o_.head_lr_mult)

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -85,6 +86,7 @@ class Trainer {
   void check_mid_epoch_layout(const TrainerState& saved, const std::string& dir) const;
   void start_gradient_sync();
   void open_run();
+  nlohmann::json run_facts() const;
   void print_header() const;
 
   double train_step(const data::Batch& batch);

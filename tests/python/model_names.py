@@ -10,6 +10,8 @@ prints:
   min_size S                  smallest square input the model runs on in training mode with a
                               batch of MIN_BATCH images (every BatchNorm sees > 1 value per
                               channel; MIN_BATCH is 1 but for Inception v3, see registry.cpp)
+  macs M                      multiply-adds of one image's training-mode forward at min_size
+                              (convolutions and linear layers, auxiliary heads included)
   entry KEY D0 D1 ...         one line per state_dict entry, in order, with its shape
   end
 Not a test by itself: the C++ test compares and decides. Weights are left uninitialised
@@ -135,6 +137,28 @@ def min_size(model, in_channels, batch):
     return lo
 
 
+def forward_macs(model, in_channels, size, batch):
+    """Multiply-adds per image of a training-mode forward: every Conv2d's output elements x
+    (its input channels / groups) x kernel taps, every Linear's in x out features."""
+    total = [0]
+
+    def hook(mod, inputs, out):
+        if isinstance(mod, nn.Conv2d):
+            taps = mod.kernel_size[0] * mod.kernel_size[1]
+            total[0] += out.numel() // out.shape[0] * (mod.in_channels // mod.groups) * taps
+        else:
+            total[0] += mod.in_features * mod.out_features * (out.numel() // out.shape[-1] // out.shape[0])
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()
+               if isinstance(m, (nn.Conv2d, nn.Linear))]
+    model.train()
+    with torch.no_grad():
+        model(torch.zeros(batch, in_channels, size, size))
+    for h in handles:
+        h.remove()
+    return total[0]
+
+
 def main():
     classes, in_channels = int(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)
@@ -145,7 +169,9 @@ def main():
             model = build(name, classes, in_channels)
         out.append(f"model {name}")
         out.append(f"params {sum(p.numel() for p in model.parameters())}")
-        out.append(f"min_size {min_size(model, in_channels, int(batch))}")
+        size = min_size(model, in_channels, int(batch))
+        out.append(f"min_size {size}")
+        out.append(f"macs {forward_macs(model, in_channels, size, int(batch))}")
         for key, t in model.state_dict().items():
             out.append(" ".join(["entry", key] + [str(d) for d in t.shape]))
         out.append("end")

@@ -21,7 +21,7 @@ export OMPI_MCA_btl_vader_backing_directory=$SCRATCH/shm
 
 DOC=docs/BAD_INPUTS.md
 BIN=$MPICNN_BUILD/bin
-[ -x ./train ] && [ -x ./pipeline_eval ] && [ -x "$BIN/create_dataset" ] || { fail "bad inputs" "build ./train, ./pipeline_eval and the tools first"; finish; }
+[ -x ./train ] && [ -x ./pipeline_eval ] && [ -x ./recommend ] && [ -x "$BIN/create_dataset" ] || { fail "bad inputs" "build ./train, ./pipeline_eval, ./recommend and the tools first"; finish; }
 chmod 755 "$SCRATCH"  # the unreadable-file row runs as nobody, who must reach the fixtures
 F=$SCRATCH/fix
 mkdir -p "$F"
