@@ -102,10 +102,12 @@ else
 fi
 
 # ---- 2b. the limit hit by metrics.jsonl mid-epoch (dash's ulimit -f counts 512-byte blocks):
-# one line, and the file is cut back to whole lines (never a torn JSON line).
+# one line, and the file is cut back to whole lines (never a torn JSON line). 8 blocks = 4 KiB:
+# above summary.json (about 2.5 KiB with every run fact) and the mlruns metric files at the
+# failing step, below this epoch's metrics.jsonl (about 9 KiB).
 mj=$SCRATCH/mjsonl
 env -u OPENBLAS_CORETYPE mpiexec -n 2 --oversubscribe --mca btl self,tcp \
-  sh -c 'trap "" XFSZ; ulimit -f 4; exec "$@"' sh "$TRAIN" "${common[@]}" -b 8 -e 1 -s "$mj" > "$mj.out" 2>&1
+  sh -c 'trap "" XFSZ; ulimit -f 8; exec "$@"' sh "$TRAIN" "${common[@]}" -b 8 -e 1 -s "$mj" > "$mj.out" 2>&1
 if [ $? = 0 ]; then
   fail "RLIMIT_FSIZE on metrics.jsonl" "the run did not fail"
 else
