@@ -24,7 +24,8 @@ struct CaseRun {
   CaseRun(const parity::Case& c, const std::string& dir)
       : ref(dir + "/" + c.tag + ".ref.safetensors"),
         model(build_model(c.model, {.num_classes = c.classes, .in_channels = c.in_channels,
-                                    .dropout = 0.f, .aux_dropout = 0.f})) {
+                                    .dropout = 0.f, .aux_dropout = 0.f,
+                                    .initialise = false})) {
     model->load_state_dict(dir + "/" + c.tag + ".init.safetensors");
     const Tensor& values = model->params().values();
     init.assign(values.data(), values.data() + values.numel());

@@ -78,12 +78,15 @@ def optimizer(model, case):
     return torch.optim.AdamW(groups, lr=case["lr"], betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
 
 
-def steps(model, x, t, case, dtype, count=None):
-    """Train `model` (a copy, in `dtype`) on (x, t) for `count` steps (default: the case's);
-    returns the logits and gradients of step 1, the loss of every step, (AdamW) the parameters
-    after step 1 (after1.NAME) and the state dict after the last step, all as float64 or int64
-    tensors."""
-    model = copy.deepcopy(model).to(dtype).train()
+def steps(model, x, t, case, dtype, count=None, own=False):
+    """Train `model` (a copy, in `dtype`; `model` itself when own) on (x, t) for the case's
+    steps and return the logits and gradients of step 1, the loss of every step, (AdamW) the
+    parameters after step 1 (after1.NAME) and the state dict after the last step, all as
+    float64 or int64 tensors. With count=1, a one-step run of float32_spread: the step-1
+    quantities only (no state dict, which would be the state after one step, not after the
+    case's steps)."""
+    assert count in (None, 1)
+    model = (model if own else copy.deepcopy(model)).to(dtype).train()
     opt = optimizer(model, case)
     out = {}
     for step in range(case["steps"] if count is None else count):
@@ -98,12 +101,16 @@ def steps(model, x, t, case, dtype, count=None):
             # zero_grad and backward overwrite.
             if step == 0:
                 out["grad." + name] = p.grad.detach().clone().double()
+        adamw = case["optimizer"] == "adamw"
+        if count == 1 and not adamw:
+            break  # nothing after step 1 is recorded
         opt.step()
-        if step == 0 and case["optimizer"] == "adamw":
+        if step == 0 and adamw:
             for name, p in model.named_parameters():
                 out["after1." + name] = p.detach().clone().double()
-    for name, v in model.state_dict().items():
-        out["final." + name] = v.double() if v.is_floating_point() else v
+    if count is None:
+        for name, v in model.state_dict().items():
+            out["final." + name] = v.double() if v.is_floating_point() else v
     return out
 
 
@@ -136,17 +143,18 @@ def float32_spread(model, x, t, case, exact):
                     v.copy_(ulp_nudged(v, gen))
         return m, ulp_nudged(x, gen)
 
-    def variants():  # (threads, model, input, targets, batch reversed, steps)
-        yield 2, model, x, t, False, None
+    def variants():  # (threads, model, input, targets, batch reversed, steps, model is a copy)
+        yield 2, model, x, t, False, None, False
         m, xn = nudged()
-        yield 1, m, xn.flip(0), t.flip(0), True, None
+        yield 1, m, xn.flip(0), t.flip(0), True, None, True
         for _ in range(GRAD_NUDGES - 1):
-            yield (2, *nudged(), t, False, 1)
+            yield (2, *nudged(), t, False, 1, True)
 
     norm_err, elem_err, after1 = {}, {}, []
-    for threads, m, xv, tv, flipped, count in variants():
+    for threads, m, xv, tv, flipped, count, own in variants():
         torch.set_num_threads(threads)
-        r = steps(m, xv, tv, case, torch.float32, count)
+        r = steps(m, xv, tv, case, torch.float32, count, own)
+        del m
         if flipped:
             r["logits"] = r["logits"].flip(0)
         adamw = case["optimizer"] == "adamw"
