@@ -1,6 +1,10 @@
 // Conv2d: fast forward vs a direct-convolution loop in double on many geometries (padding,
 // stride, dilation, groups, 1x1, non-square, chunked and unchunked batches), finite-difference
-// checks of din / grad_weight / grad_bias, '+=' accumulation, and shape errors.
+// checks of din / grad_weight / grad_bias, '+=' accumulation, and shape errors; the same for
+// Winograd F(2x2,3x3) on its own table of shapes, and its accuracy against float64.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -283,4 +287,97 @@ TEST_CASE("Conv2d rejects bad options and shapes with clear errors") {
   Tensor dx_bad = Tensor::empty({2, 3, 8, 9});
   CHECK_THROWS_AS(conv.backward(dx_bad, y, x, y), Error);
   CHECK_THROWS_AS(conv.backward(x, y_bad, x, y), Error);
+}
+
+namespace {
+
+// Sets the process-wide convolution algorithm for one test, restoring the default afterwards.
+struct AlgorithmScope {
+  explicit AlgorithmScope(ConvAlgorithm a) { set_conv_algorithm(a); }
+  ~AlgorithmScope() { set_conv_algorithm(ConvAlgorithm::kIm2col); }
+};
+
+// Shapes for Winograd F(2x2,3x3): every padding it takes, odd and tiny planes (a tile hanging
+// over the edge, a 1x1 map), channels that are no multiple of 16, batch 1, chunks with a tail.
+const Case kWinogradCases[] = {
+    {"wino pad 1, odd plane", 2, 5, 7, 9, 6, 3, 1, 1},
+    {"wino pad 0", 2, 3, 8, 7, 4, 3, 1, 0},
+    {"wino pad 2", 1, 4, 5, 6, 3, 3, 1, 2, 1, 1, false},
+    {"wino 1x1 map", 3, 17, 1, 1, 19, 3, 1, 1},
+    {"wino 2x3 map", 2, 6, 2, 3, 5, 3, 1, 1},
+    {"wino 3x3 map, no pad: one output", 2, 4, 3, 3, 2, 3, 1, 0},
+    {"wino batch 1, 17 -> 33 channels", 1, 17, 6, 5, 33, 3, 1, 1},
+    {"wino pad 0x1 (non-square)", 2, 3, 6, 7, 4, 3, 1, {0, 1}},
+    {"wino batch smaller than planned", 3, 4, 5, 5, 4, 3, 1, 1, 1, 1, true, 8},
+};
+
+}  // namespace
+
+TEST_CASE("Conv2d with Winograd F(2x2,3x3): forward and gradients match the direct convolution") {
+  AlgorithmScope scope(ConvAlgorithm::kWinograd);
+  for (const Case& c : kWinogradCases) {
+    CAPTURE(c.name);
+    Fixture f(c, 31);
+    REQUIRE(f.conv.winograd());
+    f.y.fill(1e9f);  // forward must overwrite every element
+    f.conv.forward(f.y, f.x);
+    expect_close("winograd forward: " + c.name, f.y, conv_ref(to_double(f.x), f.w(), f.b(), c));
+    Tensor dy = random_tensor(f.y.shape(), 32);
+    Tensor dx = Tensor::empty(f.x.shape());
+    dx.fill(1e9f);  // din is written with '='
+    f.store.zero_grad();
+    f.conv.backward(dx, dy, f.x, f.y);
+    const Vec x = to_double(f.x), w = f.w(), b = f.b(), wy = to_double(dy);
+    check_gradient("winograd din: " + c.name, dx,
+                   [&](const Vec& v) { return dot(conv_ref(v, w, b, c), wy); }, x);
+    check_gradient("winograd grad_weight: " + c.name, f.conv.grad_weight,
+                   [&](const Vec& v) { return dot(conv_ref(x, v, b, c), wy); }, w);
+    // Frozen weights (no weight gradient) with an input gradient: Winograd alone.
+    f.conv.set_param_state(true, true);
+    Tensor dx2 = Tensor::empty(f.x.shape());
+    f.conv.backward(dx2, dy, f.x, f.y);
+    CHECK(std::memcmp(dx.data(), dx2.data(), size_t(dx.numel()) * sizeof(real)) == 0);
+  }
+  // Where it does not fit, Conv2d stays on im2col even when Winograd is asked for.
+  CHECK(!Fixture(case_named("3x3 stride 2 pad 1"), 1).conv.winograd());
+  CHECK(!Fixture(case_named("dilation 2"), 1).conv.winograd());
+  CHECK(!Fixture(case_named("groups 2"), 1).conv.winograd());
+  CHECK(!Fixture(case_named("1x1"), 1).conv.winograd());
+  CHECK(!Fixture(case_named("padding larger than kernel"), 1).conv.winograd());
+}
+
+TEST_CASE("Conv2d algorithm choice: im2col by default, Winograd only when asked for") {
+  const Case wide{"16 -> 16", 1, 16, 6, 6, 16, 3, 1, 1};
+  CHECK(!Fixture(wide, 1).conv.winograd());
+  {
+    AlgorithmScope scope(ConvAlgorithm::kWinograd);
+    CHECK(Fixture(wide, 1).conv.winograd());
+  }
+  CHECK(parse_conv_algorithm("im2col") == ConvAlgorithm::kIm2col);
+  CHECK(parse_conv_algorithm("winograd") == ConvAlgorithm::kWinograd);
+  CHECK_THROWS_WITH(parse_conv_algorithm("fft"),
+                    doctest::Contains("unknown convolution algorithm 'fft'"));
+}
+
+TEST_CASE("Winograd F(2x2,3x3) accuracy against float64, next to im2col's") {
+  // A ResNet stage's shape, values of both signs: the float32 error of each algorithm relative
+  // to the largest output, from the same inputs (the reference is the direct sum in double).
+  const Case c{"64 -> 64 at 14x14", 2, 64, 14, 14, 64, 3, 1, 1, 1, 1, false};
+  double err[2];
+  for (int wino = 0; wino < 2; ++wino) {
+    AlgorithmScope scope(wino ? ConvAlgorithm::kWinograd : ConvAlgorithm::kIm2col);
+    Fixture f(c, 41);
+    REQUIRE(f.conv.winograd() == bool(wino));
+    f.conv.forward(f.y, f.x);
+    const Vec want = conv_ref(to_double(f.x), f.w(), f.b(), c);
+    double worst = 0;
+    for (int64_t i = 0; i < f.y.numel(); ++i)
+      worst = std::max(worst, std::fabs(double(f.y.data()[i]) - want[size_t(i)]));
+    err[wino] = worst / max_abs(want);
+  }
+  MESSAGE("max |error| / max |y| against float64: im2col ", err[0], ", Winograd ", err[1]);
+  // F(2x2,3x3)'s transforms add a few roundings per output (Lavin & Gray: a small constant
+  // factor over direct convolution); well below the parity tests' 1e-4 on logits.
+  CHECK(err[1] < 1e-5);
+  CHECK(err[1] < 8 * err[0]);
 }

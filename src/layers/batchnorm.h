@@ -18,8 +18,18 @@ class BatchNorm2d : public UnaryLayer {
   Shape output_shape(const Shape& in) const override { return in; }
   void plan(const Shape& in) override;  // places the saved statistics on the model's device
   void forward(Tensor& out, const Tensor& in) override;  // (N, C, H, W) -> (N, C, H, W)
-  // din '=' (may alias dout), grad_weight and grad_bias '+='.
+  // out = relu(bn(in) + residual), in one pass: a residual block's last BatchNorm, its add and
+  // its ReLU fused (layers/fusion.h). backward stays the plain BatchNorm's: the block masks
+  // the gradient itself, since the residual branch needs the masked gradient too.
+  void forward(Tensor& out, const Tensor& in, const Tensor& residual);
+  // din '=' (may alias dout), grad_weight and grad_bias '+='. With a fused ReLU, dout is the
+  // gradient of the ReLU's output (masked here by out > 0).
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
+
+  // Fusion (CPU only): forward applies the ReLU that follows this layer (out = relu(bn(in)))
+  // and backward takes that ReLU's output gradient, so the ReLU layer itself is skipped.
+  void set_fused_relu(bool on) { fused_relu_ = on; }
+  bool fused_relu() const { return fused_relu_; }
 
   int channels() const { return channels_; }
   real eps() const { return eps_; }
@@ -41,6 +51,10 @@ class BatchNorm2d : public UnaryLayer {
   Tensor saved_mean_, saved_invstd_;  // (C)
   bool saved_training_ = true;
   bool use_running_stats_ = false;
+  bool fused_relu_ = false;
+
+  // out = bn(in) (+ residual) (then relu), statistics as forward documents.
+  void forward_impl(Tensor& out, const Tensor& in, const Tensor* residual, bool relu);
 };
 
 }  // namespace mpicnn

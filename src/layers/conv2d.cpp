@@ -9,8 +9,10 @@
 #include "layers/conv2d.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/blas.h"
@@ -29,7 +31,41 @@ constexpr int64_t kColumnBudget = int64_t(16) << 20;
 // Below this many elements a loop runs on one thread (fork/join would cost more).
 constexpr int64_t kParallelMin = 1 << 15;
 
+// Every Conv2d's columns and rows live in one workspace per thread, sized by plan() for the
+// largest layer: a layer's columns are dead once its GEMMs have run (backward recomputes
+// them), so the layers can take turns. Per thread, because tests run several ranks' models as
+// threads of one process. Only a layer planned on another thread than it runs on grows it
+// during a step.
+thread_local Tensor t_workspace;
+
+real* workspace(int64_t floats) {
+  if (!t_workspace.defined() || t_workspace.numel() < floats)
+    t_workspace = Tensor::empty({std::max<int64_t>(floats, 1)}, Device::CPU);
+  return t_workspace.data();
+}
+
+std::atomic<ConvAlgorithm>& algorithm_slot() {
+  static std::atomic<ConvAlgorithm> slot{[] {
+    const char* v = std::getenv("MPICNN_CONV");
+    return v && *v ? parse_conv_algorithm(v) : ConvAlgorithm::kIm2col;
+  }()};
+  return slot;
+}
+
+// Floats Winograd's chunks may take (its weights included): 32 MiB.
+constexpr int64_t kWinogradBudget = int64_t(8) << 20;
+
 }  // namespace
+
+ConvAlgorithm conv_algorithm() { return algorithm_slot().load(); }
+void set_conv_algorithm(ConvAlgorithm algorithm) { algorithm_slot().store(algorithm); }
+ConvAlgorithm parse_conv_algorithm(const std::string& name) {
+  if (name == "im2col") return ConvAlgorithm::kIm2col;
+  if (name == "winograd") return ConvAlgorithm::kWinograd;
+  FAIL("MPICNN_CONV: unknown convolution algorithm '", name, "' (im2col, winograd)");
+}
+
+real* Conv2d::workspace_base() { return workspace(workspace_floats_); }
 
 Conv2d::Conv2d(const Conv2dOptions& o) : opt_(o) {
   CHECK(o.in_channels >= 1 && o.out_channels >= 1, "Conv2d: channels must be >= 1, got ",
@@ -118,12 +154,24 @@ void Conv2d::plan(const Shape& in) {
   chunk_ = chunk;
   if (default_device() == Device::CUDA) {
     gpu_plan_ = gpu::backend().conv_plan(g, N, opt_.out_channels, opt_.groups);
-    col_ = rows_ = live_weight_ = live_grad_ = Tensor();
+    col_floats_ = rows_floats_ = 0;
+    live_weight_ = live_grad_ = Tensor();
     return;
   }
   gpu_plan_.reset();
-  col_ = (g.is_pointwise() && chunk == 1) ? Tensor() : Tensor::empty({rows, chunk * P});
-  rows_ = chunk > 1 ? Tensor::empty({opt_.out_channels, chunk * P}) : Tensor();
+  col_floats_ = (g.is_pointwise() && chunk == 1) ? 0 : rows * chunk * P;
+  rows_floats_ = chunk > 1 ? opt_.out_channels * chunk * P : 0;
+  workspace_floats_ = col_floats_ + rows_floats_;
+  use_winograd_ = conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
+  if (use_winograd_) {
+    wino_fwd_ = WinogradConv(g.channels, opt_.out_channels, g.height, g.width, g.pad_h, g.pad_w,
+                             N, kWinogradBudget);
+    wino_bwd_ = WinogradConv(opt_.out_channels, g.channels, g.out_h, g.out_w, 2 - g.pad_h,
+                             2 - g.pad_w, N, kWinogradBudget);
+    workspace_floats_ = std::max({workspace_floats_, wino_fwd_.workspace_floats(),
+                                  wino_bwd_.workspace_floats()});
+  }
+  workspace_base();  // sized now, so that the step allocates nothing
   if (cols_.all_taps_live()) {
     live_weight_ = live_grad_ = Tensor();
   } else {
@@ -168,20 +216,28 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
                                 opt_.bias ? bias.data() : nullptr, int(N));
     return;
   }
-  const real* w = gemm_weight();  // (OC, Kg)
   const real* b = opt_.bias ? bias.data() : nullptr;
+  if (use_winograd_) {
+    real* ws = workspace_base();
+    winograd_weights(ws, weight.data(), OC, g.channels, /*transposed=*/false);
+    wino_fwd_.forward(out.data(), in.data(), b, N, ws);
+    return;
+  }
+  const real* w = gemm_weight();  // (OC, Kg)
+  real* const col = workspace_base();  // (IC*T, chunk*P)
+  real* const rows_buf = col + col_floats_;  // (OC, chunk*P)
   for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
     const int64_t B = std::min(chunk_, N - n0), BP = B * P;
     const real* x = in.data() + n0 * g.channels * g.in_plane();  // (B, IC, H, W)
     real* y = out.data() + n0 * OC * P;                           // (B, OC, OH, OW)
     const real* cols = x;  // (IC*T, B*P)
     if (!(g.is_pointwise() && B == 1)) {
-      cols_.im2col(col_.data(), x, B);
-      cols = col_.data();
+      cols_.im2col(col, x, B);
+      cols = col;
     }
     // A single image's (OC, P) rows are already NCHW: the GEMM writes the output directly,
     // on top of the bias (beta = 1). OpenBLAS passes over C for beta = 0 too, so this is free.
-    real* rows = B == 1 ? y : rows_.data();  // (OC, B*P)
+    real* rows = B == 1 ? y : rows_buf;  // (OC, B*P)
     if (B == 1 && b) {
 #pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
       for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
@@ -241,19 +297,23 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     return;
   }
   if (wgrad && opt_.bias) add_bias_grad(dout);
-  const real* w = din.defined() ? gemm_weight() : nullptr;  // (OC, Kg)
+  // Input gradient by im2col below, or by Winograd after the weight gradient's loop.
+  const bool data_im2col = din.defined() && !use_winograd_;
+  const real* w = data_im2col ? gemm_weight() : nullptr;  // (OC, Kg)
   // With dead taps the GEMMs accumulate into the live columns, added to grad_weight at the end.
   const bool live = wgrad && !cols_.all_taps_live();
   if (live) live_grad_.fill(0.f);
   real* gw = live ? live_grad_.data() : grad_weight.data();  // (OC, Kg)
-  for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
+  real* const col = workspace_base();  // (IC*T, chunk*P)
+  real* const rows_buf = col + col_floats_;  // (OC, chunk*P)
+  for (int64_t n0 = 0; n0 < N && (wgrad || data_im2col); n0 += chunk_) {
     const int64_t B = std::min(chunk_, N - n0), BP = B * P;
     const int64_t x_off = n0 * g.channels * g.in_plane();
     const real* x = in.data() + x_off;               // (B, IC, H, W)
     const real* dy = dout.data() + n0 * OC * P;      // (B, OC, OH, OW)
     const real* rows = dy;                           // (OC, B*P)
     if (B > 1) {
-      real* r = rows_.data();
+      real* r = rows_buf;
 #pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
       for (int64_t i = 0; i < B; ++i)
         for (int64_t oc = 0; oc < OC; ++oc)
@@ -264,22 +324,28 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     if (wgrad) {
       const real* cols = x;  // (IC*T, B*P)
       if (!direct) {
-        cols_.im2col(col_.data(), x, B);
-        cols = col_.data();
+        cols_.im2col(col, x, B);
+        cols = col;
       }
       const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
       for (int64_t gi = 0; gi < G; ++gi)
         gemm(false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP, int(BP),
               cols + gi * Kg * BP, int(BP), 1.f, gw + gi * OCg * Kg, int(Kg));
     }
-    if (!din.defined()) continue;
+    if (!data_im2col) continue;
     // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
     real* dx = din.data() + x_off;            // (B, IC, H, W)
-    real* dcol = direct ? dx : col_.data();   // (IC*T, B*P)
+    real* dcol = direct ? dx : col;           // (IC*T, B*P)
     for (int64_t gi = 0; gi < G; ++gi)
       gemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
             rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
     if (!direct) cols_.col2im(dx, dcol, B);
+  }
+  if (din.defined() && use_winograd_) {
+    // The transposed convolution: dout through the rotated, transposed weights, padded 2 - p.
+    real* ws = workspace_base();
+    winograd_weights(ws, weight.data(), OC, g.channels, /*transposed=*/true);
+    wino_bwd_.forward(din.data(), dout.data(), nullptr, N, ws);
   }
   if (live) {
     const std::vector<int32_t>& taps = cols_.live_taps();

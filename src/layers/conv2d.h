@@ -8,8 +8,20 @@
 #include "layers/im2col.h"
 #include "core/gpu.h"
 #include "layers/layer.h"
+#include "layers/winograd.h"
 
 namespace mpicnn {
+
+// How CPU convolutions compute, process-wide, read by Conv2d::plan: kIm2col (the default)
+// is im2col + GEMM everywhere; kWinograd takes Winograd F(2x2,3x3) (layers/winograd.h) for
+// forward and the input gradient of every 3x3 stride-1 layer it fits, im2col elsewhere and
+// for the weight gradient. Winograd is opt-in: on this project's 2-core AVX-512 machines it
+// measured on par with im2col (bench/RESULTS.md), not faster. The default comes from
+// MPICNN_CONV=im2col|winograd, else kIm2col.
+enum class ConvAlgorithm { kIm2col, kWinograd };
+ConvAlgorithm conv_algorithm();
+void set_conv_algorithm(ConvAlgorithm algorithm);
+ConvAlgorithm parse_conv_algorithm(const std::string& name);  // else an Error naming it
 
 struct Conv2dOptions {
   // (height, width) pair; a single number means both, as in PyTorch.
@@ -52,8 +64,14 @@ class Conv2d : public UnaryLayer {
   const Conv2dOptions& options() const { return opt_; }
   // Images per GEMM chosen by plan() (1 before plan).
   int64_t chunk() const { return chunk_; }
-  // Geometry of the planned input (valid after plan()).
+  // Whether plan() chose Winograd for forward and the input gradient.
+  bool winograd() const { return use_winograd_; }
+  // Geometry of the planned input (valid after plan() or note_input()).
   const ConvGeometry& geometry() const { return geo_; }
+  // Records the geometry of inputs of this shape without planning anything: for a convolution
+  // its owner computes itself (DenseBlock's 1x1 bottleneck is one GEMM over the concatenated
+  // features), so that geometry() and Model::forward_macs describe it. forward still needs plan().
+  void note_input(const Shape& in) { geo_ = geometry_for(in); }
   // How the planned input is unfolded (valid after plan()).
   const ColumnPlan& columns() const { return cols_; }
 
@@ -74,8 +92,15 @@ class Conv2d : public UnaryLayer {
   ConvGeometry geo_;     // of planned_
   ColumnPlan cols_;      // how geo_ is unfolded (live taps, small-plane table)
   int64_t chunk_ = 1;    // images per GEMM
-  Tensor col_;           // (IC*KH*KW, chunk*OH*OW); undefined when the input is its own column
-  Tensor rows_;          // (OC, chunk*OH*OW): GEMM output/gradient rows when chunk > 1
+  // The column matrix (IC*T, chunk*OH*OW), 0 floats when the input is its own column, and the
+  // GEMM output/gradient rows (OC, chunk*OH*OW) when chunk > 1, both in this thread's
+  // workspace, which every Conv2d shares (see conv2d.cpp).
+  int64_t col_floats_ = 0, rows_floats_ = 0;
+  int64_t workspace_floats_ = 0;  // the largest of the columns + rows and Winograd's needs
+  real* workspace_base();         // this thread's workspace, at least workspace_floats_
+  bool use_winograd_ = false;
+  WinogradConv wino_fwd_;  // forward: C = IC, K = OC
+  WinogradConv wino_bwd_;  // input gradient: C = OC, K = IC on dout, padding 2 - p
   Tensor live_weight_, live_grad_;  // (OC, IC/groups * live taps), only when a tap is dead
   std::shared_ptr<gpu::ConvPlan> gpu_plan_;  // planned on the GPU: cuDNN descriptors, algorithms
 };

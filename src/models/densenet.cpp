@@ -12,6 +12,7 @@
 #include "layers/add.h"
 #include "layers/avgpool2d.h"
 #include "layers/flatten.h"
+#include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/maxpool2d.h"
 #include "models/init.h"
@@ -113,9 +114,13 @@ Shape DenseBlock::plan(const Shape& in) {
   h_ = in[2], w_ = in[3], hw_ = h_ * w_;
   CHECK(N * hw_ <= INT_MAX / 4, "DenseBlock: ", in.str(), " is too large for one GEMM");
   const Shape mid{N, bottleneck_, h_, w_};
+  fused_ = fusion_enabled();
   for (auto& l : layers_) {
+    l->norm1.set_fused_relu(fused_);
+    l->norm2.layer.set_fused_relu(fused_);
     l->a1 = Tensor::empty({int64_t(l->in_channels) * N * hw_});
     l->norm1.plan({1, l->in_channels, N, hw_});  // its saved statistics, on the model's device
+    l->conv1.note_input({N, l->in_channels, h_, w_});  // computed here as one GEMM, never planned
     l->c1 = Tensor::empty(mid);
     l->norm2.plan(mid);
     l->relu2.plan(mid);
@@ -149,13 +154,14 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
     const Tensor prefix = feat_.head({1, cin, n, hw_});
     Tensor a1 = l.a1.head({1, cin, n, hw_});
     l.norm1.forward(a1, prefix);
-    l.relu1.forward(a1, a1);
+    if (!fused_) l.relu1.forward(a1, a1);
     // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW)
     gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(),
          int(cin), a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
     Tensor c1 = l.c1.head({n, bottleneck_, h_, w_});
     swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
-    const Tensor& fresh = l.conv2.forward(l.relu2.forward(l.norm2.forward(c1)));
+    const Tensor& n2 = l.norm2.forward(c1);
+    const Tensor& fresh = l.conv2.forward(fused_ ? n2 : l.relu2.forward(n2));
     swap01(dev, feat + cin * cols, fresh.data(), n, growth_, hw_);
   }
   out_ = out_buf_.head({n, out_channels_, h_, w_});
@@ -177,7 +183,7 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     swap01(dev, g_new.data(), grad + cin * cols, growth_, n, hw_);
     Tensor gb = g_bottleneck_.head({n, bottleneck_, h_, w_});
     l.conv2.backward(gb, g_new);
-    l.relu2.backward(gb, gb);
+    if (!fused_) l.relu2.backward(gb, gb);  // fused: norm2's backward masks
     l.norm2.backward(gb, gb);  // now the gradient of c1
     real* gc = bottleneck_cm_.data();
     swap01(dev, gc, gb.data(), n, bottleneck_, hw_);
@@ -189,7 +195,7 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     Tensor g_prefix = g_prefix_.head({1, cin, n, hw_});
     gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(),
          int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
-    l.relu1.backward(g_prefix, g_prefix, a1, a1);
+    if (!fused_) l.relu1.backward(g_prefix, g_prefix, a1, a1);
     const Tensor prefix = feat_.head({1, cin, n, hw_});
     l.norm1.backward(g_prefix, g_prefix, prefix, a1);
     Tensor g_features = grad_.head({1, cin, n, hw_});

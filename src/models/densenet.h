@@ -52,6 +52,7 @@ class DenseBlock : public Module {
   Tensor bottleneck_cm_;  // (bottleneck, N, H*W): conv1 output, then its gradient
   Tensor g_bottleneck_;   // (N, bottleneck, H, W): gradient through conv2, relu2, norm2
   Tensor g_new_;          // (N, growth, H, W): gradient of one layer's new maps
+  bool fused_ = false;    // norm1 and norm2 apply relu1 and relu2 (layers/fusion.h)
 };
 
 std::unique_ptr<Model> make_densenet(const std::string& name, const ModelOptions& options,

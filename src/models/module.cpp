@@ -3,6 +3,10 @@
 
 #include <algorithm>
 
+#include "layers/batchnorm.h"
+#include "layers/fusion.h"
+#include "layers/relu.h"
+
 namespace mpicnn {
 
 namespace detail {
@@ -48,6 +52,18 @@ Shape Sequential::plan(const Shape& in) {
     if (i > 0) largest = std::max(largest, s.numel());  // gradient of an intermediate
     s = children_[i].second->plan(s);
   }
+  // Fusion: an in-place ReLU right after a BatchNorm is applied by the BatchNorm.
+  const bool fuse = fusion_enabled();
+  fused_.assign(children_.size(), false);
+  for (size_t i = 0; i < children_.size(); ++i) {
+    auto* bn = dynamic_cast<Leaf<BatchNorm2d>*>(children_[i].second.get());
+    if (!bn) continue;
+    auto* relu = i + 1 < children_.size()
+                     ? dynamic_cast<Leaf<ReLU>*>(children_[i + 1].second.get()) : nullptr;
+    const bool fused = fuse && relu && relu->is_in_place();
+    bn->layer.set_fused_relu(fused);
+    if (fused) fused_[i + 1] = true;
+  }
   ping_ = largest ? Tensor::empty({largest}) : Tensor();
   pong_ = largest ? Tensor::empty({largest}) : Tensor();
   planned_batch_ = in[0];
@@ -60,7 +76,8 @@ const Tensor& Sequential::forward(const Tensor& in) {
         " exceeds the planned ", planned_batch_);
   batch_ = in.size(0);
   const Tensor* x = &in;
-  for (auto& [name, child] : children_) x = &child->forward(*x);
+  for (size_t i = 0; i < children_.size(); ++i)
+    if (!fused_[i]) x = &children_[i].second->forward(*x);
   return *x;
 }
 
@@ -88,6 +105,8 @@ void Sequential::backward(Tensor& din, const Tensor& dout) {
       children_[i].second->backward(din, *g);  // undefined unless stop is 0
       break;
     }
+    // A fused ReLU (never the first child, nor trainable: never `stop`): its gradient passes.
+    if (fused_[i]) continue;
     // Gradient w.r.t. child i's input, in whichever buffer g is not using.
     Shape s = in_shapes_[i];
     s.d[0] = batch_;

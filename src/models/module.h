@@ -81,7 +81,10 @@ class Leaf : public Module {
     if (!in_place_) buffer_ = Tensor::empty(out);
     return out;
   }
-  const Tensor& forward(const Tensor& in) override {
+  const Tensor& forward(const Tensor& in) override { return forward_with(in); }
+  // forward with extra inputs passed on to the layer (BatchNorm2d's fused residual add).
+  template <class... Extra>
+  const Tensor& forward_with(const Tensor& in, const Extra&... extra) {
     in_ = in;
     if (in_place_) {
       out_ = in;
@@ -92,12 +95,13 @@ class Leaf : public Module {
                    " exceeds the planned ", buffer_.size(0));
       out_ = buffer_.slice0(0, want[0]);
     }
-    layer.forward(out_, in);
+    layer.forward(out_, in, extra...);
     return out_;
   }
   void backward(Tensor& din, const Tensor& dout) override { layer.backward(din, dout, in_, out_); }
   // The last forward's output, writable: blocks add a residual into it in place.
   Tensor& output() { return out_; }
+  bool is_in_place() const { return in_place_; }
 
   L layer;
 
@@ -150,6 +154,9 @@ class Sequential : public Module {
   // have none; reported to the gradient-ready hook once child i's backward is done.
   std::vector<int64_t> ready_from_;
   std::vector<Shape> in_shapes_;  // planned input shape of each child
+  // fused_[i]: child i is an in-place ReLU that the BatchNorm before it applies (fusion.h):
+  // forward and backward pass over it.
+  std::vector<bool> fused_;
   Tensor ping_, pong_;            // gradient buffers, each the largest intermediate's size
   int64_t planned_batch_ = 0;
   int64_t batch_ = 0;             // batch of the last forward

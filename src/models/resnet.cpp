@@ -8,6 +8,7 @@
 
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/flatten.h"
+#include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/maxpool2d.h"
 #include "models/init.h"
@@ -67,6 +68,8 @@ void ResidualBlock::set_training(bool training) {
 
 Shape ResidualBlock::plan(const Shape& in) {
   in_shape_ = in;
+  fused_ = fusion_enabled();
+  for (size_t i = 0; i + 1 < bns_.size(); ++i) bns_[i]->layer.set_fused_relu(fused_);
   Shape s = in;
   int64_t max_out = 0, max_mid_in = 0;
   for (size_t i = 0; i < convs_.size(); ++i) {
@@ -92,13 +95,20 @@ Shape ResidualBlock::plan(const Shape& in) {
 const Tensor& ResidualBlock::forward(const Tensor& in) {
   in_ = in;
   const Tensor* x = &in;
-  for (size_t i = 0; i < convs_.size(); ++i) {
-    const Tensor& c = convs_[i]->forward(*x);
-    x = &bns_[i]->forward(c);
-    if (i + 1 < convs_.size()) x = &relus_[i]->forward(*x);
+  const size_t last = convs_.size() - 1;
+  for (size_t i = 0; i < last; ++i) {
+    x = &bns_[i]->forward(convs_[i]->forward(*x));
+    if (!fused_) x = &relus_[i]->forward(*x);
   }
-  Tensor& sum = bns_.back()->output();
-  accumulate(sum, downsample_ ? downsample_->forward(in) : in);
+  const Tensor& c = convs_[last]->forward(*x);
+  const Tensor& residual = downsample_ ? downsample_->forward(in) : in;
+  if (fused_) {
+    out_ = bns_[last]->forward_with(c, residual);  // relu(bn(c) + residual)
+    return out_;
+  }
+  bns_[last]->forward(c);
+  Tensor& sum = bns_[last]->output();
+  accumulate(sum, residual);
   out_relu_.forward(sum, sum);
   out_ = sum;
   return out_;
@@ -123,7 +133,7 @@ void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
     }
     gb = view(g_b_, bns_[i - 1]->output().shape());
     convs_[i]->backward(gb, ga);
-    relus_[i - 1]->backward(gb, gb);
+    if (!fused_) relus_[i - 1]->backward(gb, gb);  // fused: bn_{i-1}'s backward masks
     g = &gb;
   }
   if (!din.defined()) {

@@ -41,6 +41,9 @@ class ResidualBlock : public Module {
   Tensor in_, out_;                  // last forward's input and output (a view of bn_last's)
   Tensor g_out_, g_a_, g_b_, g_in_;  // gradient buffers: (N, out, H', W') x2, mid, input
   Shape in_shape_;
+  // Fusion (layers/fusion.h): bn_i applies relu_i, and bn_last the residual add and the
+  // block's ReLU, in their own passes.
+  bool fused_ = false;
 };
 
 // torchvision resnet18/34/50 ("resnet18", ...).
