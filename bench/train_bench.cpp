@@ -4,10 +4,13 @@
 //   build/release/bench/train_bench --model resnet18 --size 32 --batch 64 --mode train
 //                                   [--steps 10] [--warmup 3] [--threads N]
 //                                   [--device cpu|cuda] [--precision fp32|tf32|bf16|fp16]
-//                                   [--freeze-backbone 0|1]
+//                                   [--freeze-backbone 0|1] [--profile 0|1]
 // --freeze-backbone 1 times a fine-tuning step: everything but the model's head frozen (no
 // parameter gradients, backward stops at the head, no optimizer update of the backbone).
 // On the GPU each timed step ends with a device synchronise (bench/gpu_train.sh).
+// --profile 1 (CPU only) also prints, on stderr, each layer's forward and backward milliseconds
+// per timed step (core/profile.h), slowest first, with totals per layer kind and the time spent
+// outside the layers (loss, optimizer, residual adds and DenseNet's shared BatchNorms).
 #include <sys/resource.h>
 #include <time.h>
 
@@ -20,6 +23,7 @@
 #include "core/blas.h"
 #include "core/check.h"
 #include "core/device.h"
+#include "core/profile.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -30,11 +34,47 @@
 
 using namespace mpicnn;
 
+namespace {
+
+// The layer table of --profile: milliseconds per step, slowest layers first.
+void print_profile(int steps, const std::vector<double>& times) {
+  std::vector<profile::Row> rows = profile::rows();
+  double step_ms = 0, layers_ms = 0;
+  for (double t : times) step_ms += t * 1e3 / steps;
+  std::vector<std::pair<std::string, double>> kinds;
+  for (const profile::Row& r : rows) {
+    const double ms = (r.forward_s + r.backward_s) * 1e3 / steps;
+    layers_ms += ms;
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](auto& k) { return k.first == r.kind; });
+    if (it == kinds.end()) kinds.emplace_back(r.kind, ms);
+    else it->second += ms;
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const profile::Row& a, const profile::Row& b) {
+    return a.forward_s + a.backward_s > b.forward_s + b.backward_s;
+  });
+  std::sort(kinds.begin(), kinds.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  std::fprintf(stderr, "profile: %.1f ms per step (mean of %d), per layer in ms per step\n",
+               step_ms, steps);
+  std::fprintf(stderr, "%-36s %-20s %9s %9s %6s\n", "layer", "kind", "forward", "backward", "%");
+  for (const profile::Row& r : rows) {
+    const double f = r.forward_s * 1e3 / steps, b = r.backward_s * 1e3 / steps;
+    std::fprintf(stderr, "%-36s %-20s %9.2f %9.2f %6.1f\n", r.name.c_str(), r.kind.c_str(), f, b,
+                 100 * (f + b) / step_ms);
+  }
+  std::fprintf(stderr, "per kind:\n");
+  for (auto& [kind, ms] : kinds)
+    std::fprintf(stderr, "  %-20s %9.2f ms %6.1f%%\n", kind.c_str(), ms, 100 * ms / step_ms);
+  std::fprintf(stderr, "  %-20s %9.2f ms %6.1f%%\n", "(outside the layers)", step_ms - layers_ms,
+               100 * (step_ms - layers_ms) / step_ms);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   try {
     std::string model_name = "resnet18", mode = "train", device = "cpu", precision = "auto";
     int size = 32, batch = 64, steps = 10, warmup = 3, threads = default_num_threads();
-    bool freeze_backbone = false;
+    bool freeze_backbone = false, profiling = false;
     for (int i = 1; i < argc; ++i) {
       const std::string k = argv[i];
       CHECK(i + 1 < argc, k, " needs a value");
@@ -49,6 +89,7 @@ int main(int argc, char** argv) {
       else if (k == "--device") device = v;
       else if (k == "--precision") precision = v;
       else if (k == "--freeze-backbone") freeze_backbone = v == "1" || v == "true";
+      else if (k == "--profile") profiling = v == "1" || v == "true";
       else FAIL("unknown option ", k);
     }
     CHECK(mode == "train" || mode == "infer", "--mode must be train or infer, got '", mode, "'");
@@ -56,6 +97,7 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     const DeviceChoice dc = choose_device(device, precision, false, 0);
     const bool cuda = dc.device == Device::CUDA;
+    CHECK(!(profiling && cuda), "--profile times CPU layers; on the GPU use nsys");
     const int classes = 1000;
     auto model = build_model(model_name, {.num_classes = classes, .in_channels = 3}, 1);
     model->to(dc.device);
@@ -91,6 +133,10 @@ int main(int argc, char** argv) {
     };
     std::vector<double> times, cpu_times;
     for (int s = 0; s < warmup + steps; ++s) {
+      if (s == warmup) {
+        profile::set_enabled(profiling);
+        profile::reset();
+      }
       Timer t;
       const double c0 = cpu_seconds();
       if (mode == "train") {
@@ -109,6 +155,8 @@ int main(int argc, char** argv) {
         cpu_times.push_back(cpu_seconds() - c0);
       }
     }
+    profile::set_enabled(false);
+    if (profiling) print_profile(steps, times);
     std::sort(times.begin(), times.end());
     std::sort(cpu_times.begin(), cpu_times.end());
     const double median = times[times.size() / 2], cpu_median = cpu_times[cpu_times.size() / 2];

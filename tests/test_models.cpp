@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/profile.h"
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
 #include "layers/flatten.h"
@@ -657,4 +658,37 @@ TEST_CASE("DenseBlock: gradients match finite differences (shared feature buffer
   }
   // Planned for 3 images, run on 2: the channel-major views must pack by the actual batch.
   check_block_gradients("DenseBlock", block, store, {3, 4, 4, 5}, 2);
+}
+
+TEST_CASE("per-layer profile: every layer of a forward and backward, once each, by its name") {
+  auto m = build_model("resnet20", {.num_classes = kClasses, .in_channels = 3}, 3);
+  m->plan({2, 3, 32, 32});
+  m->set_training(true);
+  const Tensor x = random_tensor({2, 3, 32, 32}, 8), dl = random_tensor({2, kClasses}, 9);
+  profile::reset();
+  m->forward(x);  // not profiled
+  CHECK(profile::rows().empty());
+  profile::set_enabled(true);
+  m->params().zero_grad();
+  m->forward(x);
+  m->backward(dl);
+  profile::set_enabled(false);
+  const std::vector<profile::Row> rows = profile::rows();
+  std::map<std::string, std::string> layers;  // name -> kind, of every layer the model has
+  m->root().for_each_layer([&](Layer& l, const std::string& name) { layers[name] = l.kind(); });
+  // ReLUs applied by the BatchNorm before them (layers/fusion.h) do not run on their own.
+  size_t fused = 0;
+  for (auto& [name, kind] : layers) fused += kind == std::string("ReLU");
+  REQUIRE(rows.size() >= layers.size() - fused);
+  CHECK(rows.front().name == "conv1.");  // first-call order: the network's
+  for (const profile::Row& r : rows) {
+    INFO(r.name);
+    REQUIRE(layers.count(r.name) == 1);
+    CHECK(layers[r.name] == r.kind);
+    CHECK(r.forward_calls == 1);
+    CHECK(r.backward_calls == 1);
+    CHECK((r.forward_s >= 0 && r.backward_s >= 0));
+  }
+  profile::reset();
+  CHECK(profile::rows().empty());
 }

@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/profile.h"
 #include "core/tensor.h"
+#include "core/timer.h"
 #include "layers/layer.h"
 #include "layers/params.h"
 
@@ -95,10 +97,24 @@ class Leaf : public Module {
                    " exceeds the planned ", buffer_.size(0));
       out_ = buffer_.slice0(0, want[0]);
     }
-    layer.forward(out_, in, extra...);
+    if (profile::enabled()) {
+      Timer t;
+      layer.forward(out_, in, extra...);
+      profile::add(prefix_, layer.kind(), false, t.seconds());
+    } else {
+      layer.forward(out_, in, extra...);
+    }
     return out_;
   }
-  void backward(Tensor& din, const Tensor& dout) override { layer.backward(din, dout, in_, out_); }
+  void backward(Tensor& din, const Tensor& dout) override {
+    if (profile::enabled()) {
+      Timer t;
+      layer.backward(din, dout, in_, out_);
+      profile::add(prefix_, layer.kind(), true, t.seconds());
+    } else {
+      layer.backward(din, dout, in_, out_);
+    }
+  }
   // The last forward's output, writable: blocks add a residual into it in place.
   Tensor& output() { return out_; }
   bool is_in_place() const { return in_place_; }
