@@ -417,6 +417,11 @@ TEST_CASE("Pooling layers match PyTorch forward and backward") {
       {"max", "max_dilated_ceil", {2, 2, 11, 10}, {3, 2, 2, 1, 1, 1, 2, 3, 1}},
       {"max", "max_ties", {2, 2, 8, 7}, {3, 3, 1, 1, 1, 1, 1, 1, 0}, F::Ties},
       {"max", "max_specials", {1, 3, 6, 6}, {3, 3, 2, 2, 1, 1, 1, 1, 1}, F::Specials},
+      // Planes wide enough for the vectorised columns (many lanes, then the clipped edges).
+      {"max", "max_wide_stem_ties", {2, 2, 9, 40}, {3, 3, 2, 2, 1, 1, 1, 1, 0}, F::Ties},
+      {"max", "max_wide_dilated_specials", {1, 3, 7, 37}, {3, 3, 1, 1, 1, 1, 2, 2, 1}, F::Specials},
+      {"max", "max_wide_2x2_ties", {2, 4, 6, 33}, {2, 2, 2, 2, 0, 0, 1, 1, 1}, F::Ties},
+      {"max", "max_wide_stride3_specials", {1, 2, 5, 50}, {2, 4, 1, 3, 1, 2, 1, 1, 0}, F::Specials},
       {"avg", "avg_incl_pad", {2, 3, 9, 9}, {3, 3, 2, 2, 1, 1, 0, 1, 0}},
       {"avg", "avg_excl_pad", {2, 3, 9, 9}, {3, 3, 2, 2, 1, 1, 0, 0, 0}},
       {"avg", "avg_ceil_clip_incl", {1, 2, 6, 6}, {3, 3, 2, 2, 1, 1, 1, 1, 0}},

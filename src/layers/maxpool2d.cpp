@@ -1,6 +1,8 @@
 // MaxPool2d forward/backward on CPU: OpenMP over (N*C) planes, PyTorch's scan order and tie
-// rule so that outputs and gradient positions match torch exactly. Not vectorised across
-// windows; the window loops are short and the planes give enough parallel work.
+// rule so that outputs and gradient positions match torch exactly. Forward is vectorised
+// across the output columns whose window lies inside the input's width: each lane is one output
+// and sees its window's cells in the same order, with the same comparison, as the scalar loop
+// (the first maximum wins, a NaN wins and stays), so both give the same bits and indices.
 #include "layers/maxpool2d.h"
 
 #include <algorithm>
@@ -24,27 +26,62 @@ inline void clip_window(int64_t& begin, int64_t& end, int64_t start, int kernel,
   if (begin < 0) begin += (-begin + dilation - 1) / dilation * dilation;
 }
 
-// One (H, W) plane: y and arg (OH, OW), x (H, W).
-void max_plane(real* y, int32_t* arg, const real* x, int64_t H, int64_t W, int64_t OH,
+// Output (oh, ow) of a plane by the scalar scan: PyTorch's order and rule.
+inline void max_cell(real* y, int32_t* arg, const real* x, int64_t h0, int64_t h1, int64_t ow,
+                     int64_t W, const MaxPool2dOptions& o) {
+  int64_t w0, w1;
+  clip_window(w0, w1, ow * o.stride[1] - o.padding[1], o.kernel[1], o.dilation[1], W);
+  // PyTorch starts from the first cell, so an all -inf window points at it.
+  int64_t best_i = (h0 < h1 && w0 < w1) ? h0 * W + w0 : -1;
+  real best = -std::numeric_limits<real>::infinity();
+  for (int64_t h = h0; h < h1; h += o.dilation[0])
+    for (int64_t w = w0; w < w1; w += o.dilation[1]) {
+      const real v = x[h * W + w];
+      if (v > best || (MUTANT(7) && v == best) || std::isnan(v)) best = v, best_i = h * W + w;
+    }
+  y[ow] = best;
+  arg[ow] = int32_t(best_i);
+}
+
+// One (H, W) plane: y and arg (OH, OW), x (H, W). Columns [lo, hi) have whole windows in the
+// width (no clipping): there the lanes run over output columns, one window cell at a time.
+void max_plane(real* y, int32_t* arg, const real* __restrict x, int64_t H, int64_t W, int64_t OH,
                int64_t OW, const MaxPool2dOptions& o) {
-  const real neg_inf = -std::numeric_limits<real>::infinity();
+  const int32_t sw = o.stride[1], pw = o.padding[1], dw = o.dilation[1], kw = o.kernel[1];
+  const int64_t lo = std::min<int64_t>(OW, (pw + sw - 1) / sw);
+  const int64_t span = int64_t(kw - 1) * dw + 1;
+  const int64_t room = W + pw - span;  // the last whole window starts at room (if >= 0)
+  const int64_t hi = room < 0 ? lo : std::max<int64_t>(lo, std::min<int64_t>(OW, room / sw + 1));
+  const bool tie_last = MUTANT(7);
   for (int64_t oh = 0; oh < OH; ++oh) {
     int64_t h0, h1;
     clip_window(h0, h1, oh * o.stride[0] - o.padding[0], o.kernel[0], o.dilation[0], H);
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      int64_t w0, w1;
-      clip_window(w0, w1, ow * o.stride[1] - o.padding[1], o.kernel[1], o.dilation[1], W);
-      // PyTorch starts from the first cell, so an all -inf window points at it.
-      int64_t best_i = (h0 < h1 && w0 < w1) ? h0 * W + w0 : -1;
-      real best = neg_inf;
+    real* __restrict yr = y + oh * OW;
+    int32_t* __restrict ar = arg + oh * OW;
+    for (int64_t ow = 0; ow < lo; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
+    if (h0 < h1) {
+      const int32_t first = int32_t(h0 * W) - pw;  // + ow * sw: the window's first cell
+#pragma omp simd
+      for (int64_t ow = lo; ow < hi; ++ow) {
+        yr[ow] = -std::numeric_limits<real>::infinity();
+        ar[ow] = first + int32_t(ow) * sw;
+      }
       for (int64_t h = h0; h < h1; h += o.dilation[0])
-        for (int64_t w = w0; w < w1; w += o.dilation[1]) {
-          const real v = x[h * W + w];
-          if (v > best || (MUTANT(7) && v == best) || std::isnan(v)) best = v, best_i = h * W + w;
+        for (int32_t k = 0; k < kw; ++k) {
+          const int32_t base = int32_t(h * W) - pw + k * dw;  // + ow * sw: this cell
+#pragma omp simd
+          for (int64_t ow = lo; ow < hi; ++ow) {
+            const int32_t i = base + int32_t(ow) * sw;
+            const real v = x[i], best = yr[ow];
+            const bool take = v > best || (tie_last && v == best) || v != v;
+            yr[ow] = take ? v : best;
+            ar[ow] = take ? i : ar[ow];
+          }
         }
-      y[oh * OW + ow] = best;
-      arg[oh * OW + ow] = int32_t(best_i);
+    } else {
+      for (int64_t ow = lo; ow < hi; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
     }
+    for (int64_t ow = hi; ow < OW; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
   }
 }
 
