@@ -298,7 +298,7 @@ TEST_CASE("finetune: every model's parameterised layers are known to their Model
   // the Model did not attribute to it would silently get no gradient.
   for (const ModelSpec& spec : model_specs()) {
     CAPTURE(spec.name);
-    const auto m = build_model(spec.name, {.num_classes = 10, .in_channels = 3}, 1);
+    const auto m = build_model(spec.name, {.num_classes = 10, .in_channels = 3, .initialise = false}, 1);
     std::set<std::string> layers;  // prefixes of the layers that own parameters
     for (const StateEntry& e : m->params().entries())
       if (e.kind == StateKind::Param) layers.insert(e.name.substr(0, e.name.rfind('.') + 1));

@@ -485,24 +485,36 @@ TEST_CASE("auxiliary heads: the gradient-ready hook reports only finished gradie
   const Tensor dl = random_tensor({2, kClasses}, 9);
   const Tensor da1 = random_tensor({2, kClasses}, 10), da2 = random_tensor({2, kClasses}, 11);
   const Tensor& g = m->params().grads();
-  auto checksum = [&g](int64_t from) {
+  auto checksum = [&g](int64_t from, int64_t to) {
     double sum = 0;
-    for (int64_t i = from; i < g.numel(); ++i) sum += double(g.data()[i]) * double(i % 7 + 1);
+    for (int64_t i = from; i < to; ++i) sum += double(g.data()[i]) * double(i % 7 + 1);
     return sum;
   };
-  std::vector<std::pair<int64_t, double>> reports;
-  m->set_grad_ready([&](int64_t offset) { reports.emplace_back(offset, checksum(offset)); });
+  // Per report: its offset and the checksum of what it newly declares final, [offset, the
+  // previous report's offset): once every such range is unchanged at the end, so is each
+  // report's whole [offset, end) (one pass over the gradient, not one per report).
+  struct Report {
+    int64_t offset, to;
+    double sum;
+  };
+  std::vector<Report> reports;
+  int64_t final_from = g.numel();
+  m->set_grad_ready([&](int64_t offset) {
+    const int64_t to = std::max(offset, final_from);
+    reports.push_back({offset, to, checksum(offset, to)});
+    final_from = std::min(final_from, offset);
+  });
   m->params().zero_grad();
   m->forward(x);
   const Tensor* daux[] = {&da1, &da2};
   m->backward(dl, daux);
   m->set_grad_ready({});
   REQUIRE(reports.size() > 10);
-  CHECK(reports.back().first == 0);
+  CHECK(reports.back().offset == 0);
   for (size_t i = 0; i < reports.size(); ++i) {
-    INFO("report ", i, " at offset ", reports[i].first);
-    if (i > 0) CHECK(reports[i].first <= reports[i - 1].first);
-    CHECK(checksum(reports[i].first) == reports[i].second);  // nothing changed after it
+    INFO("report ", i, " at offset ", reports[i].offset);
+    if (i > 0) CHECK(reports[i].offset <= reports[i - 1].offset);
+    CHECK(checksum(reports[i].offset, reports[i].to) == reports[i].sum);  // unchanged since
   }
 }
 
