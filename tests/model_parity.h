@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,19 +33,47 @@ const Case& case_named(const std::string& tag);
 // doctest CHECK whose message starts "float64"). Defined in tests/f64/test_model_parity_f64.cpp.
 void check_f64(const Case& c, const std::string& dir);
 
+// A stored F64 tensor read in place (no copy: a VGG's references are GBs, and copying them
+// into fresh vectors made page clearing most of the check's time): element i as a double.
+struct F64View {
+  const unsigned char* bytes = nullptr;
+  size_t n = 0;
+  size_t size() const { return n; }
+  double operator[](size_t i) const {
+    double v;
+    std::memcpy(&v, bytes + 8 * i, sizeof v);  // safetensors does not align its tensors
+    return v;
+  }
+};
+
+// a[i] - b[i] in double, for comparing updates (value - initial) without a copy.
+template <class A, class B>
+struct DiffView {
+  A a;
+  B b;
+  size_t n;
+  size_t size() const { return n; }
+  double operator[](size_t i) const { return double(a[i]) - double(b[i]); }
+};
+template <class A, class B>
+DiffView<A, B> diff_view(A a, B b, size_t n) {
+  return {a, b, n};
+}
+
 // ||got - want|| / max(||want||, floor), in double. The floor matters only for tensors whose
 // exact value is (nearly) zero, such as the gradient of a conv bias followed by BatchNorm,
 // which the normalisation removes exactly: a relative error of rounding against 1e-17 means
 // nothing. `mask` (optional, same length): only the entries where it is non-zero count.
-template <class T, class U>
-double rel_err(const T* got, const std::vector<U>& want, double floor = 0,
+// got: a pointer or view (operator[]); want: a vector or view (size() and operator[]).
+template <class G, class W>
+double rel_err(const G& got, const W& want, double floor = 0,
                const std::vector<int64_t>* mask = nullptr) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     if (mask && (*mask)[i] == 0) continue;
-    const double d = double(got[i]) - double(want[i]);
+    const double w = double(want[i]), d = double(got[i]) - w;
     num += d * d;
-    den += double(want[i]) * double(want[i]);
+    den += w * w;
   }
   return std::sqrt(num) / std::max(std::sqrt(den), floor);
 }

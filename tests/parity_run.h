@@ -64,21 +64,29 @@ struct CaseRun {
   // The last forward_backward's training loss: main + the weighted auxiliary losses.
   double total_loss() { return loss.loss() + aux.weighted_loss(); }
 
+  // Reference F64 tensor `name`, in place.
+  parity::F64View view(const std::string& name) const {
+    MPICNN_CHECK(ref.info(name).dtype == DType::F64, ref.path(), ": ", name, " is not F64");
+    const std::span<const uint8_t> b = ref.bytes(name);
+    return {b.data(), b.size() / 8};
+  }
+
   // The norm of the whole reference tensor family `prefix` + parameter name (for floors).
   double reference_norm(const std::string& prefix) const {
     double total = 0;
     for (const StateEntry& e : model->params().entries())
-      if (e.kind == StateKind::Param)
-        for (double v : ref.read_f64(prefix + e.name)) total += v * v;
+      if (e.kind == StateKind::Param) {
+        const parity::F64View v = view(prefix + e.name);
+        for (size_t i = 0; i < v.size(); ++i) total += v[i] * v[i];
+      }
     return std::sqrt(total);
   }
 
+  // Parameter `e`'s initial values.
+  const real* initial(const StateEntry& e) const { return init.data() + e.offset; }
   // Parameter `e`'s values now minus its initial ones, in double.
-  std::vector<double> update(const StateEntry& e) const {
-    std::vector<double> d(size_t(e.shape.numel()));
-    for (size_t i = 0; i < d.size(); ++i)
-      d[i] = double(e.value->data()[i]) - double(init[size_t(e.offset) + i]);
-    return d;
+  auto update(const StateEntry& e) const {
+    return parity::diff_view(e.value->data(), initial(e), size_t(e.shape.numel()));
   }
 
   SafetensorsReader ref;

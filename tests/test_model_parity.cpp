@@ -283,13 +283,13 @@ void check_f32(const Case& c, const std::string& dir) {
     if (step == 0) {
       const double want = ref.read_f64("loss.0")[0];
       expect(c, ref, "loss.0", std::fabs(run.total_loss() - want) / std::fabs(want), 1e-4);
-      expect(c, ref, "logits", rel_err(logits.data(), ref.read_f64("logits")), 1e-4);
+      expect(c, ref, "logits", rel_err(logits.data(), run.view("logits")), 1e-4);
       // Floor: 1e-6 of the norm of the whole gradient.
       const double floor = 1e-6 * run.reference_norm("grad.");
       for (const StateEntry& e : run.model->params().entries())
         if (e.kind == StateKind::Param)
           expect(c, ref, "grad." + e.name,
-                 rel_err(e.grad->data(), ref.read_f64("grad." + e.name), floor), 1e-3);
+                 rel_err(e.grad->data(), run.view("grad." + e.name), floor), 1e-3);
     }
     run.opt->step();
   }
@@ -299,7 +299,7 @@ void check_f32(const Case& c, const std::string& dir) {
       if (e.kind != StateKind::Param) continue;
       const std::vector<int64_t> cond = ref.read_i64("cond." + e.name);
       expect(c, ref, "update1." + e.name,
-             rel_err(run.update(e).data(), ref.read_f64("update1." + e.name), 0, &cond), 1e-4);
+             rel_err(run.update(e), run.view("update1." + e.name), 0, &cond), 1e-4);
       continue;
     }
     const std::string key = "final." + e.name;
@@ -309,7 +309,7 @@ void check_f32(const Case& c, const std::string& dir) {
     }
     // Parameters to 1e-4; running statistics to 1e-3: they are means of activations over a
     // few values per channel, which cancel, so rounding shows more in them.
-    expect(c, ref, key, rel_err(e.value->data(), ref.read_f64(key)),
+    expect(c, ref, key, rel_err(e.value->data(), run.view(key)),
            e.kind == StateKind::Param ? 1e-4 : 1e-3);
   }
 }

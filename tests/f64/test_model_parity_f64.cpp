@@ -47,13 +47,13 @@ void check_f64(const Case& c, const std::string& dir) {
     const double want = ref.read_f64(loss_key)[0];
     expect(c, loss_key, std::fabs(run.total_loss() - want) / std::fabs(want), kTol);
     if (step == 0) {
-      expect(c, "logits", rel_err(logits.data(), ref.read_f64("logits")), kTol);
+      expect(c, "logits", rel_err(logits.data(), run.view("logits")), kTol);
       // Floor: 1e-3 of the whole gradient's norm (conv biases before BatchNorm have an exact
       // gradient of 0; rounding leaves ~1e-17, whose relative error means nothing).
       const double floor = 1e-3 * run.reference_norm("grad.");
       for (const StateEntry& e : entries)
         if (e.kind == StateKind::Param)
-          expect(c, "grad." + e.name, rel_err(e.grad->data(), ref.read_f64("grad." + e.name), floor),
+          expect(c, "grad." + e.name, rel_err(e.grad->data(), run.view("grad." + e.name), floor),
                  kTol);
     }
     run.opt->step();
@@ -62,11 +62,9 @@ void check_f64(const Case& c, const std::string& dir) {
   double total = 0;
   for (const StateEntry& e : entries)
     if (e.kind == StateKind::Param) {
-      const std::vector<double> want = ref.read_f64("final." + e.name);
-      for (size_t i = 0; i < want.size(); ++i) {
-        const double d = want[i] - run.init[size_t(e.offset) + i];
-        total += d * d;
-      }
+      const auto want = parity::diff_view(run.view("final." + e.name), run.initial(e),
+                                          size_t(e.shape.numel()));
+      for (size_t i = 0; i < want.size(); ++i) total += want[i] * want[i];
     }
   for (const StateEntry& e : entries) {
     const std::string key = "final." + e.name;
@@ -74,13 +72,14 @@ void check_f64(const Case& c, const std::string& dir) {
       CHECK_MESSAGE(*e.i64 == ref.read_i64_scalar(key), "float64 engine, case ", c.tag, ": ", key);
       continue;
     }
-    std::vector<double> want = ref.read_f64(key);
+    const parity::F64View want = run.view(key);
     expect(c, key, rel_err(e.value->data(), want), kTol);
     if (e.kind != StateKind::Param) continue;
     // The update alone: a wrong optimizer term is a small part of a final weight (lr 1e-4),
     // but all of the update.
-    for (size_t i = 0; i < want.size(); ++i) want[i] -= run.init[size_t(e.offset) + i];
-    expect(c, "update." + e.name, rel_err(run.update(e).data(), want, 1e-3 * std::sqrt(total)),
+    expect(c, "update." + e.name,
+           rel_err(run.update(e), parity::diff_view(want, run.initial(e), want.size()),
+                   1e-3 * std::sqrt(total)),
            kUpdateTol);
   }
 }
