@@ -3,6 +3,7 @@
 // one relaxed atomic load per layer call. CPU only: on the GPU a layer call only queues work,
 // so its wall time says nothing (bench/train_bench refuses --profile with --device cuda).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +16,29 @@ void set_enabled(bool on);
 // Adds `seconds` to layer `name` (its full prefix, "layer1.0.conv1.") of kind `kind`
 // ("Conv2d"), forward (backward = false) or backward. Thread-safe.
 void add(const std::string& name, const char* kind, bool backward, double seconds);
+
+// Times its own lifetime into add(name, kind, backward) when profiling is on at construction.
+// `name` must outlive it.
+class Scope {
+ public:
+  Scope(const std::string& name, const char* kind, bool backward = false)
+      : name_(enabled() ? &name : nullptr), kind_(kind), backward_(backward) {
+    if (name_) start_ = std::chrono::steady_clock::now();
+  }
+  ~Scope() {
+    if (name_)
+      add(*name_, kind_, backward_,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  const std::string* name_;
+  const char* kind_;
+  bool backward_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 struct Row {
   std::string name, kind;

@@ -8,6 +8,7 @@
 
 #include "core/blas.h"
 #include "core/gpu.h"
+#include "core/profile.h"
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/add.h"
 #include "layers/avgpool2d.h"
@@ -153,13 +154,19 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
     const int64_t cin = l.in_channels;
     const Tensor prefix = feat_.head({1, cin, n, hw_});
     Tensor a1 = l.a1.head({1, cin, n, hw_});
-    l.norm1.forward(a1, prefix);
-    if (!fused_) l.relu1.forward(a1, a1);
-    // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW)
-    gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(),
-         int(cin), a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
+    {
+      profile::Scope timed(l.norm1_name, l.norm1.kind());  // with relu1 (applied or fused)
+      l.norm1.forward(a1, prefix);
+      if (!fused_) l.relu1.forward(a1, a1);
+    }
     Tensor c1 = l.c1.head({n, bottleneck_, h_, w_});
-    swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
+    {
+      profile::Scope timed(l.conv1_name, l.conv1.kind());
+      // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW), then to NCHW
+      gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(),
+           int(cin), a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
+      swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
+    }
     const Tensor& n2 = l.norm2.forward(c1);
     const Tensor& fresh = l.conv2.forward(fused_ ? n2 : l.relu2.forward(n2));
     swap01(dev, feat + cin * cols, fresh.data(), n, growth_, hw_);
@@ -186,18 +193,25 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     if (!fused_) l.relu2.backward(gb, gb);  // fused: norm2's backward masks
     l.norm2.backward(gb, gb);  // now the gradient of c1
     real* gc = bottleneck_cm_.data();
-    swap01(dev, gc, gb.data(), n, bottleneck_, hw_);
     const Tensor a1 = l.a1.head({1, cin, n, hw_});
-    // conv1 weight gradient '+=' (unless frozen) gc (bottleneck, n*HW) * a1^T; input gradient W^T * gc.
-    if (!l.conv1.frozen())
-      gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
-           int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
     Tensor g_prefix = g_prefix_.head({1, cin, n, hw_});
-    gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(),
-         int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
-    if (!fused_) l.relu1.backward(g_prefix, g_prefix, a1, a1);
-    const Tensor prefix = feat_.head({1, cin, n, hw_});
-    l.norm1.backward(g_prefix, g_prefix, prefix, a1);
+    {
+      profile::Scope timed(l.conv1_name, l.conv1.kind(), /*backward=*/true);
+      swap01(dev, gc, gb.data(), n, bottleneck_, hw_);
+      // conv1 weight gradient '+=' (unless frozen) gc (bottleneck, n*HW) * a1^T; input
+      // gradient W^T * gc.
+      if (!l.conv1.frozen())
+        gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
+             int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
+      gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(),
+           int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
+    }
+    {
+      profile::Scope timed(l.norm1_name, l.norm1.kind(), /*backward=*/true);
+      if (!fused_) l.relu1.backward(g_prefix, g_prefix, a1, a1);
+      const Tensor prefix = feat_.head({1, cin, n, hw_});
+      l.norm1.backward(g_prefix, g_prefix, prefix, a1);
+    }
     Tensor g_features = grad_.head({1, cin, n, hw_});
     accumulate(g_features, g_prefix);
   }

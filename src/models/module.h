@@ -12,7 +12,6 @@
 
 #include "core/profile.h"
 #include "core/tensor.h"
-#include "core/timer.h"
 #include "layers/layer.h"
 #include "layers/params.h"
 
@@ -97,23 +96,13 @@ class Leaf : public Module {
                    " exceeds the planned ", buffer_.size(0));
       out_ = buffer_.slice0(0, want[0]);
     }
-    if (profile::enabled()) {
-      Timer t;
-      layer.forward(out_, in, extra...);
-      profile::add(prefix_, layer.kind(), false, t.seconds());
-    } else {
-      layer.forward(out_, in, extra...);
-    }
+    profile::Scope timed(prefix_, layer.kind());
+    layer.forward(out_, in, extra...);
     return out_;
   }
   void backward(Tensor& din, const Tensor& dout) override {
-    if (profile::enabled()) {
-      Timer t;
-      layer.backward(din, dout, in_, out_);
-      profile::add(prefix_, layer.kind(), true, t.seconds());
-    } else {
-      layer.backward(din, dout, in_, out_);
-    }
+    profile::Scope timed(prefix_, layer.kind(), /*backward=*/true);
+    layer.backward(din, dout, in_, out_);
   }
   // The last forward's output, writable: blocks add a residual into it in place.
   Tensor& output() { return out_; }
