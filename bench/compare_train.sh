@@ -4,7 +4,9 @@
 # batch, thread count and step; prints the best images/s of each, the ratio and peak memory.
 # With BACKENDS="openblas eigen" our engine runs once per GEMM backend (MPICNN_GEMM) and the
 # table gets a column for each; the ratio is for the first.
-# Usage: bench/compare_train.sh [ROUNDS] (default 2); THREADS defaults to all cores.
+# Usage: bench/compare_train.sh [ROUNDS] (default 2); THREADS defaults to all cores; ROWS
+# ("model size batch" triples, ';'-separated) picks rows; STEPS and WARMUP (default 10 and 3)
+# are each run's timed and untimed steps, the same for both engines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
@@ -13,7 +15,8 @@ python=${PYTHON:-/usr/bin/python3}
 read -r -a backends <<<"${BACKENDS:-openblas}"
 bin=${BENCH_BIN:-build/release/bench/train_bench}
 [ -x "$bin" ] || make -s bench >/dev/null
-rows=("resnet18 32 64" "resnet18 224 16" "alexnet 224 16" "vgg11 64 32")
+IFS=';' read -r -a rows <<<"${ROWS:-resnet18 32 64;resnet18 224 16;alexnet 224 16;vgg11 64 32;resnet50 224 16;densenet121 224 16}"
+steps=(--steps "${STEPS:-10}" --warmup "${WARMUP:-3}")
 field() { sed -E "s/.*$1=([0-9.]+).*/\1/"; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 header=$(printf "%-10s %5s %5s %-6s" model size batch mode)
@@ -27,11 +30,11 @@ for row in "${rows[@]}"; do
     best_t=0 mem_t=0
     for ((r = 0; r < rounds; r++)); do
       for b in "${backends[@]}"; do
-        o=$(MPICNN_GEMM=$b "$bin" --model "$model" --size "$size" --batch "$batch" --mode "$mode" --threads "$threads")
+        o=$(MPICNN_GEMM=$b "$bin" --model "$model" --size "$size" --batch "$batch" --mode "$mode" --threads "$threads" "${steps[@]}")
         best_o[$b]=$(best "${best_o[$b]:-0}" "$(echo "$o" | field images_per_s)")
         mem_o[$b]=$(echo "$o" | field peak_rss_mb)
       done
-      t=$("$python" bench/torch_train_bench.py --model "$model" --size "$size" --batch "$batch" --mode "$mode" --threads "$threads")
+      t=$("$python" bench/torch_train_bench.py --model "$model" --size "$size" --batch "$batch" --mode "$mode" --threads "$threads" "${steps[@]}")
       best_t=$(best "$best_t" "$(echo "$t" | field images_per_s)")
       mem_t=$(echo "$t" | field peak_rss_mb)
     done
