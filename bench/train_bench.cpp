@@ -10,7 +10,7 @@
 // On the GPU each timed step ends with a device synchronise (bench/gpu_train.sh).
 // --profile 1 (CPU only) also prints, on stderr, each layer's forward and backward milliseconds
 // per timed step (core/profile.h), slowest first, with totals per layer kind and the time spent
-// outside the layers (loss, optimizer, residual adds and DenseNet's shared BatchNorms).
+// outside the layers (loss, optimizer, and what blocks do between their layers).
 #include <sys/resource.h>
 #include <time.h>
 

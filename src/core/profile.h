@@ -1,7 +1,8 @@
-// Per-layer time profile (MPICNN_PROFILE=1, or set_profiling): every Leaf's forward and backward
-// is timed with a steady clock and summed per layer name. Off by default; when off the cost is
-// one relaxed atomic load per layer call. CPU only: on the GPU a layer call only queues work,
-// so its wall time says nothing (bench/train_bench refuses --profile with --device cuda).
+// Per-layer time profile (MPICNN_PROFILE=1, or set_enabled): every Leaf's forward and backward
+// (and the layers blocks call directly, through Scope) is timed with a steady clock and summed
+// per layer name. Off by default; when off the cost is one relaxed atomic load per layer call.
+// CPU only: on the GPU a layer call only queues work, so its wall time says nothing
+// (bench/train_bench refuses --profile with --device cuda).
 #pragma once
 #include <chrono>
 #include <cstdint>
