@@ -11,6 +11,7 @@ export PYTHON=${PYTHON:-/usr/bin/python3}
 # and PyTorch tensors, and page faults were half their time (8.3 -> about 6 minutes).
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 passed=0 failed=0 skipped=0
+failures=()  # what failed, one line each, repeated at the end (CI shows only the log's tail)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -32,10 +33,19 @@ run_doctest() {
     # A case that printed "SKIP: ..." returned early: doctest counts it passed, we count it skipped.
     s=$(grep -c '^SKIP: ' "$log")
     passed=$((passed + p - s)) failed=$((failed + f)) skipped=$((skipped + s))
-    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then failed=$((failed + 1)); fi
+    # doctest reports under "TEST CASE:  name" (MESSAGE()s too): the cases with an ERROR line.
+    local case
+    while IFS= read -r case; do failures+=("$name: $case"); done < <(awk '
+      /^====================/ { name = "" } /^TEST CASE:  / { name = substr($0, 13) }
+      name != "" && / ERROR: / { print name; name = "" }' "$log" | sort -u)
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+      failed=$((failed + 1))
+      failures+=("$name: exited $rc with no failed case")
+    fi
   else
     echo "$name: exited $rc without a summary"
     failed=$((failed + 1))
+    failures+=("$name: exited $rc without a summary (last line: $(tail -1 "$log"))")
   fi
 }
 
@@ -129,13 +139,19 @@ for suite in tests/shell/*.sh; do
   echo "--- $suite: $((SECONDS - t0)) s"
   p=$(grep -c '^PASS: ' "$log") f=$(grep -c '^FAIL: ' "$log") s=$(grep -c '^SKIP: ' "$log")
   passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  while IFS= read -r line; do failures+=("$suite: $line"); done < <(grep '^FAIL: ' "$log" | cut -c1-300)
   if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
     echo "$suite: exited $rc without a FAIL line"
     failed=$((failed + 1))
+    failures+=("$suite: exited $rc without a FAIL line (last line: $(tail -1 "$log" | cut -c1-200))")
   fi
 done
 
 echo "suites took $SECONDS s"
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "failed:"
+  printf '  %s\n' "${failures[@]}"
+fi
 echo "$skipped skipped (see the SKIP: lines for why)"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
