@@ -1,5 +1,8 @@
 // Core: shapes and tensors, the counter-based RNG, the parameter slab store.
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <set>
 #include <thread>
@@ -32,6 +35,39 @@ TEST_CASE("Shape and Tensor basics") {
   CHECK_THROWS_AS(t[120], Error);
   CHECK_THROWS_AS(Tensor::empty(s, Device::CUDA), Error);
   CHECK(!Tensor().defined());
+}
+
+// This process's resident memory in MB (/proc/self/statm).
+static double resident_mb() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  REQUIRE(f != nullptr);
+  const int got = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  REQUIRE(got == 2);
+  return double(resident) * double(sysconf(_SC_PAGESIZE)) / double(1 << 20);
+}
+
+TEST_CASE("Tensor::zeros: a large CPU tensor reads as zero and takes memory only once written") {
+  // Inference never writes the gradient slab, an unstepped optimizer its state: neither may cost
+  // memory (bench/compare_train.sh's inference rows count peak resident memory).
+  const int64_t n = int64_t(256) << 18;  // 256 MB of floats
+  const double before = resident_mb();
+  Tensor t = Tensor::zeros({n});
+  CHECK(reinterpret_cast<uintptr_t>(t.data()) % 64 == 0);
+  double sum = 0;
+  for (int64_t i = 0; i < n; i += 1024) sum += double(t.data()[i]) + double(t.data()[n - 1 - i]);
+  CHECK(sum == 0);
+  const double read = resident_mb();
+  CHECK_MESSAGE(read - before < 32, "reading 256 MB of zeros made ", read - before, " MB resident");
+  t.fill(1.f);
+  const double written = resident_mb();
+  CHECK_MESSAGE(written - before > 200, "writing 256 MB made only ", written - before, " MB resident");
+  CHECK(t.data()[n - 1] == 1.f);
+  // Small ones come from the allocator, zero-filled.
+  Tensor s = Tensor::zeros({1000});
+  CHECK(reinterpret_cast<uintptr_t>(s.data()) % 64 == 0);
+  for (int64_t i = 0; i < s.numel(); ++i) REQUIRE(s.data()[i] == 0.f);
 }
 
 TEST_CASE("CHECK reports message, expression and place") {

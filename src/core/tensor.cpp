@@ -2,7 +2,10 @@
 // (core/gpu.h), which is absent from CPU-only builds.
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -73,6 +76,24 @@ std::shared_ptr<void> alloc_host(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
+std::shared_ptr<void> alloc_host_zeroed(size_t bytes) {
+  if (bytes < kLazyZeroBytes) {
+    std::shared_ptr<void> p = alloc_host(bytes);
+    std::memset(p.get(), 0, bytes);
+    return p;
+  }
+  g_host_allocations.fetch_add(1, std::memory_order_relaxed);
+  // Fresh anonymous pages read as zero and take no memory until written: the gradient slab of
+  // a model that only runs inference, or an optimizer state that is never stepped, costs
+  // nothing (PyTorch creates both lazily). Page-aligned, so 64-byte aligned.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED, "out of host memory allocating ", bytes, " bytes: ", std::strerror(errno));
+  // Transparent huge pages where the system allows them on request, as the allocator's
+  // (GLIBC_TUNABLES=glibc.malloc.hugetlb=1) large blocks: fewer page faults on first touch.
+  madvise(p, bytes, MADV_HUGEPAGE);
+  return std::shared_ptr<void>(p, [bytes](void* q) { munmap(q, bytes); });
+}
+
 Tensor Tensor::empty(const Shape& shape, Device device) {
   Tensor t;
   const size_t bytes = size_t(shape.numel()) * sizeof(real);
@@ -84,8 +105,16 @@ Tensor Tensor::empty(const Shape& shape, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, Device device) {
-  Tensor t = empty(shape, device);
-  t.fill(0.f);
+  if (device != Device::CPU) {
+    Tensor t = empty(shape, device);
+    t.fill(0.f);
+    return t;
+  }
+  Tensor t;
+  t.storage_ = alloc_host_zeroed(size_t(shape.numel()) * sizeof(real));
+  t.data_ = static_cast<real*>(t.storage_.get());
+  t.shape_ = shape;
+  t.device_ = device;
   return t;
 }
 

@@ -52,6 +52,7 @@ class Tensor {
 
   // Owning. CUDA memory comes from the GPU backend (gpu::backend(): an error without one).
   static Tensor empty(const Shape& shape, Device device = default_device());  // uninitialised
+  // zeros: on the CPU, large ones commit no memory until written (alloc_host_zeroed).
   static Tensor zeros(const Shape& shape, Device device = default_device());
   // Non-owning view of memory someone else keeps alive (a slab, a workspace).
   static Tensor view(real* data, const Shape& shape, Device device = Device::CPU);
@@ -98,7 +99,11 @@ bool overlaps(const Tensor& a, const Tensor& b);
 
 // Aligned host allocation used by tensors and slabs (64-byte aligned for AVX-512).
 std::shared_ptr<void> alloc_host(size_t bytes);
-// Number of alloc_host calls so far (tests use it to prove a training step allocates nothing).
+// Zero-filled; from kLazyZeroBytes up, fresh pages (mmap) that commit no memory until written,
+// so a slab never written (inference's gradients) costs nothing.
+std::shared_ptr<void> alloc_host_zeroed(size_t bytes);
+inline constexpr size_t kLazyZeroBytes = size_t(1) << 20;
+// Number of alloc_host and alloc_host_zeroed calls so far (tests use it to prove a training step allocates nothing).
 int64_t host_allocation_count();
 
 }  // namespace mpicnn
