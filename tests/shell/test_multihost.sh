@@ -92,7 +92,15 @@ check "multihost: 2 hosts give the model of 2 ranks on one host" check_same
 # node broadcast); it trains the flat ring's model up to the order of the float sums (4 values
 # summed as (a+b)+(c+d) instead of the ring's order), and with fp16 compression the model of
 # 16-bit sums. --check-sync 1: every rank holds rank 0's weights after every step.
-"$cluster" up 2 >/dev/null 2>&1 || { fail "multihost: 2 x 2 cluster up" "netns_cluster.sh up 2 failed"; finish; }
+# The namespaces of the 3-host cluster go down first (their processes killed, the namespaces
+# deleted): one more try after a pause if that races with processes still exiting; a second
+# failure fails both cases below (one FAIL line each), with netns_cluster.sh's reason.
+if ! out=$("$cluster" up 2 2>&1) && ! { sleep 2; out=$("$cluster" up 2 2>&1); }; then
+  why="netns_cluster.sh up 2 failed twice: $(echo "$out" | tail -1)"
+  fail "multihost: 2 hosts x 2 ranks, hierarchical allreduce" "$why"
+  fail "multihost: 2 hosts x 2 ranks, fp16-compressed gradients" "$why"
+  finish
+fi
 hier=$SCRATCH/hier ring=$SCRATCH/ring fp16=$SCRATCH/fp16
 run_2x2() {
   local dir=$1
