@@ -1,13 +1,16 @@
 // Conv2d: fast forward vs a direct-convolution loop in double on many geometries (padding,
 // stride, dilation, groups, 1x1, non-square, chunked and unchunked batches), finite-difference
-// checks of din / grad_weight / grad_bias, '+=' accumulation, and shape errors; the same for
-// Winograd F(2x2,3x3) on its own table of shapes, and its accuracy against float64.
+// checks of din / grad_weight / grad_bias, '+=' accumulation, and shape errors, with small
+// layers' chunks run one at a time and in parallel (and the latter's bits the same for any thread
+// count); the same for Winograd F(2x2,3x3) on its own table of shapes, and its accuracy against
+// float64.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
 
+#include "core/threads.h"
 #include "layers/conv2d.h"
 #include "layers/params.h"
 #include "testing.h"
@@ -126,19 +129,33 @@ const Case& case_named(const std::string& name) {
   return *found;
 }
 
+// Sets whether small layers run their chunks in parallel for one scope. Most cases' layers are
+// small, so the tests below run them both ways: parallel chunks, and one chunk at a time (the
+// path every large layer takes).
+struct ParallelSmall {
+  bool old;
+  explicit ParallelSmall(bool on) : old(parallel_small_convs()) { set_parallel_small_convs(on); }
+  ~ParallelSmall() { set_parallel_small_convs(old); }
+};
+
 }  // namespace
 
 TEST_CASE("Conv2d forward matches the direct convolution") {
-  for (const Case& c : kCases) {
-    CAPTURE(c.name);
-    Fixture f(c, 11);
-    f.y.fill(1e9f);  // forward must overwrite every element
-    f.conv.forward(f.y, f.x);
-    expect_close("conv forward: " + c.name, f.y, conv_ref(to_double(f.x), f.w(), f.b(), c));
+  for (bool parallel : {false, true}) {
+    ParallelSmall mode(parallel);
+    for (const Case& c : kCases) {
+      CAPTURE(c.name);
+      CAPTURE(parallel);
+      Fixture f(c, 11);
+      f.y.fill(1e9f);  // forward must overwrite every element
+      f.conv.forward(f.y, f.x);
+      expect_close("conv forward: " + c.name, f.y, conv_ref(to_double(f.x), f.w(), f.b(), c));
+    }
   }
 }
 
 TEST_CASE("Conv2d plan picks the GEMM paths the cases above rely on") {
+  ParallelSmall serial(false);
   auto chunk_of = [](const char* name) { return Fixture(case_named(name), 1).conv.chunk(); };
   // 1x1 over 1056 pixels: no im2col at all
   CHECK(chunk_of("1x1 unchunked: input is the column matrix") == 1);
@@ -175,9 +192,11 @@ TEST_CASE("Conv2d gradients match finite differences") {
       "chunks of 6 with a 1-image tail",
       "1x1 chunks with a 1-image tail",
   };
-  for (const char* name : grad_cases) {
-    const Case& c = case_named(name);
+  for (int k = 0; k < 2 * int(std::size(grad_cases)); ++k) {
+    ParallelSmall mode(k % 2 == 1);
+    const Case& c = case_named(grad_cases[k / 2]);
     CAPTURE(c.name);
+    CAPTURE(parallel_small_convs());
     Fixture f(c, 21);
     f.conv.forward(f.y, f.x);
     Tensor dy = random_tensor(f.y.shape(), 22);
@@ -198,10 +217,17 @@ TEST_CASE("Conv2d gradients match finite differences") {
 }
 
 TEST_CASE("Conv2d backward accumulates parameter grads and overwrites din") {
-  for (const char* name : {"3x3 pad 1, odd size", "1x1 unchunked: input is the column matrix",
-                           "chunks of 6 with a 1-image tail"}) {
+  // The chunked case twice: one chunk at a time, and its chunks in parallel.
+  const std::pair<const char*, bool> runs[] = {
+      {"3x3 pad 1, odd size", false},
+      {"1x1 unchunked: input is the column matrix", false},
+      {"chunks of 6 with a 1-image tail", false},
+      {"chunks of 6 with a 1-image tail", true}};
+  for (const auto& [name, parallel] : runs) {
+    ParallelSmall mode(parallel);
     const Case& c = case_named(name);
     CAPTURE(c.name);
+    CAPTURE(parallel_small_convs());
     Fixture f(c, 31);
     f.conv.forward(f.y, f.x);
     Tensor dy = random_tensor(f.y.shape(), 32);
@@ -224,6 +250,65 @@ TEST_CASE("Conv2d backward accumulates parameter grads and overwrites din") {
     f.conv.backward(none, dy, f.x, f.y);
     expect_close("grad_weight without din", f.conv.grad_weight, gw1, 0, 0);
   }
+}
+
+TEST_CASE("Conv2d small layers run their chunks in parallel: any thread count gives the same bits") {
+  // LeNet's two convolutions at batch 64 (784- and 100-pixel planes; the second's 22 chunks of
+  // 3 images end in a tail of 1), and a layer just over the size rule (37.7M multiply-adds per
+  // image, resnet18's first stage at 32x32).
+  const Case lenet1{"lenet conv1", 64, 1, 28, 28, 6, 5, 1, 2};
+  const Case lenet2{"lenet conv2", 64, 6, 14, 14, 16, 5};
+  const Case large{"64 -> 64 3x3 on 32x32", 2, 64, 32, 32, 64, 3, 1, 1, 1, 1, false, 64};
+  ParallelSmall on(true);
+  // The table's chunked cases that the tests above run both ways do take the parallel path.
+  CHECK(Fixture(case_named("chunks of 6 with a 1-image tail"), 1).conv.parallel_chunks());
+  CHECK(Fixture(case_named("chunks of 6, grouped, with a tail"), 1).conv.parallel_chunks());
+  CHECK(Fixture(case_named("1x1 chunks with a 1-image tail"), 1).conv.parallel_chunks());
+  CHECK(Fixture(lenet1, 1).conv.parallel_chunks());
+  CHECK(Fixture(lenet1, 1).conv.chunk() == 1);
+  CHECK(Fixture(lenet2, 1).conv.parallel_chunks());
+  CHECK(Fixture(lenet2, 1).conv.chunk() == 3);
+  CHECK(!Fixture(large, 1).conv.parallel_chunks());
+  {
+    ParallelSmall off(false);
+    CHECK(!Fixture(lenet1, 1).conv.parallel_chunks());
+  }
+
+  const int threads_before = num_threads();
+  for (const Case& c : {lenet1, lenet2}) {
+    CAPTURE(c.name);
+    // y, din, grad_weight, grad_bias after one forward and one backward (grads accumulated
+    // onto a nonzero start, as in a step after the first).
+    auto run = [&](bool parallel, int threads) {
+      ParallelSmall mode(parallel);
+      set_num_threads(threads);
+      Fixture f(c, 41);
+      REQUIRE(f.conv.parallel_chunks() == parallel);
+      f.conv.forward(f.y, f.x);
+      Tensor dy = random_tensor(f.y.shape(), 42);
+      Tensor dx = Tensor::empty(f.x.shape());
+      fill_uniform(f.conv.grad_weight, 43);
+      fill_uniform(f.conv.grad_bias, 44);
+      f.conv.backward(dx, dy, f.x, f.y);
+      return std::vector<Vec>{to_double(f.y), to_double(dx), to_double(f.conv.grad_weight),
+                              to_double(f.conv.grad_bias)};
+    };
+    const std::vector<Vec> one = run(true, 1);
+    for (int threads : {2, 3}) {
+      CAPTURE(threads);
+      const std::vector<Vec> many = run(true, threads);
+      for (size_t i = 0; i < one.size(); ++i) CHECK(many[i] == one[i]);
+    }
+    // And the same values as one chunk at a time, up to the weight gradient's summation order.
+    const std::vector<Vec> serial = run(false, 2);
+    const char* what[] = {"y", "din", "grad_weight", "grad_bias"};
+    for (size_t i = 0; i < one.size(); ++i) {
+      Tensor t = Tensor::empty({int64_t(one[i].size())});
+      from_double(t, one[i]);
+      expect_close(std::string("parallel vs serial ") + what[i], t, serial[i]);
+    }
+  }
+  set_num_threads(threads_before);
 }
 
 TEST_CASE("Conv2d reset_parameters draws PyTorch's default bounds") {

@@ -76,6 +76,13 @@ int parity_size(const ModelSpec& s) {
 // estimate from a few runs bounds it. The case uses seed 2001, where no such decision exists (as
 // at 1001, 3001 and 4001); the float64 check passes at 1011 as at any seed.
 constexpr int kVgg16BnSeed = 2001;
+// googlenet likewise at the seed its position gives: its float32 gradients of inception4b-4e
+// all landed 2.2-4.4e-3 from the exact ones (a max-pool or ReLU decision after inception4e
+// within rounding of its kink) under OpenBLAS's SandyBridge kernels, and under its Haswell ones
+// once small convolutions ran their chunks in parallel (other summation orders), while passing
+// with the Haswell kernels and one chunk at a time. At 2000 it passes under all four and with
+// Eigen's GEMM (measured 2026-11-25); the float64 check passes at either seed.
+constexpr int kGoogLeNetSeed = 2000;
 
 // SGD as in the torchvision recipes, AdamW as in fine-tuning, both at lr 1e-4: BatchNorm makes
 // early conv gradients large relative to their weights, so with a larger step three updates
@@ -85,7 +92,9 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> v = [] {
     std::vector<Case> v;
     auto add = [&v](Case c) {
-      c.seed = c.model == "vgg16_bn" ? kVgg16BnSeed : 1000 + int(v.size());
+      c.seed = c.model == "vgg16_bn"    ? kVgg16BnSeed
+               : c.model == "googlenet" ? kGoogLeNetSeed
+                                        : 1000 + int(v.size());
       v.push_back(c);
     };
     for (const ModelSpec& s : model_specs()) {

@@ -5,7 +5,9 @@
 // with P = OH*OW and Kg = IC/groups*T, T the kernel taps that read any input pixel (taps that
 // only ever read padding are dropped: see ColumnPlan in im2col.h). Chunking several images
 // into one GEMM keeps the GEMMs wide for deep layers with tiny planes (7x7); the rows buffer
-// converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here, OpenBLAS the GEMMs.
+// converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here,
+// OpenBLAS the GEMMs; small layers instead run their chunks side by side, one thread per chunk
+// (Conv2d::parallel_chunks).
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -52,6 +54,25 @@ std::atomic<ConvAlgorithm>& algorithm_slot() {
   return slot;
 }
 
+// Small layers: at most this many multiply-adds per image (OC * IC/groups * live taps * OH*OW)
+// run their chunks in parallel, each chunk at least kParallelColumns GEMM columns wide, while
+// the chunks' weight gradients fit kChunkGradBudget floats. Measured on 2 cores (bench/RESULTS.md,
+// 2026-11-25): resnet20's 16-channel 3x3 layers at 32x32 (2.4M) train 1.7x faster so, LeNet's
+// 1.4x; resnet18@32's 64-channel ones (38M) gain nothing either way, so the line is below them.
+constexpr int64_t kSmallImageMacs = int64_t(1) << 25;
+constexpr int64_t kParallelColumns = 256;
+constexpr int64_t kChunkGradBudget = int64_t(4) << 20;
+
+std::atomic<bool>& parallel_small_slot() {
+  static std::atomic<bool> slot{[] {
+    const char* v = std::getenv("MPICNN_CONV_PARALLEL");
+    if (!v || !*v || std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "0") == 0) return false;
+    FAIL("MPICNN_CONV_PARALLEL: expected 0 or 1, got '", v, "'");
+  }()};
+  return slot;
+}
+
 // Floats Winograd's chunks may take (its weights included): 32 MiB.
 constexpr int64_t kWinogradBudget = int64_t(8) << 20;
 
@@ -59,6 +80,8 @@ constexpr int64_t kWinogradBudget = int64_t(8) << 20;
 
 ConvAlgorithm conv_algorithm() { return algorithm_slot().load(); }
 void set_conv_algorithm(ConvAlgorithm algorithm) { algorithm_slot().store(algorithm); }
+bool parallel_small_convs() { return parallel_small_slot().load(); }
+void set_parallel_small_convs(bool on) { parallel_small_slot().store(on); }
 ConvAlgorithm parse_conv_algorithm(const std::string& name) {
   if (name == "im2col") return ConvAlgorithm::kIm2col;
   if (name == "winograd") return ConvAlgorithm::kWinograd;
@@ -159,10 +182,25 @@ void Conv2d::plan(const Shape& in) {
     return;
   }
   gpu_plan_.reset();
+  use_winograd_ = conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
+  // Small layers run their chunks in parallel (parallel_chunks_), in chunks of at least
+  // kParallelColumns columns: a rule on the geometry alone, never on the thread count, so that
+  // the weight gradient's summation order, and with it every bit, is the same for any threads.
+  const int64_t WG = opt_.out_channels * (rows / opt_.groups);
+  const int64_t small_chunk = std::min<int64_t>(N, (kParallelColumns + P - 1) / P);
+  const int64_t small_chunks = (N + small_chunk - 1) / small_chunk;
+  parallel_chunks_ = parallel_small_convs() && WG * P <= kSmallImageMacs && small_chunks >= 2 &&
+                     small_chunks * WG <= kChunkGradBudget && !use_winograd_;
+  if (parallel_chunks_) {
+    chunk = (N + small_chunks - 1) / small_chunks;
+    chunk_grads_ = Tensor::empty({small_chunks, WG});
+  } else {
+    chunk_grads_ = Tensor();
+  }
+  chunk_ = chunk;
   col_floats_ = (g.is_pointwise() && chunk == 1) ? 0 : rows * chunk * P;
   rows_floats_ = chunk > 1 ? opt_.out_channels * chunk * P : 0;
   workspace_floats_ = col_floats_ + rows_floats_;
-  use_winograd_ = conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
   if (use_winograd_) {
     wino_fwd_ = WinogradConv(g.channels, opt_.out_channels, g.height, g.width, g.pad_h, g.pad_w,
                              N, kWinogradBudget);
@@ -172,6 +210,10 @@ void Conv2d::plan(const Shape& in) {
                                   wino_bwd_.workspace_floats()});
   }
   workspace_base();  // sized now, so that the step allocates nothing
+  if (parallel_chunks_) {
+#pragma omp parallel
+    workspace_base();  // and every thread's, which runs chunks
+  }
   if (cols_.all_taps_live()) {
     live_weight_ = live_grad_ = Tensor();
   } else {
@@ -207,8 +249,7 @@ void Conv2d::check_ready(const Tensor& in) const {
 void Conv2d::forward(Tensor& out, const Tensor& in) {
   check_ready(in);
   const ConvGeometry& g = geo_;
-  const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
-  const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
+  const int64_t N = in.size(0), OC = opt_.out_channels;
   CHECK_SHAPE(out, {N, OC, g.out_h, g.out_w});
   if (on_gpu("Conv2d", {&out, &in, &weight})) {
     CHECK(gpu_plan_, "Conv2d: planned on the CPU, called with GPU tensors");
@@ -224,37 +265,51 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
     return;
   }
   const real* w = gemm_weight();  // (OC, Kg)
+  const int64_t nchunks = (N + chunk_ - 1) / chunk_;
+  if (parallel_chunks_) {
+    // Small layer: the chunks run side by side, each on one thread with its own workspace and
+    // single-threaded GEMMs (OpenBLAS and Eigen run one thread inside a parallel region).
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunks; ++c) forward_chunk(out, in, w, b, c * chunk_);
+  } else {
+    for (int64_t c = 0; c < nchunks; ++c) forward_chunk(out, in, w, b, c * chunk_);
+  }
+}
+
+void Conv2d::forward_chunk(Tensor& out, const Tensor& in, const real* w, const real* b,
+                           int64_t n0) {
+  const ConvGeometry& g = geo_;
+  const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
+  const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
   real* const col = workspace_base();  // (IC*T, chunk*P)
   real* const rows_buf = col + col_floats_;  // (OC, chunk*P)
-  for (int64_t n0 = 0; n0 < N; n0 += chunk_) {
-    const int64_t B = std::min(chunk_, N - n0), BP = B * P;
-    const real* x = in.data() + n0 * g.channels * g.in_plane();  // (B, IC, H, W)
-    real* y = out.data() + n0 * OC * P;                           // (B, OC, OH, OW)
-    const real* cols = x;  // (IC*T, B*P)
-    if (!(g.is_pointwise() && B == 1)) {
-      cols_.im2col(col, x, B);
-      cols = col;
-    }
-    // A single image's (OC, P) rows are already NCHW: the GEMM writes the output directly,
-    // on top of the bias (beta = 1). OpenBLAS passes over C for beta = 0 too, so this is free.
-    real* rows = B == 1 ? y : rows_buf;  // (OC, B*P)
-    if (B == 1 && b) {
+  const int64_t B = std::min(chunk_, N - n0), BP = B * P;
+  const real* x = in.data() + n0 * g.channels * g.in_plane();  // (B, IC, H, W)
+  real* y = out.data() + n0 * OC * P;                           // (B, OC, OH, OW)
+  const real* cols = x;  // (IC*T, B*P)
+  if (!(g.is_pointwise() && B == 1)) {
+    cols_.im2col(col, x, B);
+    cols = col;
+  }
+  // A single image's (OC, P) rows are already NCHW: the GEMM writes the output directly,
+  // on top of the bias (beta = 1). OpenBLAS passes over C for beta = 0 too, so this is free.
+  real* rows = B == 1 ? y : rows_buf;  // (OC, B*P)
+  if (B == 1 && b) {
 #pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
-      for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
-    }
-    for (int64_t gi = 0; gi < G; ++gi)
-      gemm(false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg, int(Kg),
-            cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f, rows + gi * OCg * BP,
-            int(BP));
-    if (B > 1) {
+    for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
+  }
+  for (int64_t gi = 0; gi < G; ++gi)
+    gemm(false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg, int(Kg),
+          cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f, rows + gi * OCg * BP,
+          int(BP));
+  if (B > 1) {
 #pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
-      for (int64_t i = 0; i < B; ++i) {
-        for (int64_t oc = 0; oc < OC; ++oc) {
-          const real* __restrict s = rows + oc * BP + i * P;
-          real* __restrict d = y + (i * OC + oc) * P;
-          const real bv = b ? b[oc] : 0.f;
-          for (int64_t p = 0; p < P; ++p) d[p] = s[p] + bv;
-        }
+    for (int64_t i = 0; i < B; ++i) {
+      for (int64_t oc = 0; oc < OC; ++oc) {
+        const real* __restrict s = rows + oc * BP + i * P;
+        real* __restrict d = y + (i * OC + oc) * P;
+        const real bv = b ? b[oc] : 0.f;
+        for (int64_t p = 0; p < P; ++p) d[p] = s[p] + bv;
       }
     }
   }
@@ -283,7 +338,7 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   check_ready(in);
   const ConvGeometry& g = geo_;
   const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
-  const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
+  const int64_t Kg = cols_.rows() / G;
   CHECK_SHAPE(dout, {N, OC, g.out_h, g.out_w});
   if (din.defined()) CHECK_SHAPE(din, {N, g.channels, g.height, g.width});
   if (frozen_ && !din.defined()) return;
@@ -304,42 +359,28 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   const bool live = wgrad && !cols_.all_taps_live();
   if (live) live_grad_.fill(0.f);
   real* gw = live ? live_grad_.data() : grad_weight.data();  // (OC, Kg)
-  real* const col = workspace_base();  // (IC*T, chunk*P)
-  real* const rows_buf = col + col_floats_;  // (OC, chunk*P)
-  for (int64_t n0 = 0; n0 < N && (wgrad || data_im2col); n0 += chunk_) {
-    const int64_t B = std::min(chunk_, N - n0), BP = B * P;
-    const int64_t x_off = n0 * g.channels * g.in_plane();
-    const real* x = in.data() + x_off;               // (B, IC, H, W)
-    const real* dy = dout.data() + n0 * OC * P;      // (B, OC, OH, OW)
-    const real* rows = dy;                           // (OC, B*P)
-    if (B > 1) {
-      real* r = rows_buf;
-#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
-      for (int64_t i = 0; i < B; ++i)
-        for (int64_t oc = 0; oc < OC; ++oc)
-          std::memcpy(r + oc * BP + i * P, dy + (i * OC + oc) * P, size_t(P) * sizeof(real));
-      rows = r;
-    }
-    const bool direct = g.is_pointwise() && B == 1;
+  const int64_t nchunks = (N + chunk_ - 1) / chunk_;
+  if (parallel_chunks_ && (wgrad || data_im2col)) {
+    // Small layer: the chunks run side by side (see forward). Each chunk's weight gradient goes
+    // to its own slice of chunk_grads_, summed into gw in chunk order below, so the bits do
+    // not depend on the thread count.
+    real* parts = wgrad ? chunk_grads_.data() : nullptr;
+    const int64_t WG = OC * Kg;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunks; ++c)
+      backward_chunk(din, dout, in, w, parts ? parts + c * WG : nullptr, 0.f, data_im2col,
+                     c * chunk_);
     if (wgrad) {
-      const real* cols = x;  // (IC*T, B*P)
-      if (!direct) {
-        cols_.im2col(col, x, B);
-        cols = col;
+#pragma omp parallel for schedule(static) if (WG * nchunks > kParallelMin)
+      for (int64_t e = 0; e < WG; ++e) {
+        real acc = gw[e];
+        for (int64_t c = 0; c < nchunks; ++c) acc += parts[c * WG + e];
+        gw[e] = acc;
       }
-      const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
-      for (int64_t gi = 0; gi < G; ++gi)
-        gemm(false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP, int(BP),
-              cols + gi * Kg * BP, int(BP), 1.f, gw + gi * OCg * Kg, int(Kg));
     }
-    if (!data_im2col) continue;
-    // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
-    real* dx = din.data() + x_off;            // (B, IC, H, W)
-    real* dcol = direct ? dx : col;           // (IC*T, B*P)
-    for (int64_t gi = 0; gi < G; ++gi)
-      gemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
-            rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
-    if (!direct) cols_.col2im(dx, dcol, B);
+  } else if (wgrad || data_im2col) {
+    for (int64_t c = 0; c < nchunks; ++c)
+      backward_chunk(din, dout, in, w, wgrad ? gw : nullptr, 1.f, data_im2col, c * chunk_);
   }
   if (din.defined() && use_winograd_) {
     // The transposed convolution: dout through the rotated, transposed weights, padded 2 - p.
@@ -356,6 +397,50 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < T; ++j) dst[i * KT + taps[size_t(j)]] += lg[i * T + j];
   }
+}
+
+// One chunk of backward from image n0: gw (OC, Kg) '= beta * gw +' the chunk's weight gradient
+// (skipped when null), and din's images '=' their gradient when data.
+void Conv2d::backward_chunk(Tensor& din, const Tensor& dout, const Tensor& in, const real* w,
+                            real* gw, real beta, bool data, int64_t n0) {
+  const ConvGeometry& g = geo_;
+  const int64_t N = in.size(0), OC = opt_.out_channels, G = opt_.groups;
+  const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
+  const int64_t B = std::min(chunk_, N - n0), BP = B * P;
+  real* const col = workspace_base();  // (IC*T, chunk*P)
+  real* const rows_buf = col + col_floats_;  // (OC, chunk*P)
+  const int64_t x_off = n0 * g.channels * g.in_plane();
+  const real* x = in.data() + x_off;               // (B, IC, H, W)
+  const real* dy = dout.data() + n0 * OC * P;      // (B, OC, OH, OW)
+  const real* rows = dy;                           // (OC, B*P)
+  if (B > 1) {
+    real* r = rows_buf;
+#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
+    for (int64_t i = 0; i < B; ++i)
+      for (int64_t oc = 0; oc < OC; ++oc)
+        std::memcpy(r + oc * BP + i * P, dy + (i * OC + oc) * P, size_t(P) * sizeof(real));
+    rows = r;
+  }
+  const bool direct = g.is_pointwise() && B == 1;
+  if (gw) {
+    const real* cols = x;  // (IC*T, B*P)
+    if (!direct) {
+      cols_.im2col(col, x, B);
+      cols = col;
+    }
+    const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
+    for (int64_t gi = 0; gi < G; ++gi)
+      gemm(false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP, int(BP),
+            cols + gi * Kg * BP, int(BP), beta, gw + gi * OCg * Kg, int(Kg));
+  }
+  if (!data) return;
+  // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
+  real* dx = din.data() + x_off;            // (B, IC, H, W)
+  real* dcol = direct ? dx : col;           // (IC*T, B*P)
+  for (int64_t gi = 0; gi < G; ++gi)
+    gemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
+          rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
+  if (!direct) cols_.col2im(dx, dcol, B);
 }
 
 }  // namespace mpicnn

@@ -23,6 +23,12 @@ ConvAlgorithm conv_algorithm();
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm parse_conv_algorithm(const std::string& name);  // else an Error naming it
 
+// Whether Conv2d::plan lets small layers run their chunks of images in parallel, one thread per
+// chunk (see Conv2d::parallel_chunks), process-wide; on unless MPICNN_CONV_PARALLEL=0. Off, every
+// layer runs one chunk at a time on multi-threaded GEMMs (the path large layers always take).
+bool parallel_small_convs();
+void set_parallel_small_convs(bool on);
+
 struct Conv2dOptions {
   // (height, width) pair; a single number means both, as in PyTorch.
   struct Hw {
@@ -66,6 +72,8 @@ class Conv2d : public UnaryLayer {
   int64_t chunk() const { return chunk_; }
   // Whether plan() chose Winograd for forward and the input gradient.
   bool winograd() const { return use_winograd_; }
+  // Whether plan() chose to run the chunks in parallel (a small layer).
+  bool parallel_chunks() const { return parallel_chunks_; }
   // Geometry of the planned input (valid after plan() or note_input()).
   const ConvGeometry& geometry() const { return geo_; }
   // Records the geometry of inputs of this shape without planning anything: for a convolution
@@ -85,6 +93,11 @@ class Conv2d : public UnaryLayer {
   // The GEMMs' (OC, IC/groups * live taps) weight matrix: the weights themselves when every
   // tap is live, else their live columns gathered into live_weight_.
   const real* gemm_weight();
+  // One chunk of images from n0 (at most chunk_ images): forward's GEMMs, and backward's
+  // weight gradient into gw ('= beta * gw +', skipped when null) and input gradient (if data).
+  void forward_chunk(Tensor& out, const Tensor& in, const real* w, const real* b, int64_t n0);
+  void backward_chunk(Tensor& din, const Tensor& dout, const Tensor& in, const real* w, real* gw,
+                      real beta, bool data, int64_t n0);
 
   Conv2dOptions opt_;
   std::string weight_name_, bias_name_;
@@ -99,6 +112,11 @@ class Conv2d : public UnaryLayer {
   int64_t workspace_floats_ = 0;  // the largest of the columns + rows and Winograd's needs
   real* workspace_base();         // this thread's workspace, at least workspace_floats_
   bool use_winograd_ = false;
+  // Small layers (plan's rule): the chunks run in parallel, one thread each, rather than one
+  // chunk at a time on multi-threaded GEMMs; chunk_grads_ (chunks, OC, IC/groups * live taps)
+  // holds each chunk's weight gradient until they are summed in chunk order.
+  bool parallel_chunks_ = false;
+  Tensor chunk_grads_;
   WinogradConv wino_fwd_;  // forward: C = IC, K = OC
   WinogradConv wino_bwd_;  // input gradient: C = OC, K = IC on dout, padding 2 - p
   Tensor live_weight_, live_grad_;  // (OC, IC/groups * live taps), only when a tap is dead
