@@ -57,8 +57,9 @@ std::atomic<ConvAlgorithm>& algorithm_slot() {
 // Small layers: at most this many multiply-adds per image (OC * IC/groups * live taps * OH*OW)
 // run their chunks in parallel, each chunk at least kParallelColumns GEMM columns wide, while
 // the chunks' weight gradients fit kChunkGradBudget floats. Measured on 2 cores (bench/RESULTS.md,
-// 2026-11-25): resnet20's 16-channel 3x3 layers at 32x32 (2.4M) train 1.7x faster so, LeNet's
-// 1.4x; resnet18@32's 64-channel ones (38M) gain nothing either way, so the line is below them.
+// 2026-11-25): LeNet trains 1.3x faster so, resnet20 (16-64 channels at 8x8-32x32, up to 2.4M)
+// 1.1x (inference 1.16x); resnet18@32's 64-channel layers (38M) gain nothing either way, so the
+// line is below them.
 constexpr int64_t kSmallImageMacs = int64_t(1) << 25;
 constexpr int64_t kParallelColumns = 256;
 constexpr int64_t kChunkGradBudget = int64_t(4) << 20;
