@@ -162,6 +162,12 @@ $(BUILD)/obj/src/recommend/serve.o: | httplib-flags
 httplib-flags:
 	@test -n "$(HTTPLIB_CPPFLAGS)" || { echo "src/recommend/serve.cpp: 'pkg-config --cflags cpp-httplib' gave no flags (make deps installs libcpp-httplib-dev and pkg-config)" >&2; exit 1; }
 
+# The direct convolution's kernels, one copy per instruction set, picked at run time by
+# layers/conv_direct.cpp: the AVX-512 copy whatever the build machine has, the AVX2 copy with
+# every AVX-512 extension off, so that it runs on CPUs without them.
+$(BUILD)/obj/src/layers/cpu/conv_direct_avx512.o: CXXFLAGS += -mavx512f -mfma
+$(BUILD)/obj/src/layers/cpu/conv_direct_avx2.o: CXXFLAGS += -mavx2 -mfma -mno-avx512f
+
 $(BUILD)/obj-f64/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(F64_FLAGS) $(CXXFLAGS) -c $< -o $@

@@ -1,9 +1,11 @@
 // Conv2d: fast forward vs a direct-convolution loop in double on many geometries (padding,
 // stride, dilation, groups, 1x1, non-square, chunked and unchunked batches), finite-difference
-// checks of din / grad_weight / grad_bias, '+=' accumulation, and shape errors, with small
-// layers' chunks run one at a time and in parallel (and the latter's bits the same for any thread
-// count); the same for Winograd F(2x2,3x3) on its own table of shapes, and its accuracy against
-// float64.
+// checks of din / grad_weight / grad_bias, '+=' accumulation, and shape errors, on every engine:
+// im2col with small layers' chunks run one at a time and in parallel (and the latter's bits the
+// same for any thread count), and the blocked direct kernels with AVX-512 and with AVX2 (on their
+// own table of larger shapes too, against double references of all three passes, the same bits
+// for any thread count); the same for Winograd F(2x2,3x3) on its own table of shapes, and its
+// accuracy against float64.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -138,15 +140,61 @@ struct ParallelSmall {
   ~ParallelSmall() { set_parallel_small_convs(old); }
 };
 
+// One way of running the CPU convolutions, set for one scope: im2col (small layers' chunks one
+// at a time or in parallel), or the direct kernels on one instruction set.
+struct Engine {
+  const char* name;
+  ConvAlgorithm algorithm;
+  DirectIsa isa;  // for kDirect
+  bool parallel;  // for kIm2col
+};
+struct EngineScope {
+  ConvAlgorithm old_algorithm = conv_algorithm();
+  DirectIsa old_isa = direct_isa();
+  ParallelSmall small;
+  explicit EngineScope(const Engine& e) : small(e.parallel) {
+    set_conv_algorithm(e.algorithm);
+    if (e.algorithm == ConvAlgorithm::kDirect) set_direct_isa(e.isa);
+  }
+  ~EngineScope() {
+    set_conv_algorithm(old_algorithm);
+    set_direct_isa(old_isa);
+  }
+};
+
+// The direct engines this CPU can run (AVX2 on any x86-64 CPU from 2013 on; AVX-512 where it
+// has it); a missing one is reported once, so a run on an AVX2-only CPU says what it skipped.
+std::vector<Engine> direct_engines() {
+  std::vector<Engine> out;
+  const DirectIsa best = best_direct_isa();
+  if (best == DirectIsa::kAvx512)
+    out.push_back({"direct avx512", ConvAlgorithm::kDirect, DirectIsa::kAvx512, false});
+  else
+    MESSAGE("this CPU has no AVX-512: the direct kernels' AVX-512 copy is not tested here");
+  if (best != DirectIsa::kNone)
+    out.push_back({"direct avx2", ConvAlgorithm::kDirect, DirectIsa::kAvx2, false});
+  return out;
+}
+
+std::vector<Engine> all_engines() {
+  std::vector<Engine> out = {{"im2col", ConvAlgorithm::kIm2col, DirectIsa::kNone, false},
+                             {"im2col, parallel chunks", ConvAlgorithm::kIm2col, DirectIsa::kNone,
+                              true}};
+  for (const Engine& e : direct_engines()) out.push_back(e);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("Conv2d forward matches the direct convolution") {
-  for (bool parallel : {false, true}) {
-    ParallelSmall mode(parallel);
+  for (const Engine& e : all_engines()) {
+    EngineScope scope(e);
     for (const Case& c : kCases) {
       CAPTURE(c.name);
-      CAPTURE(parallel);
+      CAPTURE(e.name);
       Fixture f(c, 11);
+      // The direct kernels take every ungrouped layer, im2col the rest.
+      CHECK(f.conv.direct() == (e.algorithm == ConvAlgorithm::kDirect && c.groups == 1));
       f.y.fill(1e9f);  // forward must overwrite every element
       f.conv.forward(f.y, f.x);
       expect_close("conv forward: " + c.name, f.y, conv_ref(to_double(f.x), f.w(), f.b(), c));
@@ -155,7 +203,7 @@ TEST_CASE("Conv2d forward matches the direct convolution") {
 }
 
 TEST_CASE("Conv2d plan picks the GEMM paths the cases above rely on") {
-  ParallelSmall serial(false);
+  EngineScope serial({"im2col", ConvAlgorithm::kIm2col, DirectIsa::kNone, false});
   auto chunk_of = [](const char* name) { return Fixture(case_named(name), 1).conv.chunk(); };
   // 1x1 over 1056 pixels: no im2col at all
   CHECK(chunk_of("1x1 unchunked: input is the column matrix") == 1);
@@ -192,63 +240,63 @@ TEST_CASE("Conv2d gradients match finite differences") {
       "chunks of 6 with a 1-image tail",
       "1x1 chunks with a 1-image tail",
   };
-  for (int k = 0; k < 2 * int(std::size(grad_cases)); ++k) {
-    ParallelSmall mode(k % 2 == 1);
-    const Case& c = case_named(grad_cases[k / 2]);
-    CAPTURE(c.name);
-    CAPTURE(parallel_small_convs());
-    Fixture f(c, 21);
-    f.conv.forward(f.y, f.x);
-    Tensor dy = random_tensor(f.y.shape(), 22);
-    Tensor dx = Tensor::empty(f.x.shape());
-    dx.fill(1e9f);  // din is written with '='
-    f.store.zero_grad();
-    f.conv.backward(dx, dy, f.x, f.y);
+  for (const Engine& e : all_engines()) {
+    EngineScope scope(e);
+    for (const char* name : grad_cases) {
+      const Case& c = case_named(name);
+      CAPTURE(c.name);
+      CAPTURE(e.name);
+      Fixture f(c, 21);
+      f.conv.forward(f.y, f.x);
+      Tensor dy = random_tensor(f.y.shape(), 22);
+      Tensor dx = Tensor::empty(f.x.shape());
+      dx.fill(1e9f);  // din is written with '='
+      f.store.zero_grad();
+      f.conv.backward(dx, dy, f.x, f.y);
 
-    const Vec x = to_double(f.x), w = f.w(), b = f.b(), wy = to_double(dy);
-    check_gradient("conv din: " + c.name, dx,
-                   [&](const Vec& v) { return dot(conv_ref(v, w, b, c), wy); }, x);
-    check_gradient("conv grad_weight: " + c.name, f.conv.grad_weight,
-                   [&](const Vec& v) { return dot(conv_ref(x, v, b, c), wy); }, w);
-    if (c.bias)
-      check_gradient("conv grad_bias: " + c.name, f.conv.grad_bias,
-                     [&](const Vec& v) { return dot(conv_ref(x, w, v, c), wy); }, b);
+      const Vec x = to_double(f.x), w = f.w(), b = f.b(), wy = to_double(dy);
+      check_gradient("conv din: " + c.name, dx,
+                     [&](const Vec& v) { return dot(conv_ref(v, w, b, c), wy); }, x);
+      check_gradient("conv grad_weight: " + c.name, f.conv.grad_weight,
+                     [&](const Vec& v) { return dot(conv_ref(x, v, b, c), wy); }, w);
+      if (c.bias)
+        check_gradient("conv grad_bias: " + c.name, f.conv.grad_bias,
+                       [&](const Vec& v) { return dot(conv_ref(x, w, v, c), wy); }, b);
+    }
   }
 }
 
 TEST_CASE("Conv2d backward accumulates parameter grads and overwrites din") {
-  // The chunked case twice: one chunk at a time, and its chunks in parallel.
-  const std::pair<const char*, bool> runs[] = {
-      {"3x3 pad 1, odd size", false},
-      {"1x1 unchunked: input is the column matrix", false},
-      {"chunks of 6 with a 1-image tail", false},
-      {"chunks of 6 with a 1-image tail", true}};
-  for (const auto& [name, parallel] : runs) {
-    ParallelSmall mode(parallel);
-    const Case& c = case_named(name);
-    CAPTURE(c.name);
-    CAPTURE(parallel_small_convs());
-    Fixture f(c, 31);
-    f.conv.forward(f.y, f.x);
-    Tensor dy = random_tensor(f.y.shape(), 32);
-    Tensor dx = Tensor::empty(f.x.shape());
-    f.store.zero_grad();
-    f.conv.backward(dx, dy, f.x, f.y);
-    const Vec gw1 = to_double(f.conv.grad_weight), gb1 = to_double(f.conv.grad_bias);
-    const Vec dx1 = to_double(dx);
-    f.conv.backward(dx, dy, f.x, f.y);
-    Vec gw2 = gw1, gb2 = gb1;
-    for (double& v : gw2) v *= 2;
-    for (double& v : gb2) v *= 2;
-    expect_close("grad_weight after two backwards", f.conv.grad_weight, gw2);
-    expect_close("grad_bias after two backwards", f.conv.grad_bias, gb2);
-    expect_close("din after two backwards", dx, dx1, 0, 0);
+  const char* const names[] = {"3x3 pad 1, odd size", "1x1 unchunked: input is the column matrix",
+                               "chunks of 6 with a 1-image tail"};
+  for (const Engine& e : all_engines()) {
+    for (const char* name : names) {
+      EngineScope scope(e);
+      const Case& c = case_named(name);
+      CAPTURE(c.name);
+      CAPTURE(e.name);
+      Fixture f(c, 31);
+      f.conv.forward(f.y, f.x);
+      Tensor dy = random_tensor(f.y.shape(), 32);
+      Tensor dx = Tensor::empty(f.x.shape());
+      f.store.zero_grad();
+      f.conv.backward(dx, dy, f.x, f.y);
+      const Vec gw1 = to_double(f.conv.grad_weight), gb1 = to_double(f.conv.grad_bias);
+      const Vec dx1 = to_double(dx);
+      f.conv.backward(dx, dy, f.x, f.y);
+      Vec gw2 = gw1, gb2 = gb1;
+      for (double& v : gw2) v *= 2;
+      for (double& v : gb2) v *= 2;
+      expect_close("grad_weight after two backwards", f.conv.grad_weight, gw2);
+      expect_close("grad_bias after two backwards", f.conv.grad_bias, gb2);
+      expect_close("din after two backwards", dx, dx1, 0, 0);
 
-    // Without din (first layer) the parameter grads are still produced.
-    Tensor none;
-    f.store.zero_grad();
-    f.conv.backward(none, dy, f.x, f.y);
-    expect_close("grad_weight without din", f.conv.grad_weight, gw1, 0, 0);
+      // Without din (first layer) the parameter grads are still produced.
+      Tensor none;
+      f.store.zero_grad();
+      f.conv.backward(none, dy, f.x, f.y);
+      expect_close("grad_weight without din", f.conv.grad_weight, gw1, 0, 0);
+    }
   }
 }
 
@@ -259,7 +307,7 @@ TEST_CASE("Conv2d small layers run their chunks in parallel: any thread count gi
   const Case lenet1{"lenet conv1", 64, 1, 28, 28, 6, 5, 1, 2};
   const Case lenet2{"lenet conv2", 64, 6, 14, 14, 16, 5};
   const Case large{"64 -> 64 3x3 on 32x32", 2, 64, 32, 32, 64, 3, 1, 1, 1, 1, false, 64};
-  ParallelSmall on(true);
+  EngineScope on({"im2col, parallel chunks", ConvAlgorithm::kIm2col, DirectIsa::kNone, true});
   // The table's chunked cases that the tests above run both ways do take the parallel path.
   CHECK(Fixture(case_named("chunks of 6 with a 1-image tail"), 1).conv.parallel_chunks());
   CHECK(Fixture(case_named("chunks of 6, grouped, with a tail"), 1).conv.parallel_chunks());
@@ -376,10 +424,148 @@ TEST_CASE("Conv2d rejects bad options and shapes with clear errors") {
 
 namespace {
 
+// din and grad_weight of sum(conv_ref(x, w) * dy), straight from the definition.
+void conv_grads_ref(Vec& dx, Vec& dw, const Vec& x, const Vec& w, const Vec& dy, const Case& c) {
+  const int OH = out_extent(c.H, c.kernel.h, c.stride.h, c.padding.h, c.dilation.h);
+  const int OW = out_extent(c.W, c.kernel.w, c.stride.w, c.padding.w, c.dilation.w);
+  const int ICg = c.IC / c.groups, OCg = c.OC / c.groups;
+  dx.assign(x.size(), 0.0);
+  dw.assign(w.size(), 0.0);
+  for (int n = 0; n < c.N; ++n)
+    for (int oc = 0; oc < c.OC; ++oc)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) {
+          const double g = dy[((size_t(n) * c.OC + oc) * OH + oh) * OW + ow];
+          for (int j = 0; j < ICg; ++j)
+            for (int kh = 0; kh < c.kernel.h; ++kh)
+              for (int kw = 0; kw < c.kernel.w; ++kw) {
+                const int ih = oh * c.stride.h - c.padding.h + kh * c.dilation.h;
+                const int iw = ow * c.stride.w - c.padding.w + kw * c.dilation.w;
+                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                const size_t xi = ((size_t(n) * c.IC + (oc / OCg) * ICg + j) * c.H + ih) * c.W + iw;
+                const size_t wi = ((size_t(oc) * ICg + j) * c.kernel.h + kh) * c.kernel.w + kw;
+                dx[xi] += w[wi] * g;
+                dw[wi] += x[xi] * g;
+              }
+        }
+}
+
+// The direct kernels' own table: channels that are no multiple of 16 or 8 (a partial last
+// block), several blocks, the stems of ResNet (7x7/2) and AlexNet (11x11/4: 16 stride phases),
+// 1x1 with and without stride, dilation, rows wider than a tile, dead taps, input pixels that
+// no tap reaches, batch 1 and batches below the planned one.
+const Case kDirectCases[] = {
+    {"17 -> 33, 3x3 pad 1, odd plane", 2, 17, 9, 11, 33, 3, 1, 1},
+    {"resnet stem 3 -> 20, 7x7 stride 2 pad 3", 2, 3, 21, 19, 20, 7, 2, 3},
+    {"alexnet stem 3 -> 19, 11x11 stride 4 pad 2", 1, 3, 31, 35, 19, 11, 4, 2},
+    {"1x1 40 -> 24", 3, 40, 6, 5, 24, 1},
+    {"1x1 stride 2 (downsample) 24 -> 40", 2, 24, 9, 9, 40, 1, 2, 0, 1, 1, false},
+    {"3x3 stride 2 pad 1, 16 -> 32", 2, 16, 12, 13, 32, 3, 2, 1},
+    {"3x3 stride 2 no pad, even plane", 2, 6, 10, 10, 8, 3, 2, 0},
+    {"dilation 2 pad 2, 8 -> 17", 2, 8, 10, 9, 17, 3, 1, 2, 2},
+    {"non-square kernel, stride and dilation", 2, 9, 10, 12, 10, {3, 2}, {2, 1}, {1, 0}, {2, 1}},
+    {"batch 1, 32 -> 16, 5x5 pad 2", 1, 32, 8, 8, 16, 5, 1, 2},
+    {"batch smaller than planned", 3, 20, 7, 7, 18, 3, 1, 1, 1, 1, true, 8},
+    {"3x3 pad 1 on a 1x1 map, 33 -> 35 (dead taps)", 4, 33, 1, 1, 35, 3, 1, 1},
+    {"2x2 stride 3 (pixels no tap reads)", 2, 5, 10, 11, 7, 2, 3, 0},
+    {"padding larger than kernel", 1, 4, 3, 4, 5, 2, 1, 3},
+    {"a row of 70 outputs: full tiles and a tail", 1, 5, 3, 70, 9, 3, 1, 1},
+    {"1 -> 6, 5x5 pad 2 (lenet conv1)", 5, 1, 14, 14, 6, 5, 1, 2},
+};
+
+// y, din, grad_weight, grad_bias of one forward and backward, grads accumulated onto a random
+// start (a step after the first).
+std::vector<Vec> run_once(const Case& c, uint64_t seed, bool direct_expected) {
+  Fixture f(c, seed);
+  REQUIRE(f.conv.direct() == direct_expected);
+  f.y.fill(1e9f);  // forward must overwrite every element
+  f.conv.forward(f.y, f.x);
+  Tensor dy = random_tensor(f.y.shape(), seed + 3);
+  Tensor dx = Tensor::empty(f.x.shape());
+  dx.fill(1e9f);  // din is written with '='
+  fill_uniform(f.conv.grad_weight, seed + 4);
+  if (c.bias) fill_uniform(f.conv.grad_bias, seed + 5);
+  f.conv.backward(dx, dy, f.x, f.y);
+  return {to_double(f.y), to_double(dx), to_double(f.conv.grad_weight),
+          c.bias ? to_double(f.conv.grad_bias) : Vec{}, to_double(f.x), f.w(), f.b(),
+          to_double(dy)};
+}
+
+}  // namespace
+
+TEST_CASE("Conv2d direct kernels match double references of all three passes, and im2col") {
+  for (const Engine& e : direct_engines()) {
+    for (const Case& c : kDirectCases) {
+      CAPTURE(e.name);
+      CAPTURE(c.name);
+      std::vector<Vec> got;
+      {
+        EngineScope scope(e);
+        got = run_once(c, 51, true);
+      }
+      const Vec &x = got[4], &w = got[5], &b = got[6], &dy = got[7];
+      Vec dx_ref, dw_ref;
+      conv_grads_ref(dx_ref, dw_ref, x, w, dy, c);
+      // The references of the accumulated grads: the same random start plus the gradient.
+      Tensor start_w = Tensor::empty({int64_t(w.size())});
+      fill_uniform(start_w, 55);
+      for (size_t i = 0; i < dw_ref.size(); ++i) dw_ref[i] += double(start_w.data()[i]);
+      auto as_tensor = [](const Vec& v) {
+        Tensor t = Tensor::empty({int64_t(v.size())});
+        from_double(t, v);
+        return t;
+      };
+      expect_close("direct forward: " + c.name, as_tensor(got[0]), conv_ref(x, w, b, c));
+      expect_close("direct din: " + c.name, as_tensor(got[1]), dx_ref);
+      expect_close("direct grad_weight: " + c.name, as_tensor(got[2]), dw_ref);
+      // And the im2col reference path on the same inputs.
+      EngineScope im2col({"im2col", ConvAlgorithm::kIm2col, DirectIsa::kNone, false});
+      const std::vector<Vec> ref = run_once(c, 51, false);
+      const char* what[] = {"y", "din", "grad_weight", "grad_bias"};
+      for (size_t i = 0; i < 4; ++i)
+        if (!ref[i].empty())
+          expect_close(std::string("direct vs im2col ") + what[i], as_tensor(got[i]), ref[i]);
+    }
+  }
+}
+
+TEST_CASE("Conv2d direct kernels: any thread count gives the same bits") {
+  // Weight gradient units outside the images (small planes), inside them (a wide plane), and
+  // fewer images than threads (forward and the input gradient split within the image).
+  const Case cases[] = {
+      case_named("3x3 stride 2 pad 1, large plane"),
+      {"64 -> 40, 3x3 pad 1 on 6x6", 6, 64, 6, 6, 40, 3, 1, 1},
+      {"8 -> 24, 3x3 on 40x40", 3, 8, 40, 40, 24, 3, 1, 1},
+      {"batch 1, 24 -> 48, 3x3 stride 2", 1, 24, 15, 15, 48, 3, 2, 1},
+  };
+  struct Threads {
+    int old = num_threads();
+    ~Threads() { set_num_threads(old); }
+  } restore;
+  for (const Engine& e : direct_engines()) {
+    EngineScope scope(e);
+    for (const Case& c : cases) {
+      CAPTURE(e.name);
+      CAPTURE(c.name);
+      set_num_threads(1);
+      const std::vector<Vec> one = run_once(c, 61, true);
+      for (int threads : {2, 3}) {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        const std::vector<Vec> many = run_once(c, 61, true);
+        for (size_t i = 0; i < 4; ++i) CHECK(many[i] == one[i]);
+      }
+    }
+  }
+}
+
+namespace {
+
 // Sets the process-wide convolution algorithm for one test, restoring the default afterwards.
 struct AlgorithmScope {
+  ConvAlgorithm old = conv_algorithm();
   explicit AlgorithmScope(ConvAlgorithm a) { set_conv_algorithm(a); }
-  ~AlgorithmScope() { set_conv_algorithm(ConvAlgorithm::kIm2col); }
+  ~AlgorithmScope() { set_conv_algorithm(old); }
 };
 
 // Shapes for Winograd F(2x2,3x3): every padding it takes, odd and tiny planes (a tile hanging
@@ -431,17 +617,33 @@ TEST_CASE("Conv2d with Winograd F(2x2,3x3): forward and gradients match the dire
   CHECK(!Fixture(case_named("padding larger than kernel"), 1).conv.winograd());
 }
 
-TEST_CASE("Conv2d algorithm choice: im2col by default, Winograd only when asked for") {
+TEST_CASE("Conv2d algorithm choice: direct by default, im2col and Winograd when asked for") {
   const Case wide{"16 -> 16", 1, 16, 6, 6, 16, 3, 1, 1};
-  CHECK(!Fixture(wide, 1).conv.winograd());
+  {
+    AlgorithmScope scope(ConvAlgorithm::kDirect);  // the default, unless MPICNN_CONV says else
+    CHECK(Fixture(wide, 1).conv.direct() == (best_direct_isa() != DirectIsa::kNone));
+    CHECK(!Fixture(wide, 1).conv.winograd());
+  }
+  {
+    AlgorithmScope scope(ConvAlgorithm::kIm2col);
+    CHECK(!Fixture(wide, 1).conv.direct());
+    CHECK(!Fixture(wide, 1).conv.winograd());
+  }
   {
     AlgorithmScope scope(ConvAlgorithm::kWinograd);
     CHECK(Fixture(wide, 1).conv.winograd());
+    CHECK(!Fixture(wide, 1).conv.direct());
   }
+  CHECK(parse_conv_algorithm("direct") == ConvAlgorithm::kDirect);
   CHECK(parse_conv_algorithm("im2col") == ConvAlgorithm::kIm2col);
   CHECK(parse_conv_algorithm("winograd") == ConvAlgorithm::kWinograd);
   CHECK_THROWS_WITH(parse_conv_algorithm("fft"),
                     doctest::Contains("unknown convolution algorithm 'fft'"));
+  CHECK(parse_direct_isa("avx2") == DirectIsa::kAvx2);
+  CHECK(parse_direct_isa("avx512") == DirectIsa::kAvx512);
+  CHECK_THROWS_WITH(parse_direct_isa("sse2"), doctest::Contains("unknown instruction set 'sse2'"));
+  if (best_direct_isa() != DirectIsa::kAvx512)
+    CHECK_THROWS_WITH(set_direct_isa(DirectIsa::kAvx512), doctest::Contains("has no avx512"));
 }
 
 TEST_CASE("Winograd F(2x2,3x3) accuracy against float64, next to im2col's") {

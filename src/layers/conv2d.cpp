@@ -1,4 +1,6 @@
-// Conv2d on CPU. Per chunk of images: im2col into one column matrix, then per group
+// Conv2d on CPU. Ungrouped layers run the direct kernels (layers/conv_direct.h) by default; the
+// im2col path here is the reference and the fallback (grouped layers, the float64 build,
+// MPICNN_CONV=im2col). Per chunk of images: im2col into one column matrix, then per group
 //   forward          rows (OCg, B*P)  = W_g (OCg, Kg) * col_g (Kg, B*P)
 //   backward weight  dW_g (OCg, Kg)  += dy_g (OCg, B*P) * col_g^T
 //   backward data    dcol_g (Kg, B*P) = W_g^T * dy_g, then col2im
@@ -49,7 +51,7 @@ real* workspace(int64_t floats) {
 std::atomic<ConvAlgorithm>& algorithm_slot() {
   static std::atomic<ConvAlgorithm> slot{[] {
     const char* v = std::getenv("MPICNN_CONV");
-    return v && *v ? parse_conv_algorithm(v) : ConvAlgorithm::kIm2col;
+    return v && *v ? parse_conv_algorithm(v) : ConvAlgorithm::kDirect;
   }()};
   return slot;
 }
@@ -84,9 +86,10 @@ void set_conv_algorithm(ConvAlgorithm algorithm) { algorithm_slot().store(algori
 bool parallel_small_convs() { return parallel_small_slot().load(); }
 void set_parallel_small_convs(bool on) { parallel_small_slot().store(on); }
 ConvAlgorithm parse_conv_algorithm(const std::string& name) {
+  if (name == "direct") return ConvAlgorithm::kDirect;
   if (name == "im2col") return ConvAlgorithm::kIm2col;
   if (name == "winograd") return ConvAlgorithm::kWinograd;
-  FAIL("MPICNN_CONV: unknown convolution algorithm '", name, "' (im2col, winograd)");
+  FAIL("MPICNN_CONV: unknown convolution algorithm '", name, "' (direct, im2col, winograd)");
 }
 
 real* Conv2d::workspace_base() { return workspace(workspace_floats_); }
@@ -183,6 +186,17 @@ void Conv2d::plan(const Shape& in) {
     return;
   }
   gpu_plan_.reset();
+  if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups)) {
+    // The direct kernels take all three passes: no columns, rows or chunks of images.
+    direct_ = DirectConv(g, opt_.out_channels, N);
+    use_winograd_ = parallel_chunks_ = false;
+    chunk_grads_ = live_weight_ = live_grad_ = Tensor();
+    col_floats_ = rows_floats_ = 0;
+    workspace_floats_ = direct_.workspace_floats();
+    workspace_base();  // sized now, so that the step allocates nothing
+    return;
+  }
+  direct_ = DirectConv();
   use_winograd_ = conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
   // Small layers run their chunks in parallel (parallel_chunks_), in chunks of at least
   // kParallelColumns columns: a rule on the geometry alone, never on the thread count, so that
@@ -259,6 +273,10 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
     return;
   }
   const real* b = opt_.bias ? bias.data() : nullptr;
+  if (direct_.planned()) {
+    direct_.forward(out.data(), in.data(), weight.data(), b, N, workspace_base());
+    return;
+  }
   if (use_winograd_) {
     real* ws = workspace_base();
     winograd_weights(ws, weight.data(), OC, g.channels, /*transposed=*/false);
@@ -353,6 +371,15 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     return;
   }
   if (wgrad && opt_.bias) add_bias_grad(dout);
+  if (direct_.planned()) {
+    direct_.backward(din.defined() ? din.data() : nullptr, wgrad ? grad_weight.data() : nullptr,
+                     dout.data(), in.data(), weight.data(), N, workspace_base());
+    if (MUTANT(1) && wgrad && weight_name_ == "conv1.weight") {
+      real* gw = grad_weight.data();
+      for (int64_t e = 0; e < grad_weight.numel(); ++e) gw[e] *= real(1.001);
+    }
+    return;
+  }
   // Input gradient by im2col below, or by Winograd after the weight gradient's loop.
   const bool data_im2col = din.defined() && !use_winograd_;
   const real* w = data_im2col ? gemm_weight() : nullptr;  // (OC, Kg)

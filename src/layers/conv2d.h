@@ -1,24 +1,27 @@
 // Conv2d as torch.nn.Conv2d (zero padding, stride, dilation, groups, optional bias) on CPU:
-// im2col + OpenBLAS GEMM over chunks of images, workspaces sized once by plan().
+// blocked direct kernels (conv_direct.h), or im2col + OpenBLAS GEMM over chunks of images,
+// workspaces sized once by plan().
 // On CUDA tensors it runs cuDNN (kernels/conv2d.cu) with algorithms chosen once by plan().
 // Not a transposed convolution.
 #pragma once
 #include <string>
 
-#include "layers/im2col.h"
 #include "core/gpu.h"
+#include "layers/conv_direct.h"
+#include "layers/im2col.h"
 #include "layers/layer.h"
 #include "layers/winograd.h"
 
 namespace mpicnn {
 
-// How CPU convolutions compute, process-wide, read by Conv2d::plan: kIm2col (the default)
-// is im2col + GEMM everywhere; kWinograd takes Winograd F(2x2,3x3) (layers/winograd.h) for
-// forward and the input gradient of every 3x3 stride-1 layer it fits, im2col elsewhere and
-// for the weight gradient. Winograd is opt-in: on this project's 2-core AVX-512 machines it
-// measured on par with im2col (bench/RESULTS.md), not faster. The default comes from
-// MPICNN_CONV=im2col|winograd, else kIm2col.
-enum class ConvAlgorithm { kIm2col, kWinograd };
+// How CPU convolutions compute, process-wide, read by Conv2d::plan: kDirect (the default)
+// runs the blocked direct kernels (layers/conv_direct.h) on every ungrouped layer, im2col on
+// grouped ones and where the CPU has no AVX2; kIm2col is im2col + GEMM everywhere (the
+// reference path); kWinograd takes Winograd F(2x2,3x3) (layers/winograd.h) for forward and the
+// input gradient of every 3x3 stride-1 layer it fits, im2col elsewhere and for the weight
+// gradient (opt-in: it measured on par with im2col, bench/RESULTS.md). The default comes from
+// MPICNN_CONV=direct|im2col|winograd, else kDirect.
+enum class ConvAlgorithm { kDirect, kIm2col, kWinograd };
 ConvAlgorithm conv_algorithm();
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm parse_conv_algorithm(const std::string& name);  // else an Error naming it
@@ -72,6 +75,8 @@ class Conv2d : public UnaryLayer {
   int64_t chunk() const { return chunk_; }
   // Whether plan() chose Winograd for forward and the input gradient.
   bool winograd() const { return use_winograd_; }
+  // Whether plan() chose the direct kernels for all three passes.
+  bool direct() const { return direct_.planned(); }
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
   // Geometry of the planned input (valid after plan() or note_input()).
@@ -117,6 +122,7 @@ class Conv2d : public UnaryLayer {
   // holds each chunk's weight gradient until they are summed in chunk order.
   bool parallel_chunks_ = false;
   Tensor chunk_grads_;
+  DirectConv direct_;      // planned when the direct kernels run this layer
   WinogradConv wino_fwd_;  // forward: C = IC, K = OC
   WinogradConv wino_bwd_;  // input gradient: C = OC, K = IC on dout, padding 2 - p
   Tensor live_weight_, live_grad_;  // (OC, IC/groups * live taps), only when a tap is dead

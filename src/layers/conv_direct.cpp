@@ -1,0 +1,473 @@
+// Direct convolution: plans (blocked layouts, live taps, stride phases, tiles), packs weights,
+// threads the kernels of layers/cpu/ over images and units. See conv_direct.h. The float64
+// test build (real = double) has no direct kernels: fits() is false there, Conv2d stays on
+// im2col, and the rest of this file is left out of it.
+#include "layers/conv_direct.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace mpicnn {
+
+namespace {
+
+bool cpu_has(DirectIsa isa) {
+#if defined(MPICNN_F64) && MPICNN_F64
+  (void)isa;
+  return false;
+#else
+  __builtin_cpu_init();
+  switch (isa) {
+    case DirectIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f");
+    case DirectIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case DirectIsa::kNone:
+      return true;
+  }
+  return false;
+#endif
+}
+
+const direct::Kernels* kernels_of(DirectIsa isa) {
+#if defined(MPICNN_F64) && MPICNN_F64
+  (void)isa;
+  return nullptr;
+#else
+  switch (isa) {
+    case DirectIsa::kAvx512:
+      return direct::avx512_kernels();
+    case DirectIsa::kAvx2:
+      return direct::avx2_kernels();
+    case DirectIsa::kNone:
+      return nullptr;
+  }
+  return nullptr;
+#endif
+}
+
+std::atomic<DirectIsa>& isa_slot() {
+  static std::atomic<DirectIsa> slot{[] {
+#if defined(MPICNN_F64) && MPICNN_F64
+    return DirectIsa::kNone;
+#endif
+    const char* v = std::getenv("MPICNN_CONV_ISA");
+    if (!v || !*v) return best_direct_isa();
+    const DirectIsa isa = parse_direct_isa(v);
+    CHECK(cpu_has(isa), "MPICNN_CONV_ISA: this CPU has no ", v);
+    return isa;
+  }()};
+  return slot;
+}
+
+}  // namespace
+
+DirectIsa best_direct_isa() {
+  if (cpu_has(DirectIsa::kAvx512)) return DirectIsa::kAvx512;
+  if (cpu_has(DirectIsa::kAvx2)) return DirectIsa::kAvx2;
+  return DirectIsa::kNone;
+}
+DirectIsa direct_isa() { return isa_slot().load(); }
+void set_direct_isa(DirectIsa isa) {
+  CHECK(cpu_has(isa), "direct convolution: this CPU has no ", direct_isa_name(isa));
+  isa_slot().store(isa);
+}
+DirectIsa parse_direct_isa(const std::string& name) {
+  if (name == "avx512") return DirectIsa::kAvx512;
+  if (name == "avx2") return DirectIsa::kAvx2;
+  FAIL("MPICNN_CONV_ISA: unknown instruction set '", name, "' (avx2, avx512)");
+}
+const char* direct_isa_name(DirectIsa isa) {
+  switch (isa) {
+    case DirectIsa::kAvx512:
+      return "avx512";
+    case DirectIsa::kAvx2:
+      return "avx2";
+    case DirectIsa::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+bool DirectConv::fits(const ConvGeometry& /*g*/, int groups) {
+  return groups == 1 && kernels_of(direct_isa()) != nullptr;
+}
+
+#if defined(MPICNN_F64) && MPICNN_F64
+DirectConv::DirectConv(const ConvGeometry&, int64_t, int64_t) {
+  FAIL("DirectConv: float32 only (the float64 build runs im2col)");
+}
+int64_t DirectConv::workspace_floats() const { return 0; }
+void DirectConv::forward(real*, const real*, const real*, const real*, int64_t, real*) const {
+  FAIL("DirectConv: float32 only");
+}
+void DirectConv::backward(real*, real*, const real*, const real*, const real*, int64_t,
+                          real*) const {
+  FAIL("DirectConv: float32 only");
+}
+#else
+
+namespace {
+
+// Images whose packed input and output gradient backward holds at once: up to this many
+// floats (16 MiB), at least one image.
+constexpr int64_t kBackwardBudget = int64_t(4) << 20;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Floor division and remainder for a possibly negative numerator.
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Taps along one axis of the input gradient's phase `ph`: output index i of the phase (input
+// position ph + stride * i) reads output-gradient position i + c through kernel tap k.
+struct AxisTap {
+  int64_t k, c;
+};
+std::vector<AxisTap> phase_taps(int64_t ph, int64_t count, int64_t kernel, int64_t stride,
+                                int64_t pad, int64_t dilation, int64_t out) {
+  std::vector<AxisTap> taps;
+  for (int64_t k = 0; k < kernel; ++k) {
+    const int64_t num = ph + pad - k * dilation;
+    if (num - floor_div(num, stride) * stride != 0) continue;
+    const int64_t c = floor_div(num, stride);
+    // live: some i in [0, count) reads a real position 0 <= i + c < out
+    if (std::max<int64_t>(0, -c) <= std::min(count - 1, out - 1 - c)) taps.push_back({k, c});
+  }
+  return taps;
+}
+
+// Whether forward's tap k along one axis reads a real input position for some output index.
+bool forward_live(int64_t k, int64_t in, int64_t out, int64_t stride, int64_t pad,
+                  int64_t dilation) {
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t i = o * stride - pad + k * dilation;
+    if (i >= 0 && i < in) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch)
+    : k_(kernels_of(direct_isa())), g_(g), oc_(out_channels) {
+  CHECK(k_, "DirectConv: no direct kernels for this CPU or build");
+  const int64_t V = k_->vec;
+  in_blocks_ = ceil_div(g.channels, V);
+  out_blocks_ = ceil_div(oc_, V);
+
+  // Forward reads the input where it is when the layer has no padding (lane step: the plane),
+  // else a packed copy with its zero border. Live taps only: a tap that reads only padding
+  // adds nothing (ResNet's 3x3 layers on a 1x1 map keep their centre tap).
+  raw_in_ = g.pad_h == 0 && g.pad_w == 0;
+  in_img_ = {g.channels, g.height, g.width, g.height + 2 * g.pad_h, g.width + 2 * g.pad_w,
+             g.pad_h, g.pad_w};
+  const int64_t in_cols = raw_in_ ? g.width : in_img_.cols, in_pix = raw_in_ ? 1 : V;
+  for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+    if (!forward_live(kh, g.height, g.out_h, g.stride_h, g.pad_h, g.dilation_h)) continue;
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+      if (!forward_live(kw, g.width, g.out_w, g.stride_w, g.pad_w, g.dilation_w)) continue;
+      taps_.push_back((kh * g.dilation_h * in_cols + kw * g.dilation_w) * in_pix);
+      tap_ids_.push_back(int32_t(kh * g.kernel_w + kw));
+    }
+  }
+  const bool pointwise = g.is_pointwise();  // output pixel p reads input pixel p
+  auto tile = [&](direct::Pass& p, int64_t out_blocks) {
+    p.ob = std::min<int64_t>(2, out_blocks);
+    p.r = std::min<int64_t>(p.cols, k_->max_tile / p.ob);
+  };
+  fwd_.in_blocks = in_blocks_;
+  fwd_.in_lanes_last = g.channels - (in_blocks_ - 1) * V;
+  fwd_.in_block = raw_in_ ? V * g.in_plane() : in_img_.rows * in_img_.cols * V;
+  fwd_.in_lane_step = raw_in_ ? g.in_plane() : 1;
+  fwd_.in_row_step = g.stride_h * in_cols * in_pix;
+  fwd_.in_pix_step = g.stride_w * in_pix;
+  fwd_.ntaps = int64_t(taps_.size());
+  fwd_.rows = g.out_h;
+  fwd_.cols = g.out_w;
+  fwd_.out_channels = oc_;
+  fwd_.out_plane = g.out_plane();
+  fwd_.out_row_step = g.out_w;
+  fwd_.out_col_step = 1;
+  if (pointwise) {  // the plane as one row: no short tiles at row ends
+    fwd_.rows = 1, fwd_.cols = g.out_plane();
+    fwd_.in_row_step = fwd_.out_row_step = 0;
+  }
+  tile(fwd_, out_blocks_);
+
+  // Input gradient: for each stride phase (ph, pw), the input pixels (ph + SH*i, pw + SW*j)
+  // are a stride-1 correlation of the output gradient with the phase's taps. The output
+  // gradient is packed once with the zero border every phase's reads need (the weight
+  // gradient reads that copy too); with no border to add, the phases read it where it is.
+  std::vector<std::vector<AxisTap>> rows(size_t(g.stride_h)), cols(size_t(g.stride_w));
+  int64_t top = 0, bottom = 0, left = 0, right = 0;
+  for (int64_t ph = 0; ph < g.stride_h; ++ph) {
+    const int64_t n = ph < g.height ? ceil_div(g.height - ph, g.stride_h) : 0;
+    rows[size_t(ph)] = phase_taps(ph, n, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, g.out_h);
+    for (const AxisTap& t : rows[size_t(ph)]) {
+      top = std::max(top, -t.c);
+      bottom = std::max(bottom, n - 1 + t.c - (g.out_h - 1));
+    }
+  }
+  for (int64_t pw = 0; pw < g.stride_w; ++pw) {
+    const int64_t n = pw < g.width ? ceil_div(g.width - pw, g.stride_w) : 0;
+    cols[size_t(pw)] = phase_taps(pw, n, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, g.out_w);
+    for (const AxisTap& t : cols[size_t(pw)]) {
+      left = std::max(left, -t.c);
+      right = std::max(right, n - 1 + t.c - (g.out_w - 1));
+    }
+  }
+  dout_img_ = {oc_, g.out_h, g.out_w, top + g.out_h + bottom, left + g.out_w + right, top, left};
+  raw_dout_ = top == 0 && bottom == 0 && left == 0 && right == 0;
+  const int64_t dout_block = dout_img_.rows * dout_img_.cols * V;
+  const int64_t d_pix = raw_dout_ ? 1 : V;
+  for (int64_t ph = 0; ph < g.stride_h; ++ph) {
+    const int64_t nh = ph < g.height ? ceil_div(g.height - ph, g.stride_h) : 0;
+    for (int64_t pw = 0; pw < g.stride_w; ++pw) {
+      const int64_t nw = pw < g.width ? ceil_div(g.width - pw, g.stride_w) : 0;
+      if (nh == 0 || nw == 0) continue;
+      if (rows[size_t(ph)].empty() || cols[size_t(pw)].empty()) {
+        data_zero_first_ = true;  // these pixels' gradient is 0: no tap reaches them
+        continue;
+      }
+      Phase phase;
+      for (const AxisTap& th : rows[size_t(ph)])
+        for (const AxisTap& tw : cols[size_t(pw)]) {
+          phase.taps.push_back((th.c * dout_img_.cols + tw.c) * d_pix);
+          phase.ids.push_back(int32_t(th.k * g.kernel_w + tw.k));
+        }
+      direct::Pass& p = phase.pass;
+      p.in_blocks = out_blocks_;
+      p.in_lanes_last = oc_ - (out_blocks_ - 1) * V;
+      p.in_block = raw_dout_ ? V * g.out_plane() : dout_block;
+      p.in_lane_step = raw_dout_ ? g.out_plane() : 1;
+      p.in_origin = (top * dout_img_.cols + left) * d_pix;
+      p.in_row_step = dout_img_.cols * d_pix;
+      p.in_pix_step = d_pix;
+      p.ntaps = int64_t(phase.taps.size());
+      p.rows = nh;
+      p.cols = nw;
+      p.out_channels = g.channels;
+      p.out_plane = g.in_plane();
+      p.out_origin = ph * g.width + pw;
+      p.out_row_step = g.stride_h * g.width;
+      p.out_col_step = g.stride_w;
+      if (pointwise) {
+        p.rows = 1, p.cols = g.in_plane();
+        p.in_row_step = p.out_row_step = 0;
+      }
+      tile(p, in_blocks_);
+      phase.weight_offset = data_weight_floats_;
+      data_weight_floats_ += in_blocks_ * out_blocks_ * p.ntaps * V * V;
+      phases_.push_back(std::move(phase));
+    }
+  }
+
+  // Weight gradient: forward's input and taps against the packed output gradient.
+  wg_.in_blocks = in_blocks_;
+  wg_.in_lanes_last = fwd_.in_lanes_last;
+  wg_.in_block = fwd_.in_block;
+  wg_.in_lane_step = fwd_.in_lane_step;
+  wg_.in_row_step = g.stride_h * in_cols * in_pix;
+  wg_.in_pix_step = fwd_.in_pix_step;
+  wg_.in_image = raw_in_ ? g.channels * g.in_plane() : image_floats(in_img_);
+  wg_.ntaps = fwd_.ntaps;
+  wg_.out_blocks = out_blocks_;
+  wg_.out_block = dout_block;
+  wg_.out_image = image_floats(dout_img_);
+  wg_.out_origin = (top * dout_img_.cols + left) * V;
+  wg_.out_row_step = dout_img_.cols * V;
+  wg_.rows = g.out_h;
+  wg_.cols = g.out_w;
+
+  const int64_t per_image = packed_in() + image_floats(dout_img_);
+  chunk_ = std::clamp<int64_t>(kBackwardBudget / per_image, 1, max_batch);
+  // A rule on the geometry alone (the bits differ between the two orders, never with threads).
+  wgrad_units_outer_ = out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V > per_image;
+  slots_ = raw_in_ ? 0 : std::max(1, omp_get_max_threads());
+}
+
+int64_t DirectConv::image_floats(const direct::BlockedImage& b) const {
+  return ceil_div(b.channels, k_->vec) * b.rows * b.cols * k_->vec;
+}
+
+int64_t DirectConv::packed_in() const { return raw_in_ ? 0 : image_floats(in_img_); }
+
+int64_t DirectConv::workspace_floats() const {
+  const int64_t V = k_->vec;
+  const int64_t wf = out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V;
+  const int64_t fwd = wf + slots_ * packed_in();
+  const int64_t bwd = data_weight_floats_ + wf + chunk_ * (packed_in() + image_floats(dout_img_));
+  return std::max(fwd, bwd);
+}
+
+// wf [out block][in block][tap][V in][V out] from w (OC, IC, KH, KW), zeros past the channels.
+void DirectConv::pack_forward_weights(float* wf, const float* w) const {
+  const int64_t V = k_->vec, T = int64_t(taps_.size()), KT = g_.taps(), IC = g_.channels;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t kb = 0; kb < out_blocks_; ++kb)
+    for (int64_t cb = 0; cb < in_blocks_; ++cb)
+      for (int64_t t = 0; t < T; ++t) {
+        float* d = wf + ((kb * in_blocks_ + cb) * T + t) * V * V;
+        for (int64_t li = 0; li < V; ++li)
+          for (int64_t lo = 0; lo < V; ++lo) {
+            const int64_t oc = kb * V + lo, ic = cb * V + li;
+            d[li * V + lo] = oc < oc_ && ic < IC ? w[(oc * IC + ic) * KT + tap_ids_[size_t(t)]] : 0.f;
+          }
+      }
+}
+
+// Per phase, wd [in-channel block][out-channel block][tap][V out][V in]: the transposed
+// weights, input channels now the pass's outputs.
+void DirectConv::pack_data_weights(float* wd, const float* w) const {
+  const int64_t V = k_->vec, KT = g_.taps(), IC = g_.channels;
+  for (const Phase& ph : phases_) {
+    const int64_t T = ph.pass.ntaps;
+    float* base = wd + ph.weight_offset;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t cb = 0; cb < in_blocks_; ++cb)
+      for (int64_t kb = 0; kb < out_blocks_; ++kb)
+        for (int64_t t = 0; t < T; ++t) {
+          float* d = base + ((cb * out_blocks_ + kb) * T + t) * V * V;
+          for (int64_t li = 0; li < V; ++li)
+            for (int64_t lo = 0; lo < V; ++lo) {
+              const int64_t oc = kb * V + li, ic = cb * V + lo;
+              d[li * V + lo] =
+                  oc < oc_ && ic < IC ? w[(oc * IC + ic) * KT + ph.ids[size_t(t)]] : 0.f;
+            }
+        }
+  }
+}
+
+void DirectConv::run_pass(float* out, int64_t out_image, const float* in, int64_t in_image,
+                          const direct::Pass& p, const float* bias, int64_t n) const {
+  const int64_t blocks = ceil_div(p.out_channels, k_->vec);
+  const int threads = omp_get_max_threads();
+  if (n >= threads) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      k_->pass_rows(out + i * out_image, in + i * in_image, p, bias, 0, p.rows, 0, blocks);
+    return;
+  }
+  // Fewer images than threads: each image's (row, block group) units in parallel.
+  const int64_t groups = ceil_div(blocks, p.ob);
+  for (int64_t i = 0; i < n; ++i) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t row = 0; row < p.rows; ++row)
+      for (int64_t gi = 0; gi < groups; ++gi)
+        k_->pass_rows(out + i * out_image, in + i * in_image, p, bias, row, row + 1, gi * p.ob,
+                      std::min(blocks, (gi + 1) * p.ob));
+  }
+}
+
+void DirectConv::forward(float* out, const float* in, const float* w, const float* bias,
+                         int64_t n, float* ws) const {
+  const int64_t V = k_->vec;
+  float* wf = ws;
+  float* images = wf + out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V;
+  pack_forward_weights(wf, w);
+  direct::Pass p = fwd_;
+  p.taps = taps_.data();
+  p.weights = wf;
+  const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
+  if (raw_in_) {
+    run_pass(out, out_image, in, in_image, p, bias, n);
+    return;
+  }
+  const int64_t packed = packed_in();
+  const int threads = std::min(omp_get_max_threads(), slots_);
+  if (n >= threads) {
+    // Each thread packs its images into its own slot and computes them.
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) {
+      float* slot = images + omp_get_thread_num() * packed;
+      k_->pack_image(slot, in + i * in_image, in_img_);
+      k_->pass_rows(out + i * out_image, slot, p, bias, 0, p.rows, 0, out_blocks_);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    k_->pack_image(images, in + i * in_image, in_img_);
+    run_pass(out + i * out_image, 0, images, 0, p, bias, 1);
+  }
+}
+
+void DirectConv::backward(float* din, float* gw, const float* dout, const float* in,
+                          const float* w, int64_t n, float* ws) const {
+  const int64_t V = k_->vec, T = int64_t(taps_.size());
+  const int64_t wf_floats = out_blocks_ * in_blocks_ * T * V * V;
+  float* wd = ws;                         // packed transposed weights of every phase
+  float* dw = wd + data_weight_floats_;   // [out block][in block][tap][V in][V out]
+  float* ins = dw + wf_floats;            // chunk_ packed inputs (none when raw_in_)
+  const int64_t in_packed = packed_in(), dout_packed = image_floats(dout_img_);
+  float* douts = ins + chunk_ * in_packed;  // chunk_ packed output gradients
+  if (din) pack_data_weights(wd, w);
+  if (gw) std::memset(dw, 0, sizeof(float) * size_t(wf_floats));
+  const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
+  const int64_t units = k_->weight_grad_units(wg_);
+  for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
+    const int64_t B = std::min(chunk_, n - c0);
+    // The weight gradient reads packed output gradients, and packed inputs unless raw_in_;
+    // the input gradient's phases read the packed output gradients unless raw_dout_.
+    const bool pack_dout = gw || !raw_dout_, pack_in = gw && !raw_in_;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < 2 * B; ++j) {
+      const int64_t i = j / 2;
+      if (j % 2 == 0 && pack_dout)
+        k_->pack_image(douts + i * dout_packed, dout + (c0 + i) * out_image, dout_img_);
+      else if (j % 2 == 1 && pack_in)
+        k_->pack_image(ins + i * in_packed, in + (c0 + i) * in_image, in_img_);
+    }
+    if (din) {
+      float* d = din + c0 * in_image;
+      if (data_zero_first_) std::memset(d, 0, sizeof(float) * size_t(B * in_image));
+      const float* src = raw_dout_ ? dout + c0 * out_image : douts;
+      const int64_t src_image = raw_dout_ ? out_image : dout_packed;
+      for (const Phase& ph : phases_) {
+        direct::Pass p = ph.pass;
+        p.taps = ph.taps.data();
+        p.weights = wd + ph.weight_offset;
+        run_pass(d, in_image, src, src_image, p, nullptr, B);
+      }
+    }
+    if (gw) {
+      direct::WeightGrad g = wg_;
+      g.taps = taps_.data();
+      const float* x = raw_in_ ? in + c0 * in_image : ins;
+      if (wgrad_units_outer_) {
+        // dw larger than the images: each unit runs through the chunk's images at once.
+#pragma omp parallel for schedule(static)
+        for (int64_t u = 0; u < units; ++u) k_->weight_grad(dw, x, douts, g, u, B);
+      } else {
+        // Large planes, small dw: all units over one image (held in cache), then the next.
+#pragma omp parallel
+        for (int64_t i = 0; i < B; ++i) {
+#pragma omp for schedule(static)
+          for (int64_t u = 0; u < units; ++u)
+            k_->weight_grad(dw, x + i * g.in_image, douts + i * dout_packed, g, u, 1);
+        }
+      }
+    }
+  }
+  if (!gw) return;
+  const int64_t IC = g_.channels, KT = g_.taps();
+#pragma omp parallel for schedule(static)
+  for (int64_t oc = 0; oc < oc_; ++oc) {
+    const int64_t kb = oc / V, lo = oc % V;
+    for (int64_t ic = 0; ic < IC; ++ic) {
+      const int64_t cb = ic / V, li = ic % V;
+      float* d = gw + (oc * IC + ic) * KT;
+      const float* s = dw + ((kb * in_blocks_ + cb) * T) * V * V + li * V + lo;
+      for (int64_t t = 0; t < T; ++t) d[tap_ids_[size_t(t)]] += s[t * V * V];
+    }
+  }
+}
+
+#endif  // MPICNN_F64
+
+}  // namespace mpicnn

@@ -1,0 +1,214 @@
+// The direct convolution's kernels as templates over one instruction set, included once by
+// conv_direct_avx512.cpp and once by conv_direct_avx2.cpp, each of which first defines
+// MPICNN_DIRECT_NS (this copy's namespace) and the struct Isa (vector type, V, loads, FMA).
+// Every name here lives in that namespace or an anonymous one, so the two copies never meet
+// at link time. What the kernels compute is in conv_direct_kernels.h.
+#include <cstring>
+#include <utility>
+
+#include "layers/cpu/conv_direct_kernels.h"
+
+namespace mpicnn::direct::MPICNN_DIRECT_NS {
+namespace {
+
+constexpr int V = Isa::V;
+using Vec = typename Isa::Vec;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+void pack_image(float* dst, const float* src, const BlockedImage& b) {
+  const int64_t blocks = (b.channels + V - 1) / V, plane = b.height * b.width;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t lanes = min64(V, b.channels - blk * V);
+    const float* s = src + blk * V * plane;
+    for (int64_t row = 0; row < b.rows; ++row) {
+      float* d = dst + (blk * b.rows + row) * b.cols * V;
+      const int64_t h = row - b.top;
+      if (h < 0 || h >= b.height) {
+        std::memset(d, 0, sizeof(float) * size_t(b.cols * V));
+        continue;
+      }
+      std::memset(d, 0, sizeof(float) * size_t(b.left * V));
+      const int64_t right = b.left + b.width;
+      std::memset(d + right * V, 0, sizeof(float) * size_t((b.cols - right) * V));
+      float* dp = d + b.left * V;
+      const float* sp = s + h * b.width;
+      if (lanes == V) {
+        for (int64_t x = 0; x < b.width; ++x)
+          for (int l = 0; l < V; ++l) dp[x * V + l] = sp[l * plane + x];
+      } else {
+        for (int64_t x = 0; x < b.width; ++x) {
+          for (int64_t l = 0; l < lanes; ++l) dp[x * V + l] = sp[l * plane + x];
+          for (int64_t l = lanes; l < V; ++l) dp[x * V + l] = 0.f;
+        }
+      }
+    }
+  }
+}
+
+// One tile: R output pixels of a row by OB output blocks, summed over every input block, tap
+// and lane, into acc_out [OB][R][V]. Each weight vector is loaded once per tile and used R
+// times; each input value is broadcast once and used OB times.
+template <int OB, int R>
+void tile(float* acc_out, const float* in, const Pass& p, const float* w) {
+  Vec acc[OB][R];
+  for (int o = 0; o < OB; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = Isa::zero();
+  const int64_t pix = p.in_pix_step, lane = p.in_lane_step;
+  const int64_t w_ob = p.in_blocks * p.ntaps * V * V;
+  for (int64_t b = 0; b < p.in_blocks; ++b) {
+    const int64_t lanes = b == p.in_blocks - 1 ? p.in_lanes_last : V;
+    const float* ib = in + b * p.in_block;
+    const float* wb = w + b * p.ntaps * V * V;
+    for (int64_t t = 0; t < p.ntaps; ++t) {
+      const float* ip = ib + p.taps[t];
+      const float* wp = wb + t * V * V;
+      for (int64_t l = 0; l < lanes; ++l) {
+        Vec wv[OB];
+        for (int o = 0; o < OB; ++o) wv[o] = Isa::load(wp + o * w_ob + l * V);
+        const float* xl = ip + l * lane;
+        for (int r = 0; r < R; ++r) {
+          const Vec x = Isa::bcast(xl + r * pix);
+          for (int o = 0; o < OB; ++o) acc[o][r] = Isa::fma(x, wv[o], acc[o][r]);
+        }
+      }
+    }
+  }
+  for (int o = 0; o < OB; ++o)
+    for (int r = 0; r < R; ++r) Isa::store(acc_out + (o * R + r) * V, acc[o][r]);
+}
+
+// Function tables indexed by a runtime count (plain arrays in a local struct: no std::array
+// members that the two ISA copies could share).
+template <class Fn, int N>
+struct Table {
+  Fn f[N];
+};
+using TileFn = void (*)(float*, const float*, const Pass&, const float*);
+template <int OB, int... R>
+constexpr Table<TileFn, sizeof...(R)> tile_table(std::integer_sequence<int, R...>) {
+  return {{&tile<OB, R + 1>...}};
+}
+constexpr auto kTiles1 = tile_table<1>(std::make_integer_sequence<int, Isa::kMaxTile>{});
+constexpr auto kTiles2 = tile_table<2>(std::make_integer_sequence<int, Isa::kMaxTile / 2>{});
+
+// The tiles of output row `row`, output blocks [g, g + ob), into out with bias.
+inline void row_group(float* out, const float* in, const Pass& p, const float* bias, int64_t row,
+                      int64_t g, int64_t ob) {
+  alignas(64) float acc[Isa::kMaxTile * V];
+  const float* w = p.weights + g * p.in_blocks * p.ntaps * V * V;
+  const float* in_row = in + p.in_origin + row * p.in_row_step;
+  float* out_row = out + p.out_origin + row * p.out_row_step;
+  for (int64_t c0 = 0; c0 < p.cols; c0 += p.r) {
+    const int64_t r = min64(p.r, p.cols - c0);
+    const TileFn fn = ob == 2 ? kTiles2.f[r - 1] : kTiles1.f[r - 1];
+    fn(acc, in_row + c0 * p.in_pix_step, p, w);
+    float* o_base = out_row + c0 * p.out_col_step;
+    for (int64_t o = 0; o < ob; ++o) {
+      const int64_t lanes = min64(V, p.out_channels - (g + o) * V);
+      for (int64_t l = 0; l < lanes; ++l) {
+        const int64_t c = (g + o) * V + l;
+        const float bv = bias ? bias[c] : 0.f;
+        float* d = o_base + c * p.out_plane;
+        const float* s = acc + o * r * V + l;
+        for (int64_t i = 0; i < r; ++i) d[i * p.out_col_step] = s[i * V] + bv;
+      }
+    }
+  }
+}
+
+void pass_rows(float* out, const float* in, const Pass& p, const float* bias, int64_t row0,
+               int64_t row1, int64_t blk0, int64_t blk1) {
+  // Weights larger than the image: sweep the rows under one group of weights (held in cache),
+  // else sweep the groups under one row of input.
+  const bool groups_outer = p.in_blocks * p.ntaps * V * V * (blk1 - blk0) > p.in_blocks * p.in_block;
+  if (groups_outer) {
+    for (int64_t g = blk0; g < blk1; g += p.ob)
+      for (int64_t row = row0; row < row1; ++row)
+        row_group(out, in, p, bias, row, g, min64(p.ob, blk1 - g));
+  } else {
+    for (int64_t row = row0; row < row1; ++row)
+      for (int64_t g = blk0; g < blk1; g += p.ob)
+        row_group(out, in, p, bias, row, g, min64(p.ob, blk1 - g));
+  }
+}
+
+// Taps per weight-gradient unit for J input lanes: one when J chains of FMAs hide the FMA
+// latency; with fewer lanes (a first layer's 1-3 input channels) a unit takes several taps,
+// which share each output-gradient load and read neighbouring inputs.
+constexpr int taps_per_unit(int J) { return J >= 8 ? 1 : Isa::kMaxTile / J; }
+
+// J input lanes of TG taps of one weight-gradient unit over `images` images: acc[t][j] holds
+// dw[t][j][0..V) through every pixel of every image, in order (so the bits do not depend on
+// how taps are grouped). dws[t] is where tap t's J x V floats live, offs[t] its input offset.
+template <int J>
+void wgrad(float* const* dws, const int64_t* offs, const float* in, const float* dout,
+           const WeightGrad& g, int64_t images) {
+  constexpr int TG = taps_per_unit(J);
+  Vec acc[TG][J];
+  for (int t = 0; t < TG; ++t)
+    for (int j = 0; j < J; ++j) acc[t][j] = Isa::load(dws[t] + j * V);
+  const int64_t lane = g.in_lane_step;
+  for (int64_t i = 0; i < images; ++i) {
+    const float* in_i = in + i * g.in_image;
+    const float* dout_i = dout + i * g.out_image + g.out_origin;
+    for (int64_t row = 0; row < g.rows; ++row) {
+      const float* ip = in_i + row * g.in_row_step;
+      const float* op = dout_i + row * g.out_row_step;
+      for (int64_t col = 0; col < g.cols; ++col) {
+        const Vec d = Isa::load(op + col * V);
+        const float* x = ip + col * g.in_pix_step;
+        for (int t = 0; t < TG; ++t)
+          for (int j = 0; j < J; ++j)
+            acc[t][j] = Isa::fma(Isa::bcast(x + offs[t] + j * lane), d, acc[t][j]);
+      }
+    }
+  }
+  for (int t = 0; t < TG; ++t)
+    for (int j = 0; j < J; ++j) Isa::store(dws[t] + j * V, acc[t][j]);
+}
+
+using WgradFn = void (*)(float* const*, const int64_t*, const float*, const float*,
+                         const WeightGrad&, int64_t);
+template <int... J>
+constexpr Table<WgradFn, sizeof...(J)> wgrad_table(std::integer_sequence<int, J...>) {
+  return {{&wgrad<J + 1>...}};
+}
+constexpr auto kWgrads = wgrad_table(std::make_integer_sequence<int, V>{});
+
+// Units of each output block: every tap of each full input block, then the last block's taps
+// in groups of taps_per_unit.
+int64_t units_per_block(const WeightGrad& g) {
+  const int64_t tg = taps_per_unit(int(g.in_lanes_last));
+  return (g.in_blocks - 1) * g.ntaps + (g.ntaps + tg - 1) / tg;
+}
+
+int64_t weight_grad_units(const WeightGrad& g) { return g.out_blocks * units_per_block(g); }
+
+void weight_grad(float* dw, const float* in, const float* dout, const WeightGrad& g,
+                 int64_t unit, int64_t images) {
+  const int64_t per_block = units_per_block(g), k = unit / per_block, rest = unit % per_block;
+  const int64_t full = (g.in_blocks - 1) * g.ntaps;
+  const int64_t b = rest < full ? rest / g.ntaps : g.in_blocks - 1;
+  const int64_t J = b == g.in_blocks - 1 ? g.in_lanes_last : V;
+  const int64_t tg = taps_per_unit(int(J));
+  const int64_t t0 = rest < full ? rest % g.ntaps : (rest - full) * tg;
+  float* base = dw + (k * g.in_blocks + b) * g.ntaps * V * V;
+  // A last group short of taps computes its missing ones into scratch (tap 0's inputs).
+  alignas(64) float scratch[Isa::kMaxTile * V] = {};
+  float* dws[Isa::kMaxTile];
+  int64_t offs[Isa::kMaxTile];
+  for (int64_t t = 0; t < tg; ++t) {
+    const bool live = t0 + t < g.ntaps;
+    dws[t] = live ? base + (t0 + t) * V * V : scratch;
+    offs[t] = live ? g.taps[t0 + t] : g.taps[0];
+  }
+  kWgrads.f[J - 1](dws, offs, in + b * g.in_block, dout + k * g.out_block, g, images);
+}
+
+}  // namespace
+
+const Kernels kKernels = {Isa::kName,  V,           Isa::kMaxTile,     &pack_image,
+                          &pass_rows,  &weight_grad, &weight_grad_units};
+
+}  // namespace mpicnn::direct::MPICNN_DIRECT_NS
