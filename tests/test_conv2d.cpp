@@ -471,7 +471,16 @@ const Case kDirectCases[] = {
     {"padding larger than kernel", 1, 4, 3, 4, 5, 2, 1, 3},
     {"a row of 70 outputs: full tiles and a tail", 1, 5, 3, 70, 9, 3, 1, 1},
     {"1 -> 6, 5x5 pad 2 (lenet conv1)", 5, 1, 14, 14, 6, 5, 1, 2},
+    // Rows of at most 6 outputs: images interleaved per pixel, tiles across images.
+    {"interleaved images: 3x3 stride 2 pad 1 on 4x5", 3, 12, 4, 5, 20, 3, 2, 1},
+    {"interleaved images: batch smaller than planned", 3, 20, 4, 4, 18, 3, 1, 1, 1, 1, true, 8},
 };
+
+Tensor as_tensor(const Vec& v) {
+  Tensor t = Tensor::empty({int64_t(v.size())});
+  from_double(t, v);
+  return t;
+}
 
 // y, din, grad_weight, grad_bias of one forward and backward, grads accumulated onto a random
 // start (a step after the first).
@@ -510,11 +519,6 @@ TEST_CASE("Conv2d direct kernels match double references of all three passes, an
       Tensor start_w = Tensor::empty({int64_t(w.size())});
       fill_uniform(start_w, 55);
       for (size_t i = 0; i < dw_ref.size(); ++i) dw_ref[i] += double(start_w.data()[i]);
-      auto as_tensor = [](const Vec& v) {
-        Tensor t = Tensor::empty({int64_t(v.size())});
-        from_double(t, v);
-        return t;
-      };
       expect_close("direct forward: " + c.name, as_tensor(got[0]), conv_ref(x, w, b, c));
       expect_close("direct din: " + c.name, as_tensor(got[1]), dx_ref);
       expect_close("direct grad_weight: " + c.name, as_tensor(got[2]), dw_ref);
@@ -526,6 +530,25 @@ TEST_CASE("Conv2d direct kernels match double references of all three passes, an
         if (!ref[i].empty())
           expect_close(std::string("direct vs im2col ") + what[i], as_tensor(got[i]), ref[i]);
     }
+  }
+}
+
+TEST_CASE("Conv2d direct kernels: backward in several chunks of images matches im2col") {
+  // 430K floats of packed input and output gradient per image: the 16 MiB budget holds 11 of
+  // the 12 images, so backward packs a chunk of 11, then one of 1.
+  const Case c{"64 -> 64, 3x3 pad 1 on 52x52, 12 images", 12, 64, 52, 52, 64, 3, 1, 1};
+  for (const Engine& e : direct_engines()) {
+    CAPTURE(e.name);
+    std::vector<Vec> got;
+    {
+      EngineScope scope(e);
+      got = run_once(c, 71, true);
+    }
+    EngineScope im2col({"im2col", ConvAlgorithm::kIm2col, DirectIsa::kNone, false});
+    const std::vector<Vec> ref = run_once(c, 71, false);
+    const char* what[] = {"y", "din", "grad_weight", "grad_bias"};
+    for (size_t i = 0; i < 4; ++i)
+      expect_close(std::string("chunked direct vs im2col ") + what[i], as_tensor(got[i]), ref[i]);
   }
 }
 

@@ -160,54 +160,22 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
   const int64_t V = k_->vec;
   in_blocks_ = ceil_div(g.channels, V);
   out_blocks_ = ceil_div(oc_, V);
+  const int64_t in_image = g.channels * g.in_plane(), out_image = oc_ * g.out_plane();
 
-  // Forward reads the input where it is when the layer has no padding (lane step: the plane),
-  // else a packed copy with its zero border. Live taps only: a tap that reads only padding
-  // adds nothing (ResNet's 3x3 layers on a 1x1 map keep their centre tap).
-  raw_in_ = g.pad_h == 0 && g.pad_w == 0;
-  in_img_ = {g.channels, g.height, g.width, g.height + 2 * g.pad_h, g.width + 2 * g.pad_w,
-             g.pad_h, g.pad_w};
-  const int64_t in_cols = raw_in_ ? g.width : in_img_.cols, in_pix = raw_in_ ? 1 : V;
-  for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-    if (!forward_live(kh, g.height, g.out_h, g.stride_h, g.pad_h, g.dilation_h)) continue;
-    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-      if (!forward_live(kw, g.width, g.out_w, g.stride_w, g.pad_w, g.dilation_w)) continue;
-      taps_.push_back((kh * g.dilation_h * in_cols + kw * g.dilation_w) * in_pix);
-      tap_ids_.push_back(int32_t(kh * g.kernel_w + kw));
-    }
-  }
-  const bool pointwise = g.is_pointwise();  // output pixel p reads input pixel p
-  auto tile = [&](direct::Pass& p, int64_t out_blocks) {
-    p.ob = std::min<int64_t>(2, out_blocks);
-    p.r = std::min<int64_t>(p.cols, k_->max_tile / p.ob);
-  };
-  fwd_.in_blocks = in_blocks_;
-  fwd_.in_lanes_last = g.channels - (in_blocks_ - 1) * V;
-  fwd_.in_block = raw_in_ ? V * g.in_plane() : in_img_.rows * in_img_.cols * V;
-  fwd_.in_lane_step = raw_in_ ? g.in_plane() : 1;
-  fwd_.in_row_step = g.stride_h * in_cols * in_pix;
-  fwd_.in_pix_step = g.stride_w * in_pix;
-  fwd_.ntaps = int64_t(taps_.size());
-  fwd_.rows = g.out_h;
-  fwd_.cols = g.out_w;
-  fwd_.out_channels = oc_;
-  fwd_.out_plane = g.out_plane();
-  fwd_.out_row_step = g.out_w;
-  fwd_.out_col_step = 1;
-  if (pointwise) {  // the plane as one row: no short tiles at row ends
-    fwd_.rows = 1, fwd_.cols = g.out_plane();
-    fwd_.in_row_step = fwd_.out_row_step = 0;
-  }
-  tile(fwd_, out_blocks_);
+  // Rows shorter than a quarter of a tile (AVX-512: 6 pixels) leave most accumulators idle:
+  // then images are interleaved per pixel in the packed copies and tiles run across images
+  // (batch_inner_). At 7x7 rows of 7 still measured faster (bench/RESULTS.md).
+  batch_inner_ = g.out_w * 4 < k_->max_tile;
 
-  // Input gradient: for each stride phase (ph, pw), the input pixels (ph + SH*i, pw + SW*j)
-  // are a stride-1 correlation of the output gradient with the phase's taps. The output
-  // gradient is packed once with the zero border every phase's reads need (the weight
-  // gradient reads that copy too); with no border to add, the phases read it where it is.
+  // Input gradient's stride phases: input pixels (ph + SH*i, pw + SW*j) are a stride-1
+  // correlation of the output gradient with the phase's taps. Their reads fix the zero border
+  // of the packed output gradient.
   std::vector<std::vector<AxisTap>> rows(size_t(g.stride_h)), cols(size_t(g.stride_w));
+  std::vector<int64_t> nhs(size_t(g.stride_h)), nws(size_t(g.stride_w));
   int64_t top = 0, bottom = 0, left = 0, right = 0;
   for (int64_t ph = 0; ph < g.stride_h; ++ph) {
     const int64_t n = ph < g.height ? ceil_div(g.height - ph, g.stride_h) : 0;
+    nhs[size_t(ph)] = n;
     rows[size_t(ph)] = phase_taps(ph, n, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, g.out_h);
     for (const AxisTap& t : rows[size_t(ph)]) {
       top = std::max(top, -t.c);
@@ -216,39 +184,103 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
   }
   for (int64_t pw = 0; pw < g.stride_w; ++pw) {
     const int64_t n = pw < g.width ? ceil_div(g.width - pw, g.stride_w) : 0;
+    nws[size_t(pw)] = n;
     cols[size_t(pw)] = phase_taps(pw, n, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, g.out_w);
     for (const AxisTap& t : cols[size_t(pw)]) {
       left = std::max(left, -t.c);
       right = std::max(right, n - 1 + t.c - (g.out_w - 1));
     }
   }
-  dout_img_ = {oc_, g.out_h, g.out_w, top + g.out_h + bottom, left + g.out_w + right, top, left};
+
+  // Packed copies: the input with its zero padding, the output gradient with its border.
+  in_img_ = {g.channels, g.height, g.width, g.height + 2 * g.pad_h, g.width + 2 * g.pad_w,
+             g.pad_h, g.pad_w, V};
+  dout_img_ = {oc_, g.out_h, g.out_w, top + g.out_h + bottom, left + g.out_w + right,
+               top, left, V};
+  // Images packed at once (backward; forward too when batch_inner_): a rule on the geometry.
+  const int64_t per_image = in_blocks_ * in_img_.rows * in_img_.cols * V +
+                            out_blocks_ * dout_img_.rows * dout_img_.cols * V;
+  chunk_ = std::clamp<int64_t>(kBackwardBudget / per_image, 1, max_batch);
+  // How each pass reads: where it is (NCHW, lane step the plane) when no border is needed,
+  // else the packed copy, image after image or images interleaved per pixel.
+  auto packed = [&](direct::BlockedImage& b, int64_t blocks) {
+    const int64_t images = batch_inner_ ? chunk_ : 1;
+    b.pix = images * V;
+    Layout l{b.pix, b.cols * b.pix, 1, b.rows * b.cols * b.pix, 0};
+    l.image = batch_inner_ ? V : blocks * l.block;
+    return l;
+  };
+  raw_in_ = g.pad_h == 0 && g.pad_w == 0;
   raw_dout_ = top == 0 && bottom == 0 && left == 0 && right == 0;
-  const int64_t dout_block = dout_img_.rows * dout_img_.cols * V;
-  const int64_t d_pix = raw_dout_ ? 1 : V;
+  in_l_ = raw_in_ ? Layout{1, g.width, g.in_plane(), V * g.in_plane(), in_image}
+                  : packed(in_img_, in_blocks_);
+  dpk_l_ = packed(dout_img_, out_blocks_);
+  dout_l_ = raw_dout_ ? Layout{1, g.out_w, g.out_plane(), V * g.out_plane(), out_image} : dpk_l_;
+
+  // A pass tiles a row of one image, or (batch_inner_) the images at one pixel column.
+  auto finish = [&](direct::Pass& p, const Layout& l, int64_t out_col, int64_t out_blocks) {
+    p.in_block = l.block;
+    p.in_lane_step = l.lane;
+    if (batch_inner_) {
+      p.in_pix_step = l.image;
+      p.cols = chunk_;
+      p.out_col_step = p.out_channels * p.out_plane;
+    } else {
+      p.out_col_step = out_col;
+    }
+    p.ob = std::min<int64_t>(2, out_blocks);
+    p.r = std::min<int64_t>(p.cols, k_->max_tile / p.ob);
+  };
+
+  // Forward: live taps only (a tap that reads only padding adds nothing: ResNet's 3x3 layers
+  // on a 1x1 map keep their centre tap).
+  for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+    if (!forward_live(kh, g.height, g.out_h, g.stride_h, g.pad_h, g.dilation_h)) continue;
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+      if (!forward_live(kw, g.width, g.out_w, g.stride_w, g.pad_w, g.dilation_w)) continue;
+      taps_.push_back(kh * g.dilation_h * in_l_.row + kw * g.dilation_w * in_l_.pix);
+      tap_ids_.push_back(int32_t(kh * g.kernel_w + kw));
+    }
+  }
+  fwd_.in_blocks = in_blocks_;
+  fwd_.in_lanes_last = g.channels - (in_blocks_ - 1) * V;
+  fwd_.in_row_step = g.stride_h * in_l_.row;
+  fwd_.in_pix_step = g.stride_w * in_l_.pix;
+  fwd_.ntaps = int64_t(taps_.size());
+  fwd_.rows = g.out_h;
+  fwd_.cols = g.out_w;
+  fwd_.out_channels = oc_;
+  fwd_.out_plane = g.out_plane();
+  fwd_.out_row_step = g.out_w;
+  fwd_step_ = {g.stride_w * in_l_.pix, 1};
+  if (g.is_pointwise() && raw_in_ && !batch_inner_) {
+    // Output pixel p reads input pixel p: the plane as one row, no short tiles at row ends.
+    fwd_.rows = 1, fwd_.cols = g.out_plane();
+    fwd_.in_row_step = fwd_.out_row_step = 0;
+  }
+  finish(fwd_, in_l_, 1, out_blocks_);
+
+  // Input gradient: one pass per phase with taps; pixels of a phase without taps get zero.
   for (int64_t ph = 0; ph < g.stride_h; ++ph) {
-    const int64_t nh = ph < g.height ? ceil_div(g.height - ph, g.stride_h) : 0;
     for (int64_t pw = 0; pw < g.stride_w; ++pw) {
-      const int64_t nw = pw < g.width ? ceil_div(g.width - pw, g.stride_w) : 0;
+      const int64_t nh = nhs[size_t(ph)], nw = nws[size_t(pw)];
       if (nh == 0 || nw == 0) continue;
       if (rows[size_t(ph)].empty() || cols[size_t(pw)].empty()) {
-        data_zero_first_ = true;  // these pixels' gradient is 0: no tap reaches them
+        data_zero_first_ = true;
         continue;
       }
       Phase phase;
       for (const AxisTap& th : rows[size_t(ph)])
         for (const AxisTap& tw : cols[size_t(pw)]) {
-          phase.taps.push_back((th.c * dout_img_.cols + tw.c) * d_pix);
+          phase.taps.push_back(th.c * dout_l_.row + tw.c * dout_l_.pix);
           phase.ids.push_back(int32_t(th.k * g.kernel_w + tw.k));
         }
       direct::Pass& p = phase.pass;
       p.in_blocks = out_blocks_;
       p.in_lanes_last = oc_ - (out_blocks_ - 1) * V;
-      p.in_block = raw_dout_ ? V * g.out_plane() : dout_block;
-      p.in_lane_step = raw_dout_ ? g.out_plane() : 1;
-      p.in_origin = (top * dout_img_.cols + left) * d_pix;
-      p.in_row_step = dout_img_.cols * d_pix;
-      p.in_pix_step = d_pix;
+      p.in_origin = raw_dout_ ? 0 : top * dout_l_.row + left * dout_l_.pix;
+      p.in_row_step = dout_l_.row;
+      p.in_pix_step = dout_l_.pix;
       p.ntaps = int64_t(phase.taps.size());
       p.rows = nh;
       p.cols = nw;
@@ -256,12 +288,13 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
       p.out_plane = g.in_plane();
       p.out_origin = ph * g.width + pw;
       p.out_row_step = g.stride_h * g.width;
-      p.out_col_step = g.stride_w;
-      if (pointwise) {
+      phase.columns = nw;
+      phase.step = {dout_l_.pix, g.stride_w};
+      if (g.is_pointwise() && raw_dout_ && !batch_inner_) {
         p.rows = 1, p.cols = g.in_plane();
         p.in_row_step = p.out_row_step = 0;
       }
-      tile(p, in_blocks_);
+      finish(p, dout_l_, g.stride_w, in_blocks_);
       phase.weight_offset = data_weight_floats_;
       data_weight_floats_ += in_blocks_ * out_blocks_ * p.ntaps * V * V;
       phases_.push_back(std::move(phase));
@@ -271,38 +304,38 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
   // Weight gradient: forward's input and taps against the packed output gradient.
   wg_.in_blocks = in_blocks_;
   wg_.in_lanes_last = fwd_.in_lanes_last;
-  wg_.in_block = fwd_.in_block;
-  wg_.in_lane_step = fwd_.in_lane_step;
-  wg_.in_row_step = g.stride_h * in_cols * in_pix;
-  wg_.in_pix_step = fwd_.in_pix_step;
-  wg_.in_image = raw_in_ ? g.channels * g.in_plane() : image_floats(in_img_);
+  wg_.in_block = in_l_.block;
+  wg_.in_lane_step = in_l_.lane;
+  wg_.in_row_step = g.stride_h * in_l_.row;
+  wg_.in_pix_step = g.stride_w * in_l_.pix;
+  wg_.in_image = in_l_.image;
   wg_.ntaps = fwd_.ntaps;
   wg_.out_blocks = out_blocks_;
-  wg_.out_block = dout_block;
-  wg_.out_image = image_floats(dout_img_);
-  wg_.out_origin = (top * dout_img_.cols + left) * V;
-  wg_.out_row_step = dout_img_.cols * V;
+  wg_.out_block = dpk_l_.block;
+  wg_.out_image = dpk_l_.image;
+  wg_.out_origin = top * dpk_l_.row + left * dpk_l_.pix;
+  wg_.out_row_step = dpk_l_.row;
+  wg_.out_pix_step = dpk_l_.pix;
   wg_.rows = g.out_h;
   wg_.cols = g.out_w;
-
-  const int64_t per_image = packed_in() + image_floats(dout_img_);
-  chunk_ = std::clamp<int64_t>(kBackwardBudget / per_image, 1, max_batch);
-  // A rule on the geometry alone (the bits differ between the two orders, never with threads).
-  wgrad_units_outer_ = out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V > per_image;
-  slots_ = raw_in_ ? 0 : std::max(1, omp_get_max_threads());
+  // Units outside images when dw is larger than an image's packed data (and always with
+  // interleaved images), else inside: a rule on the geometry alone (the two orders give
+  // different bits, never different thread counts).
+  wgrad_units_outer_ =
+      batch_inner_ || out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V > per_image;
+  slots_ = raw_in_ || batch_inner_ ? 0 : std::max(1, omp_get_max_threads());
 }
 
-int64_t DirectConv::image_floats(const direct::BlockedImage& b) const {
+int64_t DirectConv::packed_floats(const direct::BlockedImage& b) const {
   return ceil_div(b.channels, k_->vec) * b.rows * b.cols * k_->vec;
 }
-
-int64_t DirectConv::packed_in() const { return raw_in_ ? 0 : image_floats(in_img_); }
 
 int64_t DirectConv::workspace_floats() const {
   const int64_t V = k_->vec;
   const int64_t wf = out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V;
-  const int64_t fwd = wf + slots_ * packed_in();
-  const int64_t bwd = data_weight_floats_ + wf + chunk_ * (packed_in() + image_floats(dout_img_));
+  const int64_t in = raw_in_ ? 0 : packed_floats(in_img_), dout = packed_floats(dout_img_);
+  const int64_t fwd = wf + (batch_inner_ ? chunk_ : slots_) * in;
+  const int64_t bwd = data_weight_floats_ + wf + chunk_ * (in + dout);
   return std::max(fwd, bwd);
 }
 
@@ -314,10 +347,11 @@ void DirectConv::pack_forward_weights(float* wf, const float* w) const {
     for (int64_t cb = 0; cb < in_blocks_; ++cb)
       for (int64_t t = 0; t < T; ++t) {
         float* d = wf + ((kb * in_blocks_ + cb) * T + t) * V * V;
+        const int32_t id = tap_ids_[size_t(t)];
         for (int64_t li = 0; li < V; ++li)
           for (int64_t lo = 0; lo < V; ++lo) {
             const int64_t oc = kb * V + lo, ic = cb * V + li;
-            d[li * V + lo] = oc < oc_ && ic < IC ? w[(oc * IC + ic) * KT + tap_ids_[size_t(t)]] : 0.f;
+            d[li * V + lo] = oc < oc_ && ic < IC ? w[(oc * IC + ic) * KT + id] : 0.f;
           }
       }
 }
@@ -334,35 +368,44 @@ void DirectConv::pack_data_weights(float* wd, const float* w) const {
       for (int64_t kb = 0; kb < out_blocks_; ++kb)
         for (int64_t t = 0; t < T; ++t) {
           float* d = base + ((cb * out_blocks_ + kb) * T + t) * V * V;
+          const int32_t id = ph.ids[size_t(t)];
           for (int64_t li = 0; li < V; ++li)
             for (int64_t lo = 0; lo < V; ++lo) {
               const int64_t oc = kb * V + li, ic = cb * V + lo;
-              d[li * V + lo] =
-                  oc < oc_ && ic < IC ? w[(oc * IC + ic) * KT + ph.ids[size_t(t)]] : 0.f;
+              d[li * V + lo] = oc < oc_ && ic < IC ? w[(oc * IC + ic) * KT + id] : 0.f;
             }
         }
   }
 }
 
-void DirectConv::run_pass(float* out, int64_t out_image, const float* in, int64_t in_image,
-                          const direct::Pass& p, const float* bias, int64_t n) const {
+// `count` runs of pass p, run i reading in + i * step.in and writing out + i * step.out (one
+// per image, or one per pixel column with interleaved images): the runs in parallel, or, with
+// fewer runs than threads, each run's (row, block group) units.
+void DirectConv::run_pass(float* out, const float* in, const direct::Pass& p, const float* bias,
+                          int64_t count, Step step) const {
   const int64_t blocks = ceil_div(p.out_channels, k_->vec);
-  const int threads = omp_get_max_threads();
-  if (n >= threads) {
+  if (count >= omp_get_max_threads()) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      k_->pass_rows(out + i * out_image, in + i * in_image, p, bias, 0, p.rows, 0, blocks);
+    for (int64_t i = 0; i < count; ++i)
+      k_->pass_rows(out + i * step.out, in + i * step.in, p, bias, 0, p.rows, 0, blocks);
     return;
   }
-  // Fewer images than threads: each image's (row, block group) units in parallel.
   const int64_t groups = ceil_div(blocks, p.ob);
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < count; ++i) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t row = 0; row < p.rows; ++row)
       for (int64_t gi = 0; gi < groups; ++gi)
-        k_->pass_rows(out + i * out_image, in + i * in_image, p, bias, row, row + 1, gi * p.ob,
+        k_->pass_rows(out + i * step.out, in + i * step.in, p, bias, row, row + 1, gi * p.ob,
                       std::min(blocks, (gi + 1) * p.ob));
   }
+}
+
+// Packs images [c0, c0 + B) of src into dst as img (after each other, or interleaved).
+void DirectConv::pack(float* dst, const float* src, int64_t src_image,
+                      const direct::BlockedImage& img, const Layout& l, int64_t c0,
+                      int64_t B) const {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < B; ++i) k_->pack_image(dst + i * l.image, src + (c0 + i) * src_image, img);
 }
 
 void DirectConv::forward(float* out, const float* in, const float* w, const float* bias,
@@ -375,11 +418,25 @@ void DirectConv::forward(float* out, const float* in, const float* w, const floa
   p.taps = taps_.data();
   p.weights = wf;
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
-  if (raw_in_) {
-    run_pass(out, out_image, in, in_image, p, bias, n);
+  if (batch_inner_) {
+    for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
+      const int64_t B = std::min(chunk_, n - c0);
+      const float* src = in + c0 * in_image;
+      if (!raw_in_) {
+        pack(images, in, in_image, in_img_, in_l_, c0, B);
+        src = images;
+      }
+      p.cols = B;
+      p.r = std::min<int64_t>(fwd_.r, B);
+      run_pass(out + c0 * out_image, src, p, bias, g_.out_w, fwd_step_);
+    }
     return;
   }
-  const int64_t packed = packed_in();
+  if (raw_in_) {
+    run_pass(out, in, p, bias, n, {in_image, out_image});
+    return;
+  }
+  const int64_t packed = in_l_.image;
   const int threads = std::min(omp_get_max_threads(), slots_);
   if (n >= threads) {
     // Each thread packs its images into its own slot and computes them.
@@ -393,7 +450,7 @@ void DirectConv::forward(float* out, const float* in, const float* w, const floa
   }
   for (int64_t i = 0; i < n; ++i) {
     k_->pack_image(images, in + i * in_image, in_img_);
-    run_pass(out + i * out_image, 0, images, 0, p, bias, 1);
+    run_pass(out + i * out_image, images, p, bias, 1, {0, 0});
   }
 }
 
@@ -401,38 +458,35 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
                           const float* w, int64_t n, float* ws) const {
   const int64_t V = k_->vec, T = int64_t(taps_.size());
   const int64_t wf_floats = out_blocks_ * in_blocks_ * T * V * V;
-  float* wd = ws;                         // packed transposed weights of every phase
-  float* dw = wd + data_weight_floats_;   // [out block][in block][tap][V in][V out]
-  float* ins = dw + wf_floats;            // chunk_ packed inputs (none when raw_in_)
-  const int64_t in_packed = packed_in(), dout_packed = image_floats(dout_img_);
-  float* douts = ins + chunk_ * in_packed;  // chunk_ packed output gradients
+  float* wd = ws;                        // packed transposed weights of every phase
+  float* dw = wd + data_weight_floats_;  // [out block][in block][tap][V in][V out]
+  float* ins = dw + wf_floats;           // chunk_ packed inputs (none when raw_in_)
+  float* douts = ins + (raw_in_ ? 0 : chunk_ * packed_floats(in_img_));  // packed gradients
   if (din) pack_data_weights(wd, w);
   if (gw) std::memset(dw, 0, sizeof(float) * size_t(wf_floats));
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
   const int64_t units = k_->weight_grad_units(wg_);
   for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
     const int64_t B = std::min(chunk_, n - c0);
-    // The weight gradient reads packed output gradients, and packed inputs unless raw_in_;
-    // the input gradient's phases read the packed output gradients unless raw_dout_.
-    const bool pack_dout = gw || !raw_dout_, pack_in = gw && !raw_in_;
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < 2 * B; ++j) {
-      const int64_t i = j / 2;
-      if (j % 2 == 0 && pack_dout)
-        k_->pack_image(douts + i * dout_packed, dout + (c0 + i) * out_image, dout_img_);
-      else if (j % 2 == 1 && pack_in)
-        k_->pack_image(ins + i * in_packed, in + (c0 + i) * in_image, in_img_);
-    }
+    // The weight gradient reads the packed output gradient, and the packed input unless
+    // raw_in_; the input gradient's phases read the packed output gradient unless raw_dout_.
+    if (gw || !raw_dout_) pack(douts, dout, out_image, dout_img_, dpk_l_, c0, B);
+    if (gw && !raw_in_) pack(ins, in, in_image, in_img_, in_l_, c0, B);
     if (din) {
       float* d = din + c0 * in_image;
       if (data_zero_first_) std::memset(d, 0, sizeof(float) * size_t(B * in_image));
       const float* src = raw_dout_ ? dout + c0 * out_image : douts;
-      const int64_t src_image = raw_dout_ ? out_image : dout_packed;
       for (const Phase& ph : phases_) {
         direct::Pass p = ph.pass;
         p.taps = ph.taps.data();
         p.weights = wd + ph.weight_offset;
-        run_pass(d, in_image, src, src_image, p, nullptr, B);
+        if (batch_inner_) {
+          p.cols = B;
+          p.r = std::min<int64_t>(ph.pass.r, B);
+          run_pass(d, src, p, nullptr, ph.columns, ph.step);
+        } else {
+          run_pass(d, src, p, nullptr, B, {dout_l_.image, in_image});
+        }
       }
     }
     if (gw) {
@@ -440,7 +494,7 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
       g.taps = taps_.data();
       const float* x = raw_in_ ? in + c0 * in_image : ins;
       if (wgrad_units_outer_) {
-        // dw larger than the images: each unit runs through the chunk's images at once.
+        // Each unit runs through the chunk's images at once.
 #pragma omp parallel for schedule(static)
         for (int64_t u = 0; u < units; ++u) k_->weight_grad(dw, x, douts, g, u, B);
       } else {
@@ -449,7 +503,7 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
         for (int64_t i = 0; i < B; ++i) {
 #pragma omp for schedule(static)
           for (int64_t u = 0; u < units; ++u)
-            k_->weight_grad(dw, x + i * g.in_image, douts + i * dout_packed, g, u, 1);
+            k_->weight_grad(dw, x + i * g.in_image, douts + i * g.out_image, g, u, 1);
         }
       }
     }

@@ -52,36 +52,52 @@ class DirectConv {
                 int64_t n, real* ws) const;
 
  private:
+  // How a pass reads a set of images: floats between the pixels of a row, rows, lanes (1 in a
+  // packed copy, the plane in NCHW), channel blocks and images.
+  struct Layout {
+    int64_t pix = 0, row = 0, lane = 0, block = 0, image = 0;
+  };
+  // Runs of a pass: run i reads in + i * in and writes out + i * out.
+  struct Step {
+    int64_t in = 0, out = 0;
+  };
   struct Phase {                // one stride phase of the input gradient
     direct::Pass pass;          // taps and weights filled in at call time
-    std::vector<int64_t> taps;  // offsets in the packed output gradient
+    std::vector<int64_t> taps;  // offsets in the output gradient's layout
     std::vector<int32_t> ids;   // kh * KW + kw of each tap
     int64_t weight_offset = 0;  // floats into the packed transposed weights
+    int64_t columns = 0;        // the phase's pixel columns (runs, with interleaved images)
+    Step step;                  // from one pixel column to the next
   };
-  int64_t image_floats(const direct::BlockedImage& b) const;
-  int64_t packed_in() const;  // floats of one packed input image (0 when raw_in_)
+  int64_t packed_floats(const direct::BlockedImage& b) const;  // one image
   void pack_forward_weights(float* wf, const float* w) const;
   void pack_data_weights(float* wd, const float* w) const;
-  // Runs pass p over n images: images in parallel, or within the image when n < threads.
-  void run_pass(float* out, int64_t out_image, const float* in, int64_t in_image,
-                const direct::Pass& p, const float* bias, int64_t n) const;
+  void pack(float* dst, const float* src, int64_t src_image, const direct::BlockedImage& img,
+            const Layout& l, int64_t c0, int64_t B) const;
+  void run_pass(float* out, const float* in, const direct::Pass& p, const float* bias,
+                int64_t count, Step step) const;
 
   const direct::Kernels* k_ = nullptr;
   ConvGeometry g_;
   int64_t oc_ = 0, in_blocks_ = 0, out_blocks_ = 0;
-  direct::BlockedImage in_img_, dout_img_;  // the forward input; the output gradient
+  // Rows shorter than half a tile: the packed copies interleave the images of a chunk per
+  // pixel ([blocks][rows][cols][chunk][V]) and tiles run across images at one pixel.
+  bool batch_inner_ = false;
+  int64_t chunk_ = 1;                       // images packed at once
+  direct::BlockedImage in_img_, dout_img_;  // packed input, packed output gradient
   bool raw_in_ = false;    // no padding: forward and the weight gradient read the input as is
-  bool raw_dout_ = false;  // the input gradient reads the output gradient as is
-  std::vector<int64_t> taps_;                // forward's live taps: offsets in in_img_
-  std::vector<int32_t> tap_ids_;             // and their kh * KW + kw
+  bool raw_dout_ = false;  // no border needed: the input gradient reads dout as is
+  Layout in_l_, dout_l_, dpk_l_;  // the input, the output gradient the phases read, its packing
+  std::vector<int64_t> taps_;     // forward's live taps: offsets in in_l_
+  std::vector<int32_t> tap_ids_;  // and their kh * KW + kw
   direct::Pass fwd_;
+  Step fwd_step_;  // from one output column to the next (interleaved images)
   std::vector<Phase> phases_;
   bool data_zero_first_ = false;  // some input-gradient pixel gets no tap: din starts at 0
   int64_t data_weight_floats_ = 0;
   direct::WeightGrad wg_;
-  int64_t chunk_ = 1;  // images packed at once in backward
   bool wgrad_units_outer_ = false;  // weight gradient: units outside images, or inside
-  int slots_ = 1;      // forward's packed images: one per thread at plan time
+  int slots_ = 1;  // forward's packed images: one per thread at plan time (0: none needed)
 };
 
 }  // namespace mpicnn

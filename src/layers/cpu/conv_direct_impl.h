@@ -18,28 +18,28 @@ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 void pack_image(float* dst, const float* src, const BlockedImage& b) {
   const int64_t blocks = (b.channels + V - 1) / V, plane = b.height * b.width;
+  const int64_t pix = b.pix, right = b.left + b.width;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t lanes = min64(V, b.channels - blk * V);
     const float* s = src + blk * V * plane;
     for (int64_t row = 0; row < b.rows; ++row) {
-      float* d = dst + (blk * b.rows + row) * b.cols * V;
+      float* d = dst + (blk * b.rows + row) * b.cols * pix;
       const int64_t h = row - b.top;
       if (h < 0 || h >= b.height) {
-        std::memset(d, 0, sizeof(float) * size_t(b.cols * V));
+        for (int64_t col = 0; col < b.cols; ++col) Isa::store(d + col * pix, Isa::zero());
         continue;
       }
-      std::memset(d, 0, sizeof(float) * size_t(b.left * V));
-      const int64_t right = b.left + b.width;
-      std::memset(d + right * V, 0, sizeof(float) * size_t((b.cols - right) * V));
-      float* dp = d + b.left * V;
+      for (int64_t col = 0; col < b.left; ++col) Isa::store(d + col * pix, Isa::zero());
+      for (int64_t col = right; col < b.cols; ++col) Isa::store(d + col * pix, Isa::zero());
+      float* dp = d + b.left * pix;
       const float* sp = s + h * b.width;
       if (lanes == V) {
         for (int64_t x = 0; x < b.width; ++x)
-          for (int l = 0; l < V; ++l) dp[x * V + l] = sp[l * plane + x];
+          for (int l = 0; l < V; ++l) dp[x * pix + l] = sp[l * plane + x];
       } else {
         for (int64_t x = 0; x < b.width; ++x) {
-          for (int64_t l = 0; l < lanes; ++l) dp[x * V + l] = sp[l * plane + x];
-          for (int64_t l = lanes; l < V; ++l) dp[x * V + l] = 0.f;
+          Isa::store(dp + x * pix, Isa::zero());
+          for (int64_t l = 0; l < lanes; ++l) dp[x * pix + l] = sp[l * plane + x];
         }
       }
     }
@@ -141,14 +141,16 @@ constexpr int taps_per_unit(int J) { return J >= 8 ? 1 : Isa::kMaxTile / J; }
 // J input lanes of TG taps of one weight-gradient unit over `images` images: acc[t][j] holds
 // dw[t][j][0..V) through every pixel of every image, in order (so the bits do not depend on
 // how taps are grouped). dws[t] is where tap t's J x V floats live, offs[t] its input offset.
-template <int J>
+// kPacked: the input is a packed copy, lanes adjacent (the broadcasts' addresses then fold
+// into the instructions); else NCHW, lanes a plane apart.
+template <int J, bool kPacked>
 void wgrad(float* const* dws, const int64_t* offs, const float* in, const float* dout,
            const WeightGrad& g, int64_t images) {
   constexpr int TG = taps_per_unit(J);
   Vec acc[TG][J];
   for (int t = 0; t < TG; ++t)
     for (int j = 0; j < J; ++j) acc[t][j] = Isa::load(dws[t] + j * V);
-  const int64_t lane = g.in_lane_step;
+  const int64_t lane = kPacked ? 1 : g.in_lane_step;
   for (int64_t i = 0; i < images; ++i) {
     const float* in_i = in + i * g.in_image;
     const float* dout_i = dout + i * g.out_image + g.out_origin;
@@ -156,7 +158,7 @@ void wgrad(float* const* dws, const int64_t* offs, const float* in, const float*
       const float* ip = in_i + row * g.in_row_step;
       const float* op = dout_i + row * g.out_row_step;
       for (int64_t col = 0; col < g.cols; ++col) {
-        const Vec d = Isa::load(op + col * V);
+        const Vec d = Isa::load(op + col * g.out_pix_step);
         const float* x = ip + col * g.in_pix_step;
         for (int t = 0; t < TG; ++t)
           for (int j = 0; j < J; ++j)
@@ -170,11 +172,12 @@ void wgrad(float* const* dws, const int64_t* offs, const float* in, const float*
 
 using WgradFn = void (*)(float* const*, const int64_t*, const float*, const float*,
                          const WeightGrad&, int64_t);
-template <int... J>
+template <bool kPacked, int... J>
 constexpr Table<WgradFn, sizeof...(J)> wgrad_table(std::integer_sequence<int, J...>) {
-  return {{&wgrad<J + 1>...}};
+  return {{&wgrad<J + 1, kPacked>...}};
 }
-constexpr auto kWgrads = wgrad_table(std::make_integer_sequence<int, V>{});
+constexpr auto kWgradsPacked = wgrad_table<true>(std::make_integer_sequence<int, V>{});
+constexpr auto kWgradsNchw = wgrad_table<false>(std::make_integer_sequence<int, V>{});
 
 // Units of each output block: every tap of each full input block, then the last block's taps
 // in groups of taps_per_unit.
@@ -203,7 +206,8 @@ void weight_grad(float* dw, const float* in, const float* dout, const WeightGrad
     dws[t] = live ? base + (t0 + t) * V * V : scratch;
     offs[t] = live ? g.taps[t0 + t] : g.taps[0];
   }
-  kWgrads.f[J - 1](dws, offs, in + b * g.in_block, dout + k * g.out_block, g, images);
+  const WgradFn fn = g.in_lane_step == 1 ? kWgradsPacked.f[J - 1] : kWgradsNchw.f[J - 1];
+  fn(dws, offs, in + b * g.in_block, dout + k * g.out_block, g, images);
 }
 
 }  // namespace

@@ -9,12 +9,15 @@
 
 namespace mpicnn::direct {
 
-// A channel-blocked image [blocks][rows][cols][V]: V channels per block, a zero border around
-// the source plane (its pixel (0, 0) at (top, left)), zeros in the last block's unused lanes.
+// A channel-blocked image [blocks][rows][cols][V], V channels per block, pixels pix floats
+// apart (V; or chunk * V where the images of a chunk are interleaved per pixel): a zero border
+// around the source plane (its pixel (0, 0) at (top, left)), zeros in the last block's unused
+// lanes.
 struct BlockedImage {
   int64_t channels = 0, height = 0, width = 0;  // of the NCHW source image
   int64_t rows = 0, cols = 0;                   // of the padded plane
   int64_t top = 0, left = 0;
+  int64_t pix = 0;
 };
 
 // One tiled pass: every output pixel (row, col) of the pass, for output channel c,
@@ -42,7 +45,8 @@ struct Pass {
 //   dw[k][b][t][l][o] '+=' sum over i, rows, cols of
 //     in[i * in_image + b * in_block + row * in_row_step + col * in_pix_step + taps[t]
 //        + l * in_lane_step]
-//     * dout[i * out_image + k * out_block + out_origin + row * out_row_step + col * V + o]
+//     * dout[i * out_image + k * out_block + out_origin + row * out_row_step
+//            + col * out_pix_step + o]
 // in the forward input's layout (as Pass's), dout in the output gradient's BlockedImage. Each
 // unit is one thread's at a time, so the sum runs in image order whatever the thread count.
 struct WeightGrad {
@@ -51,7 +55,7 @@ struct WeightGrad {
   int64_t in_image = 0, out_image = 0;  // floats per packed image
   const int64_t* taps = nullptr;
   int64_t ntaps = 0;
-  int64_t out_blocks = 0, out_block = 0, out_origin = 0, out_row_step = 0;
+  int64_t out_blocks = 0, out_block = 0, out_origin = 0, out_row_step = 0, out_pix_step = 0;
   int64_t rows = 0, cols = 0;  // the forward output's plane
 };
 
