@@ -422,6 +422,9 @@ TEST_CASE("Pooling layers match PyTorch forward and backward") {
       {"max", "max_wide_dilated_specials", {1, 3, 7, 37}, {3, 3, 1, 1, 1, 1, 2, 2, 1}, F::Specials},
       {"max", "max_wide_2x2_ties", {2, 4, 6, 33}, {2, 2, 2, 2, 0, 0, 1, 1, 1}, F::Ties},
       {"max", "max_wide_stride3_specials", {1, 2, 5, 50}, {2, 4, 1, 3, 1, 2, 1, 1, 0}, F::Specials},
+      // Rows with several 16-column blocks of the AVX-512 stride-2 path, then the rest.
+      {"max", "max_long_stem_specials", {1, 2, 6, 80}, {3, 3, 2, 2, 1, 1, 1, 1, 0}, F::Specials},
+      {"max", "max_long_2x2_ties", {1, 3, 4, 72}, {2, 2, 2, 2, 0, 0, 1, 1, 0}, F::Ties},
       {"avg", "avg_incl_pad", {2, 3, 9, 9}, {3, 3, 2, 2, 1, 1, 0, 1, 0}},
       {"avg", "avg_excl_pad", {2, 3, 9, 9}, {3, 3, 2, 2, 1, 1, 0, 0, 0}},
       {"avg", "avg_ceil_clip_incl", {1, 2, 6, 6}, {3, 3, 2, 2, 1, 1, 1, 1, 0}},

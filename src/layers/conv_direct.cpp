@@ -210,23 +210,30 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
     l.image = batch_inner_ ? V : blocks * l.block;
     return l;
   };
-  raw_in_ = g.pad_h == 0 && g.pad_w == 0;
-  raw_dout_ = top == 0 && bottom == 0 && left == 0 && right == 0;
+  // (Not with interleaved images: runs across NCHW images would read at strides of whole
+  // images, often multiples of 4 KiB, which thrash the L1 sets.)
+  raw_in_ = g.pad_h == 0 && g.pad_w == 0 && !batch_inner_;
+  raw_dout_ = top == 0 && bottom == 0 && left == 0 && right == 0 && !batch_inner_;
   in_l_ = raw_in_ ? Layout{1, g.width, g.in_plane(), V * g.in_plane(), in_image}
                   : packed(in_img_, in_blocks_);
   dpk_l_ = packed(dout_img_, out_blocks_);
   dout_l_ = raw_dout_ ? Layout{1, g.out_w, g.out_plane(), V * g.out_plane(), out_image} : dpk_l_;
 
-  // A pass tiles a row of one image, or (batch_inner_) the images at one pixel column.
-  auto finish = [&](direct::Pass& p, const Layout& l, int64_t out_col, int64_t out_blocks) {
+  // A pass tiles a row of one image, or (batch_inner_) the images at one pixel column; then it
+  // stores whole vectors into an interleaved blocked buffer [blocks][plane][chunk][V] (px
+  // floats a pixel), which unpack() turns into NCHW, rather than scatter lanes across images.
+  const int64_t px = chunk_ * V;
+  auto finish = [&](direct::Pass& p, const Layout& l, int64_t out_blocks) {
     p.in_block = l.block;
     p.in_lane_step = l.lane;
     if (batch_inner_) {
       p.in_pix_step = l.image;
       p.cols = chunk_;
-      p.out_col_step = p.out_channels * p.out_plane;
-    } else {
-      p.out_col_step = out_col;
+      p.out_blocked = true;
+      p.out_plane *= px;
+      p.out_origin *= px;
+      p.out_row_step *= px;
+      p.out_col_step = V;
     }
     p.ob = std::min<int64_t>(2, out_blocks);
     p.r = std::min<int64_t>(p.cols, k_->max_tile / p.ob);
@@ -252,13 +259,14 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
   fwd_.out_channels = oc_;
   fwd_.out_plane = g.out_plane();
   fwd_.out_row_step = g.out_w;
-  fwd_step_ = {g.stride_w * in_l_.pix, 1};
+  fwd_.out_col_step = 1;
+  fwd_step_ = {g.stride_w * in_l_.pix, px};
   if (g.is_pointwise() && raw_in_ && !batch_inner_) {
     // Output pixel p reads input pixel p: the plane as one row, no short tiles at row ends.
     fwd_.rows = 1, fwd_.cols = g.out_plane();
     fwd_.in_row_step = fwd_.out_row_step = 0;
   }
-  finish(fwd_, in_l_, 1, out_blocks_);
+  finish(fwd_, in_l_, out_blocks_);
 
   // Input gradient: one pass per phase with taps; pixels of a phase without taps get zero.
   for (int64_t ph = 0; ph < g.stride_h; ++ph) {
@@ -288,13 +296,14 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
       p.out_plane = g.in_plane();
       p.out_origin = ph * g.width + pw;
       p.out_row_step = g.stride_h * g.width;
+      p.out_col_step = g.stride_w;
       phase.columns = nw;
-      phase.step = {dout_l_.pix, g.stride_w};
+      phase.step = {dout_l_.pix, g.stride_w * px};
       if (g.is_pointwise() && raw_dout_ && !batch_inner_) {
         p.rows = 1, p.cols = g.in_plane();
         p.in_row_step = p.out_row_step = 0;
       }
-      finish(p, dout_l_, g.stride_w, in_blocks_);
+      finish(p, dout_l_, in_blocks_);
       phase.weight_offset = data_weight_floats_;
       data_weight_floats_ += in_blocks_ * out_blocks_ * p.ntaps * V * V;
       phases_.push_back(std::move(phase));
@@ -334,9 +343,26 @@ int64_t DirectConv::workspace_floats() const {
   const int64_t V = k_->vec;
   const int64_t wf = out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V;
   const int64_t in = raw_in_ ? 0 : packed_floats(in_img_), dout = packed_floats(dout_img_);
-  const int64_t fwd = wf + (batch_inner_ ? chunk_ : slots_) * in;
-  const int64_t bwd = data_weight_floats_ + wf + chunk_ * (in + dout);
+  // Interleaved images: the blocked outputs of forward and of the input gradient too.
+  const int64_t out_b = batch_inner_ ? chunk_ * out_blocks_ * g_.out_plane() * V : 0;
+  const int64_t din_b = batch_inner_ ? chunk_ * in_blocks_ * g_.in_plane() * V : 0;
+  const int64_t fwd = wf + (batch_inner_ ? chunk_ : slots_) * in + out_b;
+  const int64_t bwd = data_weight_floats_ + wf + chunk_ * (in + dout) + din_b;
   return std::max(fwd, bwd);
+}
+
+// out (B images, NCHW) '=' the interleaved blocked buffer b [blocks][plane][chunk][V] + bias.
+void DirectConv::unpack(float* out, const float* b, int64_t channels, int64_t plane, int64_t B,
+                        const float* bias) const {
+  const int64_t V = k_->vec, px = chunk_ * V;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* s = b + (c / V) * plane * px + i * V + c % V;
+      float* d = out + (i * channels + c) * plane;
+      const float bv = bias ? bias[c] : 0.f;
+      for (int64_t p = 0; p < plane; ++p) d[p] = s[p * px] + bv;
+    }
 }
 
 // wf [out block][in block][tap][V in][V out] from w (OC, IC, KH, KW), zeros past the channels.
@@ -419,16 +445,14 @@ void DirectConv::forward(float* out, const float* in, const float* w, const floa
   p.weights = wf;
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
   if (batch_inner_) {
+    float* out_b = images + chunk_ * packed_floats(in_img_);  // [KB][OH*OW][chunk][V]
     for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
       const int64_t B = std::min(chunk_, n - c0);
-      const float* src = in + c0 * in_image;
-      if (!raw_in_) {
-        pack(images, in, in_image, in_img_, in_l_, c0, B);
-        src = images;
-      }
+      pack(images, in, in_image, in_img_, in_l_, c0, B);
       p.cols = B;
       p.r = std::min<int64_t>(fwd_.r, B);
-      run_pass(out + c0 * out_image, src, p, bias, g_.out_w, fwd_step_);
+      run_pass(out_b, images, p, nullptr, g_.out_w, fwd_step_);
+      unpack(out + c0 * out_image, out_b, oc_, g_.out_plane(), B, bias);
     }
     return;
   }
@@ -462,6 +486,7 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
   float* dw = wd + data_weight_floats_;  // [out block][in block][tap][V in][V out]
   float* ins = dw + wf_floats;           // chunk_ packed inputs (none when raw_in_)
   float* douts = ins + (raw_in_ ? 0 : chunk_ * packed_floats(in_img_));  // packed gradients
+  float* din_b = douts + chunk_ * packed_floats(dout_img_);  // interleaved: [CB][H*W][chunk][V]
   if (din) pack_data_weights(wd, w);
   if (gw) std::memset(dw, 0, sizeof(float) * size_t(wf_floats));
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
@@ -474,7 +499,10 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
     if (gw && !raw_in_) pack(ins, in, in_image, in_img_, in_l_, c0, B);
     if (din) {
       float* d = din + c0 * in_image;
-      if (data_zero_first_) std::memset(d, 0, sizeof(float) * size_t(B * in_image));
+      float* target = batch_inner_ ? din_b : d;
+      const int64_t target_floats = batch_inner_ ? chunk_ * in_blocks_ * g_.in_plane() * V
+                                                 : B * in_image;
+      if (data_zero_first_) std::memset(target, 0, sizeof(float) * size_t(target_floats));
       const float* src = raw_dout_ ? dout + c0 * out_image : douts;
       for (const Phase& ph : phases_) {
         direct::Pass p = ph.pass;
@@ -483,11 +511,12 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
         if (batch_inner_) {
           p.cols = B;
           p.r = std::min<int64_t>(ph.pass.r, B);
-          run_pass(d, src, p, nullptr, ph.columns, ph.step);
+          run_pass(din_b, src, p, nullptr, ph.columns, ph.step);
         } else {
           run_pass(d, src, p, nullptr, B, {dout_l_.image, in_image});
         }
       }
+      if (batch_inner_) unpack(d, din_b, g_.channels, g_.in_plane(), B, nullptr);
     }
     if (gw) {
       direct::WeightGrad g = wg_;

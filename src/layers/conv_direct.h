@@ -76,6 +76,8 @@ class DirectConv {
             const Layout& l, int64_t c0, int64_t B) const;
   void run_pass(float* out, const float* in, const direct::Pass& p, const float* bias,
                 int64_t count, Step step) const;
+  void unpack(float* out, const float* b, int64_t channels, int64_t plane, int64_t B,
+              const float* bias) const;
 
   const direct::Kernels* k_ = nullptr;
   ConvGeometry g_;

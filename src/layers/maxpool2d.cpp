@@ -10,6 +10,11 @@
 #include <limits>
 #include <string>
 
+#if defined(__AVX512F__) && !(defined(MPICNN_F64) && MPICNN_F64)
+#include <immintrin.h>
+#define MPICNN_MAXPOOL_AVX512 1
+#endif
+
 #include "core/gpu.h"
 #include "core/mutant.h"
 
@@ -43,6 +48,45 @@ inline void max_cell(real* y, int32_t* arg, const real* x, int64_t h0, int64_t h
   arg[ow] = int32_t(best_i);
 }
 
+#ifdef MPICNN_MAXPOOL_AVX512
+// Stride-2 windows of 1-3 columns (ResNet's 3x3/2, VGG's and AlexNet's pools), 16 outputs a
+// vector from column lo while their loads (34 floats from the first window's start) stay in
+// the row: each window row's even and odd cells come out of two loads by permutes, then the
+// same scan order and comparison as max_cell. Returns the first column it did not compute.
+int64_t max_row_s2(real* __restrict yr, int32_t* __restrict ar, const real* __restrict x,
+                   int64_t h0, int64_t h1, int64_t W, int64_t lo, int64_t hi,
+                   const MaxPool2dOptions& o, bool tie_last) {
+  const int32_t pw = o.padding[1], kw = o.kernel[1], dh = o.dilation[0];
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  int64_t ow = lo;
+  for (; ow + 16 <= hi && 2 * ow - pw + 34 <= W; ow += 16) {
+    __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512i first = _mm512_add_epi32(_mm512_set1_epi32(int32_t(h0 * W - pw + 2 * ow)), even);
+    __m512i arg = first;
+    for (int64_t h = h0; h < h1; h += dh) {
+      const real* row = x + h * W - pw + 2 * ow;
+      const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
+      __m512 cells[3] = {_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b),
+                         _mm512_setzero_ps()};
+      if (kw == 3)
+        cells[2] = _mm512_permutex2var_ps(_mm512_loadu_ps(row + 2), even, _mm512_loadu_ps(row + 18));
+      const __m512i at = _mm512_add_epi32(first, _mm512_set1_epi32(int32_t((h - h0) * W)));
+      for (int32_t k = 0; k < kw; ++k) {
+        const __m512 v = cells[k];
+        __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        if (tie_last) take |= _mm512_cmp_ps_mask(v, best, _CMP_EQ_OQ);
+        best = _mm512_mask_mov_ps(best, take, v);
+        arg = _mm512_mask_mov_epi32(arg, take, _mm512_add_epi32(at, _mm512_set1_epi32(k)));
+      }
+    }
+    _mm512_storeu_ps(yr + ow, best);
+    _mm512_storeu_si512(ar + ow, arg);
+  }
+  return ow;
+}
+#endif
+
 // One (H, W) plane: y and arg (OH, OW), x (H, W). Columns [lo, hi) have whole windows in the
 // width (no clipping): there the lanes run over output columns, one window cell at a time.
 void max_plane(real* y, int32_t* arg, const real* __restrict x, int64_t H, int64_t W, int64_t OH,
@@ -59,10 +103,15 @@ void max_plane(real* y, int32_t* arg, const real* __restrict x, int64_t H, int64
     real* __restrict yr = y + oh * OW;
     int32_t* __restrict ar = arg + oh * OW;
     for (int64_t ow = 0; ow < lo; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
+    int64_t from = lo;  // the columns left to the loop below
+#ifdef MPICNN_MAXPOOL_AVX512
+    if (h0 < h1 && sw == 2 && dw == 1 && kw <= 3)
+      from = max_row_s2(yr, ar, x, h0, h1, W, lo, hi, o, tie_last);
+#endif
     if (h0 < h1) {
       const int32_t first = int32_t(h0 * W) - pw;  // + ow * sw: the window's first cell
 #pragma omp simd
-      for (int64_t ow = lo; ow < hi; ++ow) {
+      for (int64_t ow = from; ow < hi; ++ow) {
         yr[ow] = -std::numeric_limits<real>::infinity();
         ar[ow] = first + int32_t(ow) * sw;
       }
@@ -70,7 +119,7 @@ void max_plane(real* y, int32_t* arg, const real* __restrict x, int64_t H, int64
         for (int32_t k = 0; k < kw; ++k) {
           const int32_t base = int32_t(h * W) - pw + k * dw;  // + ow * sw: this cell
 #pragma omp simd
-          for (int64_t ow = lo; ow < hi; ++ow) {
+          for (int64_t ow = from; ow < hi; ++ow) {
             const int32_t i = base + int32_t(ow) * sw;
             const real v = x[i], best = yr[ow];
             const bool take = v > best || (tie_last && v == best) || v != v;
@@ -79,7 +128,7 @@ void max_plane(real* y, int32_t* arg, const real* __restrict x, int64_t H, int64
           }
         }
     } else {
-      for (int64_t ow = lo; ow < hi; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
+      for (int64_t ow = from; ow < hi; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
     }
     for (int64_t ow = hi; ow < OW; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
   }

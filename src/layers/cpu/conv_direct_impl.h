@@ -104,6 +104,13 @@ inline void row_group(float* out, const float* in, const Pass& p, const float* b
     const TileFn fn = ob == 2 ? kTiles2.f[r - 1] : kTiles1.f[r - 1];
     fn(acc, in_row + c0 * p.in_pix_step, p, w);
     float* o_base = out_row + c0 * p.out_col_step;
+    if (p.out_blocked) {
+      for (int64_t o = 0; o < ob; ++o)
+        for (int64_t i = 0; i < r; ++i)
+          Isa::store(o_base + (g + o) * p.out_plane + i * p.out_col_step,
+                     Isa::load(acc + (o * r + i) * V));
+      continue;
+    }
     for (int64_t o = 0; o < ob; ++o) {
       const int64_t lanes = min64(V, p.out_channels - (g + o) * V);
       for (int64_t l = 0; l < lanes; ++l) {

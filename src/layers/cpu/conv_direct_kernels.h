@@ -27,9 +27,10 @@ struct BlockedImage {
 //          + l * in_lane_step]
 //       * weights[((c / V) * in_blocks + b) * ntaps + t][l][c % V]
 // where in is a BlockedImage (lane step 1) or, for a layer without padding, the NCHW image
-// itself (lane step: its plane), and out one NCHW image. Forward is one pass; the input
-// gradient one pass per stride phase (conv_direct.cpp). Tiles are r pixels of a row by ob
-// output blocks.
+// itself (lane step: its plane), and out one NCHW image; or, with out_blocked, a blocked one
+// (out_plane: floats per block, c % V the lane, no bias: whole vectors stored). Forward is one
+// pass; the input gradient one pass per stride phase (conv_direct.cpp). Tiles are r pixels of
+// a row by ob output blocks.
 struct Pass {
   int64_t in_blocks = 0, in_lanes_last = 0, in_block = 0;  // in_block: floats per block
   int64_t in_origin = 0, in_row_step = 0, in_pix_step = 0, in_lane_step = 1;  // floats
@@ -38,7 +39,8 @@ struct Pass {
   const float* weights = nullptr;  // [out_blocks][in_blocks][ntaps][V in][V out]
   int64_t rows = 0, cols = 0;      // output pixels of the pass
   int64_t out_channels = 0, out_plane = 0, out_origin = 0, out_row_step = 0, out_col_step = 0;
-  int64_t ob = 1, r = 1;           // tile: output blocks, pixels
+  bool out_blocked = false;
+  int64_t ob = 1, r = 1;  // tile: output blocks, pixels
 };
 
 // The weight gradient of one unit (output block k, input block b, tap t) over images i:
