@@ -3,6 +3,8 @@
 // on CPUs that lack it; conv_direct.cpp calls it on any CPU with AVX2 and FMA.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "layers/cpu/conv_direct_kernels.h"
 
 namespace mpicnn::direct::direct_avx2 {
@@ -16,6 +18,25 @@ struct Isa {
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  // dst[i * ds + l] = src[l * ss + i] for i, l < 8.
+  static void transpose(float* dst, int64_t ds, const float* src, int64_t ss) {
+    __m256 r[8], t[8];
+    for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_ps(src + l * ss);
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {
+      r[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+      r[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+      r[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+      r[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; ++j) {
+      _mm256_storeu_ps(dst + j * ds, _mm256_permute2f128_ps(r[j], r[4 + j], 0x20));
+      _mm256_storeu_ps(dst + (4 + j) * ds, _mm256_permute2f128_ps(r[j], r[4 + j], 0x31));
+    }
+  }
 };
 }  // namespace mpicnn::direct::direct_avx2
 

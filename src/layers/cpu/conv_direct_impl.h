@@ -33,8 +33,10 @@ void pack_image(float* dst, const float* src, const BlockedImage& b) {
       for (int64_t col = right; col < b.cols; ++col) Isa::store(d + col * pix, Isa::zero());
       float* dp = d + b.left * pix;
       const float* sp = s + h * b.width;
-      if (lanes == V) {
-        for (int64_t x = 0; x < b.width; ++x)
+      if (lanes == V) {  // V x V tiles transposed in registers, then the row's tail
+        int64_t x = 0;
+        for (; x + V <= b.width; x += V) Isa::transpose(dp + x * pix, pix, sp + x, plane);
+        for (; x < b.width; ++x)
           for (int l = 0; l < V; ++l) dp[x * pix + l] = sp[l * plane + x];
       } else {
         for (int64_t x = 0; x < b.width; ++x) {
