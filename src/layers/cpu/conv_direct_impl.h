@@ -179,6 +179,48 @@ void wgrad(float* const* dws, const int64_t* offs, const float* in, const float*
     for (int j = 0; j < J; ++j) Isa::store(dws[t] + j * V, acc[t][j]);
 }
 
+// Two output blocks of one full input block and tap (AVX-512): each half of the input lanes in
+// turn, 2 x V/2 accumulators, so a pixel costs two output-gradient loads and V/2 broadcasts for
+// V FMAs, where wgrad<V> loads V + 1 values. Each dw element still sums its pixels in order:
+// the same bits as wgrad<V>.
+template <bool kPacked>
+void wgrad_pair(float* dw0, float* dw1, const float* in, const float* dout0, const float* dout1,
+                const WeightGrad& g, int64_t images) {
+  constexpr int H = V / 2;
+  const int64_t lane = kPacked ? 1 : g.in_lane_step;
+  for (int half = 0; half < 2; ++half) {
+    Vec acc[2][H];
+    for (int j = 0; j < H; ++j) {
+      acc[0][j] = Isa::load(dw0 + (half * H + j) * V);
+      acc[1][j] = Isa::load(dw1 + (half * H + j) * V);
+    }
+    const float* in_h = in + half * H * lane;
+    for (int64_t i = 0; i < images; ++i) {
+      const float* in_i = in_h + i * g.in_image;
+      const int64_t o_i = i * g.out_image + g.out_origin;
+      for (int64_t row = 0; row < g.rows; ++row) {
+        const float* ip = in_i + row * g.in_row_step;
+        const float* op0 = dout0 + o_i + row * g.out_row_step;
+        const float* op1 = dout1 + o_i + row * g.out_row_step;
+        for (int64_t col = 0; col < g.cols; ++col) {
+          const Vec d0 = Isa::load(op0 + col * g.out_pix_step);
+          const Vec d1 = Isa::load(op1 + col * g.out_pix_step);
+          const float* x = ip + col * g.in_pix_step;
+          for (int j = 0; j < H; ++j) {
+            const Vec xv = Isa::bcast(x + j * lane);
+            acc[0][j] = Isa::fma(xv, d0, acc[0][j]);
+            acc[1][j] = Isa::fma(xv, d1, acc[1][j]);
+          }
+        }
+      }
+    }
+    for (int j = 0; j < H; ++j) {
+      Isa::store(dw0 + (half * H + j) * V, acc[0][j]);
+      Isa::store(dw1 + (half * H + j) * V, acc[1][j]);
+    }
+  }
+}
+
 using WgradFn = void (*)(float* const*, const int64_t*, const float*, const float*,
                          const WeightGrad&, int64_t);
 template <bool kPacked, int... J>
@@ -188,35 +230,56 @@ constexpr Table<WgradFn, sizeof...(J)> wgrad_table(std::integer_sequence<int, J.
 constexpr auto kWgradsPacked = wgrad_table<true>(std::make_integer_sequence<int, V>{});
 constexpr auto kWgradsNchw = wgrad_table<false>(std::make_integer_sequence<int, V>{});
 
-// Units of each output block: every tap of each full input block, then the last block's taps
-// in groups of taps_per_unit.
-int64_t units_per_block(const WeightGrad& g) {
+// Output blocks per unit: pairs (wgrad_pair) with AVX-512 where the planner asks for them,
+// else one (AVX2's 16 registers hold no pair).
+int64_t blocks_per_unit(const WeightGrad& g) { return V == 16 && g.pairs ? 2 : 1; }
+
+// Units of each group of output blocks: every tap of each full input block, then the last
+// block's taps in groups of taps_per_unit.
+int64_t units_per_group(const WeightGrad& g) {
   const int64_t tg = taps_per_unit(int(g.in_lanes_last));
   return (g.in_blocks - 1) * g.ntaps + (g.ntaps + tg - 1) / tg;
 }
 
-int64_t weight_grad_units(const WeightGrad& g) { return g.out_blocks * units_per_block(g); }
+int64_t weight_grad_units(const WeightGrad& g) {
+  const int64_t per = blocks_per_unit(g);
+  return (g.out_blocks + per - 1) / per * units_per_group(g);
+}
 
 void weight_grad(float* dw, const float* in, const float* dout, const WeightGrad& g,
                  int64_t unit, int64_t images) {
-  const int64_t per_block = units_per_block(g), k = unit / per_block, rest = unit % per_block;
-  const int64_t full = (g.in_blocks - 1) * g.ntaps;
+  const int64_t per = blocks_per_unit(g);
+  const int64_t per_group = units_per_group(g), k0 = unit / per_group * per;
+  const int64_t rest = unit % per_group, full = (g.in_blocks - 1) * g.ntaps;
   const int64_t b = rest < full ? rest / g.ntaps : g.in_blocks - 1;
   const int64_t J = b == g.in_blocks - 1 ? g.in_lanes_last : V;
   const int64_t tg = taps_per_unit(int(J));
   const int64_t t0 = rest < full ? rest % g.ntaps : (rest - full) * tg;
-  float* base = dw + (k * g.in_blocks + b) * g.ntaps * V * V;
-  // A last group short of taps computes its missing ones into scratch (tap 0's inputs).
-  alignas(64) float scratch[Isa::kMaxTile * V] = {};
-  float* dws[Isa::kMaxTile];
-  int64_t offs[Isa::kMaxTile];
-  for (int64_t t = 0; t < tg; ++t) {
-    const bool live = t0 + t < g.ntaps;
-    dws[t] = live ? base + (t0 + t) * V * V : scratch;
-    offs[t] = live ? g.taps[t0 + t] : g.taps[0];
+  const float* in_b = in + b * g.in_block;
+  const bool packed = g.in_lane_step == 1;
+  const int64_t k1 = min64(k0 + per, g.out_blocks);
+  if (J == V && k1 - k0 == 2) {
+    float* dw0 = dw + ((k0 * g.in_blocks + b) * g.ntaps + t0) * V * V;
+    float* dw1 = dw + (((k0 + 1) * g.in_blocks + b) * g.ntaps + t0) * V * V;
+    (packed ? &wgrad_pair<true> : &wgrad_pair<false>)(dw0, dw1, in_b + g.taps[t0],
+                                                      dout + k0 * g.out_block,
+                                                      dout + (k0 + 1) * g.out_block, g, images);
+    return;
   }
-  const WgradFn fn = g.in_lane_step == 1 ? kWgradsPacked.f[J - 1] : kWgradsNchw.f[J - 1];
-  fn(dws, offs, in + b * g.in_block, dout + k * g.out_block, g, images);
+  const WgradFn fn = packed ? kWgradsPacked.f[J - 1] : kWgradsNchw.f[J - 1];
+  for (int64_t k = k0; k < k1; ++k) {
+    float* base = dw + (k * g.in_blocks + b) * g.ntaps * V * V;
+    // A last group short of taps computes its missing ones into scratch (tap 0's inputs).
+    alignas(64) float scratch[Isa::kMaxTile * V] = {};
+    float* dws[Isa::kMaxTile];
+    int64_t offs[Isa::kMaxTile];
+    for (int64_t t = 0; t < tg; ++t) {
+      const bool live = t0 + t < g.ntaps;
+      dws[t] = live ? base + (t0 + t) * V * V : scratch;
+      offs[t] = live ? g.taps[t0 + t] : g.taps[0];
+    }
+    fn(dws, offs, in_b, dout + k * g.out_block, g, images);
+  }
 }
 
 }  // namespace
