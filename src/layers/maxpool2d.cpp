@@ -49,28 +49,36 @@ inline void max_cell(real* y, int32_t* arg, const real* x, int64_t h0, int64_t h
 }
 
 #ifdef MPICNN_MAXPOOL_AVX512
-// Stride-2 windows of 1-3 columns (ResNet's 3x3/2, VGG's and AlexNet's pools), 16 outputs a
-// vector from column lo while their loads (34 floats from the first window's start) stay in
-// the row: each window row's even and odd cells come out of two loads by permutes, then the
-// same scan order and comparison as max_cell. Returns the first column it did not compute.
-int64_t max_row_s2(real* __restrict yr, int32_t* __restrict ar, const real* __restrict x,
-                   int64_t h0, int64_t h1, int64_t W, int64_t lo, int64_t hi,
-                   const MaxPool2dOptions& o, bool tie_last) {
+// Stride-2 windows of 1-3 columns (ResNet's 3x3/2, VGG's and AlexNet's pools) over the columns
+// [lo, hi) with whole windows, 16 outputs a vector: each window row's even and odd cells come
+// out of two loads by permutes (masked to the cells the window reads, so nothing past the row
+// is touched), then the same scan order and comparison as max_cell.
+void max_row_s2(real* __restrict yr, int32_t* __restrict ar, const real* __restrict x,
+                int64_t h0, int64_t h1, int64_t W, int64_t lo, int64_t hi,
+                const MaxPool2dOptions& o, bool tie_last) {
   const int32_t pw = o.padding[1], kw = o.kernel[1], dh = o.dilation[0];
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  int64_t ow = lo;
-  for (; ow + 16 <= hi && 2 * ow - pw + 34 <= W; ow += 16) {
+  // Lanes [0, n) of a 16-lane mask, for n up to 16 (0 below 1).
+  auto lanes = [](int64_t n) {
+    return __mmask16(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+  };
+  for (int64_t ow = lo; ow < hi; ow += 16) {
+    const int64_t n = std::min<int64_t>(16, hi - ow);
+    const int64_t last = 2 * (n - 1) + 1;  // the last cell the even/odd pair reads
+    const __mmask16 ma = lanes(last + 1), mb = lanes(last - 15);
+    const __mmask16 mc = lanes(2 * n - 1), md = lanes(2 * n - 17);  // cells 2 .. 2n from +2
     __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     const __m512i first = _mm512_add_epi32(_mm512_set1_epi32(int32_t(h0 * W - pw + 2 * ow)), even);
     __m512i arg = first;
     for (int64_t h = h0; h < h1; h += dh) {
       const real* row = x + h * W - pw + 2 * ow;
-      const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
+      const __m512 a = _mm512_maskz_loadu_ps(ma, row), b = _mm512_maskz_loadu_ps(mb, row + 16);
       __m512 cells[3] = {_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b),
                          _mm512_setzero_ps()};
       if (kw == 3)
-        cells[2] = _mm512_permutex2var_ps(_mm512_loadu_ps(row + 2), even, _mm512_loadu_ps(row + 18));
+        cells[2] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(mc, row + 2), even,
+                                          _mm512_maskz_loadu_ps(md, row + 18));
       const __m512i at = _mm512_add_epi32(first, _mm512_set1_epi32(int32_t((h - h0) * W)));
       for (int32_t k = 0; k < kw; ++k) {
         const __m512 v = cells[k];
@@ -80,10 +88,9 @@ int64_t max_row_s2(real* __restrict yr, int32_t* __restrict ar, const real* __re
         arg = _mm512_mask_mov_epi32(arg, take, _mm512_add_epi32(at, _mm512_set1_epi32(k)));
       }
     }
-    _mm512_storeu_ps(yr + ow, best);
-    _mm512_storeu_si512(ar + ow, arg);
+    _mm512_mask_storeu_ps(yr + ow, lanes(n), best);
+    _mm512_mask_storeu_epi32(ar + ow, lanes(n), arg);
   }
-  return ow;
 }
 #endif
 
@@ -105,8 +112,10 @@ void max_plane(real* y, int32_t* arg, const real* __restrict x, int64_t H, int64
     for (int64_t ow = 0; ow < lo; ++ow) max_cell(yr, ar, x, h0, h1, ow, W, o);
     int64_t from = lo;  // the columns left to the loop below
 #ifdef MPICNN_MAXPOOL_AVX512
-    if (h0 < h1 && sw == 2 && dw == 1 && kw <= 3)
-      from = max_row_s2(yr, ar, x, h0, h1, W, lo, hi, o, tie_last);
+    if (h0 < h1 && sw == 2 && dw == 1 && kw <= 3) {
+      max_row_s2(yr, ar, x, h0, h1, W, lo, hi, o, tie_last);
+      from = hi;
+    }
 #endif
     if (h0 < h1) {
       const int32_t first = int32_t(h0 * W) - pw;  // + ow * sw: the window's first cell
