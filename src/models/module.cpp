@@ -13,6 +13,23 @@ namespace detail {
 thread_local const GradReadyFn* grad_ready_hook = nullptr;
 }
 
+namespace block_scratch {
+namespace {
+thread_local std::vector<Tensor> t_slots;
+}
+void reserve(int slot, int64_t floats) {
+  if (t_slots.size() <= size_t(slot)) t_slots.resize(size_t(slot) + 1);
+  Tensor& t = t_slots[size_t(slot)];
+  if (!t.defined() || t.numel() < floats)
+    t = Tensor::empty({std::max<int64_t>(floats, 1)}, Device::CPU);
+}
+Tensor view(int slot, const Shape& shape) {
+  MPICNN_CHECK(size_t(slot) < t_slots.size() && t_slots[size_t(slot)].numel() >= shape.numel(),
+               "block scratch slot ", slot, ": ", shape.str(), " not reserved on this thread");
+  return t_slots[size_t(slot)].head(shape);
+}
+}  // namespace block_scratch
+
 void Sequential::register_state(ParamStore& store, const std::string& prefix) {
   // Offsets are assigned at declaration, so each child's first parameter offset is known here.
   std::vector<int64_t> first(children_.size(), -1);

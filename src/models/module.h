@@ -167,6 +167,17 @@ class Sequential : public Module {
   int64_t batch_ = 0;             // batch of the last forward
 };
 
+// Backward buffers that blocks with branches (ResidualBlock) share: a block needs its gradient
+// buffers only while its own backward runs, and blocks run backward one after another, never
+// inside each other, so one buffer per slot serves every block of the thread (planned models
+// run as threads of one process in the tests, hence per thread). plan() calls reserve() (which
+// allocates, growing the slot to the largest block's need); backward takes view()s of it. CPU
+// only: a GPU block keeps its own buffers (device memory must not outlive the backend).
+namespace block_scratch {
+void reserve(int slot, int64_t floats);
+Tensor view(int slot, const Shape& shape);  // the slot's first shape.numel() floats
+}  // namespace block_scratch
+
 // Convenience for building: std::make_unique of a Leaf.
 template <class L, class... Args>
 std::unique_ptr<Leaf<L>> leaf(Args&&... args) {

@@ -82,14 +82,27 @@ Shape ResidualBlock::plan(const Shape& in) {
   if (downsample_) {
     const Shape d = downsample_->plan(in);
     CHECK(d == s, "residual block: downsample gives ", d.str(), ", main branch ", s.str());
-    g_in_ = Tensor::empty(in);
   } else {
     CHECK(in == s, "residual block: identity ", in.str(), " does not match ", s.str());
   }
-  g_out_ = Tensor::empty(s);
-  g_a_ = Tensor::empty({max_out});
-  g_b_ = Tensor::empty({std::max<int64_t>(max_mid_in, 1)});
+  // Gradient buffers: the output's, conv outputs', mid inputs' and (downsample) the input's.
+  const int64_t need[kGradSlots] = {s.numel(), max_out, std::max<int64_t>(max_mid_in, 1),
+                                    downsample_ ? in.numel() : 1};
+  shared_grads_ = default_device() == Device::CPU;
+  for (int k = 0; k < kGradSlots; ++k) {
+    if (shared_grads_) {
+      block_scratch::reserve(k, need[k]);  // one set for every block (module.h)
+      grads_[k] = Tensor();
+    } else {
+      grads_[k] = Tensor::empty({need[k]});
+    }
+  }
   return s;
+}
+
+Tensor ResidualBlock::grad_buffer(int slot, Shape shape) const {
+  shape.d[0] = out_.size(0);
+  return shared_grads_ ? block_scratch::view(slot, shape) : grads_[slot].head(shape);
 }
 
 const Tensor& ResidualBlock::forward(const Tensor& in) {
@@ -115,23 +128,18 @@ const Tensor& ResidualBlock::forward(const Tensor& in) {
 }
 
 void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
-  const int64_t N = out_.size(0);
-  auto view = [N](Tensor& buf, Shape s) {
-    s.d[0] = N;
-    return buf.head(s);
-  };
-  Tensor g_out = g_out_.slice0(0, N);
+  Tensor g_out = grad_buffer(kGradOut, out_.shape());
   out_relu_.backward(g_out, dout, out_, out_);
   const Tensor* g = &g_out;
   Tensor ga, gb;
   for (size_t i = convs_.size(); i-- > 0;) {
-    ga = view(g_a_, bns_[i]->output().shape());  // conv_i's output shape
+    ga = grad_buffer(kGradA, bns_[i]->output().shape());  // conv_i's output shape
     bns_[i]->backward(ga, *g);
     if (i == 0) {
       convs_[0]->backward(din, ga);
       break;
     }
-    gb = view(g_b_, bns_[i - 1]->output().shape());
+    gb = grad_buffer(kGradB, bns_[i - 1]->output().shape());
     convs_[i]->backward(gb, ga);
     if (!fused_) relus_[i - 1]->backward(gb, gb);  // fused: bn_{i-1}'s backward masks
     g = &gb;
@@ -142,7 +150,7 @@ void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
     return;
   }
   if (downsample_) {
-    Tensor gi = g_in_.slice0(0, N);
+    Tensor gi = grad_buffer(kGradIn, in_.shape());
     downsample_->backward(gi, g_out);
     accumulate(din, gi);
   } else if constexpr (!MUTANT(8)) {

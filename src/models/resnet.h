@@ -38,8 +38,14 @@ class ResidualBlock : public Module {
   std::unique_ptr<Sequential> downsample_;
   ReLU out_relu_;
   int out_channels_;
-  Tensor in_, out_;                  // last forward's input and output (a view of bn_last's)
-  Tensor g_out_, g_a_, g_b_, g_in_;  // gradient buffers: (N, out, H', W') x2, mid, input
+  Tensor in_, out_;  // last forward's input and output (a view of bn_last's)
+  // Gradient buffers: the block output's, the conv outputs', the mid inputs', the input's (with
+  // a downsample). On the CPU every block shares one set (block_scratch in module.h); on the
+  // GPU each block has its own (grads_).
+  enum { kGradOut, kGradA, kGradB, kGradIn, kGradSlots };
+  bool shared_grads_ = false;
+  Tensor grads_[kGradSlots];
+  Tensor grad_buffer(int slot, Shape shape) const;  // shape with the last forward's batch
   Shape in_shape_;
   // Fusion (layers/fusion.h): bn_i applies relu_i, and bn_last the residual add and the
   // block's ReLU, in their own passes.
