@@ -142,6 +142,13 @@ std::vector<AxisTap> phase_taps(int64_t ph, int64_t count, int64_t kernel, int64
   return taps;
 }
 
+// Tile width for a row of `cols` pixels, at most `most`: equal tiles (a row of 16 gives two
+// tiles of 8, not 14 + a 2-pixel tile whose few accumulators run at a fraction of the speed).
+int64_t balanced_tile(int64_t cols, int64_t most) {
+  const int64_t tiles = ceil_div(cols, most);
+  return ceil_div(cols, tiles);
+}
+
 // Whether forward's tap k along one axis reads a real input position for some output index.
 bool forward_live(int64_t k, int64_t in, int64_t out, int64_t stride, int64_t pad,
                   int64_t dilation) {
@@ -236,7 +243,7 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
       p.out_col_step = V;
     }
     p.ob = std::min<int64_t>(2, out_blocks);
-    p.r = std::min<int64_t>(p.cols, k_->max_tile / p.ob);
+    p.r = balanced_tile(p.cols, k_->max_tile / p.ob);
   };
 
   // Forward: live taps only (a tap that reads only padding adds nothing: ResNet's 3x3 layers
@@ -453,7 +460,7 @@ void DirectConv::forward(float* out, const float* in, const float* w, const floa
       const int64_t B = std::min(chunk_, n - c0);
       pack(images, in, in_image, in_img_, in_l_, c0, B);
       p.cols = B;
-      p.r = std::min<int64_t>(fwd_.r, B);
+      p.r = balanced_tile(B, k_->max_tile / p.ob);
       run_pass(out_b, images, p, nullptr, g_.out_w, fwd_step_);
       unpack(out + c0 * out_image, out_b, oc_, g_.out_plane(), B, bias);
     }
@@ -513,7 +520,7 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
         p.weights = wd + ph.weight_offset;
         if (batch_inner_) {
           p.cols = B;
-          p.r = std::min<int64_t>(ph.pass.r, B);
+          p.r = balanced_tile(B, k_->max_tile / p.ob);
           run_pass(din_b, src, p, nullptr, ph.columns, ph.step);
         } else {
           run_pass(d, src, p, nullptr, B, {dout_l_.image, in_image});
