@@ -18,6 +18,12 @@ struct Isa {
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  // p[0, n) = v[0, n), n <= 8.
+  static void store_first(float* p, Vec v, int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane), v);
+  }
   // dst[i * ds + l] = src[l * ss + i] for i, l < 8.
   static void transpose(float* dst, int64_t ds, const float* src, int64_t ss) {
     __m256 r[8], t[8];

@@ -18,6 +18,11 @@ struct Isa {
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec bcast(const float* p) { return _mm512_set1_ps(*p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  // p[0, n) = v[0, n), n <= 16.
+  static void store_first(float* p, Vec v, int n) {
+    _mm512_mask_storeu_ps(p, __mmask16(n >= 16 ? 0xFFFF : (1u << n) - 1), v);
+  }
   // dst[i * ds + l] = src[l * ss + i] for i, l < 16: 16 loads, 4 rounds of shuffles, 16 stores.
   static void transpose(float* dst, int64_t ds, const float* src, int64_t ss) {
     __m512 r[16], t[16];

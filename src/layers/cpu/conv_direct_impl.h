@@ -95,9 +95,27 @@ constexpr auto kTiles1 = tile_table<1>(std::make_integer_sequence<int, Isa::kMax
 constexpr auto kTiles2 = tile_table<2>(std::make_integer_sequence<int, Isa::kMaxTile / 2>{});
 
 // The tiles of output row `row`, output blocks [g, g + ob), into out with bias.
+// Stores lanes [0, lanes) of tile block acc [r][V] (r pixels of V channels; V rows readable)
+// as channel rows of r contiguous pixels: V x V transposes, then each channel's pixels in one
+// masked store, plus its bias.
+inline void store_rows(float* out, int64_t plane, const float* acc, int64_t r, int64_t lanes,
+                       const float* bias) {
+  alignas(64) float t[V * V];
+  for (int64_t r0 = 0; r0 < r; r0 += V) {
+    const int n = int(min64(V, r - r0));
+    Isa::transpose(t, V, acc + r0 * V, V);  // t[j][i]: pixel r0 + i of channel j
+    for (int64_t j = 0; j < lanes; ++j) {
+      Vec v = Isa::load(t + j * V);
+      if (bias) v = Isa::add(v, Isa::bcast(bias + j));
+      Isa::store_first(out + j * plane + r0, v, n);
+    }
+  }
+}
+
 inline void row_group(float* out, const float* in, const Pass& p, const float* bias, int64_t row,
                       int64_t g, int64_t ob) {
-  alignas(64) float acc[Isa::kMaxTile * V];
+  // A tile's accumulators, and V rows of slack that store_rows' transposes read past the end.
+  alignas(64) float acc[(Isa::kMaxTile + V) * V];
   const float* w = p.weights + g * p.in_blocks * p.ntaps * V * V;
   const float* in_row = in + p.in_origin + row * p.in_row_step;
   float* out_row = out + p.out_origin + row * p.out_row_step;
@@ -111,6 +129,14 @@ inline void row_group(float* out, const float* in, const Pass& p, const float* b
         for (int64_t i = 0; i < r; ++i)
           Isa::store(o_base + (g + o) * p.out_plane + i * p.out_col_step,
                      Isa::load(acc + (o * r + i) * V));
+      continue;
+    }
+    if (p.out_col_step == 1) {  // contiguous pixels: transposed vector stores
+      for (int64_t o = 0; o < ob; ++o) {
+        const int64_t c0 = (g + o) * V;
+        store_rows(o_base + c0 * p.out_plane, p.out_plane, acc + o * r * V, r,
+                   min64(V, p.out_channels - c0), bias ? bias + c0 : nullptr);
+      }
       continue;
     }
     for (int64_t o = 0; o < ob; ++o) {
