@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
     auto model = build_model(model_name, {.num_classes = classes, .in_channels = 3}, 1);
     model->to(dc.device);
     const Shape in{batch, 3, size, size};
-    const Shape out = model->plan(in);
+    const Shape out =
+        model->plan(in, mode == "train" ? PlanFor::kTraining : PlanFor::kInference);
     model->set_training(mode == "train");
     Tensor host_x = Tensor::empty(in);
     Rng rng(7, 1);

@@ -583,6 +583,60 @@ TEST_CASE("forward and backward at the smallest input: finite, shaped, allocatio
   }
 }
 
+TEST_CASE("inference-only plans: the same logits, bit for bit, as a training plan in eval mode") {
+  // Inference plans share activation buffers between layers and blocks and run BatchNorm in
+  // place (module.h's plan_mode): any reader of an overwritten buffer changes the logits.
+  // BatchNorm running statistics are set away from 0/1, so that BatchNorm is not identity.
+  auto make = [](const std::string& name) {
+    const ModelOptions opt{.num_classes = kClasses, .in_channels = 3};
+    std::unique_ptr<Model> m;
+    if (name == "vgg11_bn" || name == "alexnet") {
+      m = std::make_unique<Model>(name, name == "alexnet" ? alexnet_module(opt)
+                                                          : vgg_module(name, opt),
+                                  opt, no_init, 0);
+      fill_cheap(*m);
+    } else {
+      m = build_model(name, opt, 21);
+    }
+    for (const StateEntry& e : m->params().entries()) {
+      const bool mean = e.name.ends_with("running_mean"), var = e.name.ends_with("running_var");
+      if (!mean && !var) continue;
+      Tensor r = random_tensor(e.value->shape(), stream_id(e.name));
+      for (int64_t i = 0; i < r.numel(); ++i)
+        e.value->data()[i] = mean ? 0.2f * r[i] : 0.75f + 0.25f * std::tanh(r[i]);
+    }
+    m->set_training(false);
+    return m;
+  };
+  for (const char* name : {"lenet", "resnet20", "resnet18", "resnet50", "squeezenet1_1",
+                           "alexnet", "vgg11_bn", "densenet121", "googlenet"}) {
+    INFO("model ", std::string(name));
+    const ModelSpec& spec = model_spec(name);
+    const int s = std::max(spec.min_size, name == std::string("lenet") ? 28 : 64);
+    const Shape in{3, 3, s, s};
+    Tensor x = random_tensor(in, 5);
+    auto trained = make(name), inferred = make(name);
+    REQUIRE(trained->plan(in) == Shape{3, kClasses});
+    REQUIRE(inferred->plan(in, PlanFor::kInference) == Shape{3, kClasses});
+    Tensor want = Tensor::empty({3, kClasses});
+    want.copy_from(trained->forward(x));
+    for (int pass = 0; pass < 2; ++pass) {  // the second reads buffers the first left behind
+      const Tensor& got = inferred->forward(x);
+      REQUIRE(got.shape() == want.shape());
+      int64_t differ = 0;
+      for (int64_t i = 0; i < want.numel(); ++i) differ += got[i] != want[i];
+      CHECK_MESSAGE(differ == 0, differ, " of ", want.numel(), " logits differ (pass ", pass, ")");
+    }
+    // A smaller batch in the same plans (kernels may block a batch of one differently).
+    want.slice0(0, 1).copy_from(trained->forward(x.slice0(0, 1)));
+    const Tensor& one = inferred->forward(x.slice0(0, 1));
+    for (int64_t i = 0; i < kClasses; ++i) CHECK(one[i] == want[i]);
+    Tensor dl = Tensor::zeros({1, kClasses});
+    CHECK_THROWS_WITH_AS(inferred->backward(dl), doctest::Contains("inference-only plan"),
+                         mpicnn::Error);
+  }
+}
+
 TEST_CASE("lenet and resnet20 take 28x28x1 (Fashion-MNIST) and 32x32x3 (CIFAR)") {
   for (const char* name : {"lenet", "resnet20"}) {
     for (auto [c, s] : {std::pair{1, 28}, std::pair{3, 32}}) {

@@ -263,7 +263,7 @@ Predictor::Predictor(const EvalPlan& plan, Device device) : batch_size_(plan.bat
   const data::Preprocess& pre = plan.preprocess;
   shape_ = {pre.channels, pre.height, pre.width};
   model_->to(device);
-  model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]});
+  model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]}, PlanFor::kInference);
   softmax_.plan(batch_size_, plan.num_classes, device);
   input_ = InputStage(device, batch_size_, Shape{shape_[0], shape_[1], shape_[2]});
 }

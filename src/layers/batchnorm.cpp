@@ -48,8 +48,9 @@ namespace {
 // One (n, c) plane of the forward's apply pass: q = p * scale + shift, plus the residual r,
 // then the ReLU; the same expressions, in the same order, as the separate layers compute them
 // (BatchNorm, then accumulate, then ReLU), so fused and unfused results are bit-identical.
+// q may be p (an inference plan runs BatchNorm in place: module.h's plan_mode).
 template <bool kResidual, bool kRelu>
-void apply_plane(real* __restrict q, const real* __restrict p, const real* __restrict r,
+void apply_plane(real* q, const real* p, const real* __restrict r,
                  real scale, real shift, int64_t hw) {
 #pragma omp simd
   for (int64_t i = 0; i < hw; ++i) {

@@ -13,6 +13,8 @@ class BatchNorm2d : public UnaryLayer {
  public:
   explicit BatchNorm2d(int channels, real eps = real(1e-5), real momentum = real(0.1));
   const char* kind() const override { return "BatchNorm2d"; }
+  // forward may write its input (out == in): inference plans run it in place (module.h).
+  static constexpr bool kForwardMayAlias = true;
   void register_state(ParamStore& store, const std::string& prefix) override;
   void reset_parameters(uint64_t seed) override;  // weight 1, bias 0, mean 0, var 1, count 0
   Shape output_shape(const Shape& in) const override { return in; }

@@ -116,24 +116,33 @@ Shape DenseBlock::plan(const Shape& in) {
   CHECK(N * hw_ <= INT_MAX / 4, "DenseBlock: ", in.str(), " is too large for one GEMM");
   const Shape mid{N, bottleneck_, h_, w_};
   fused_ = fusion_enabled();
+  // An inference plan (module.h's plan_mode) keeps no layer's a1 and c1 for backward: the
+  // layers share one of each (the last layer's a1 is the largest), conv2 writes a shared
+  // slot, and the gradient buffers are not allocated.
+  const bool inference = plan_mode::inference();
+  const int64_t last_in = int64_t(layers_.back()->in_channels) * N * hw_;
+  const Tensor shared_a1 = inference ? Tensor::empty({last_in}) : Tensor();
+  const Tensor shared_c1 = inference ? Tensor::empty(mid) : Tensor();
   for (auto& l : layers_) {
     l->norm1.set_fused_relu(fused_);
     l->norm2.layer.set_fused_relu(fused_);
-    l->a1 = Tensor::empty({int64_t(l->in_channels) * N * hw_});
+    l->a1 = inference ? shared_a1 : Tensor::empty({int64_t(l->in_channels) * N * hw_});
     l->norm1.plan({1, l->in_channels, N, hw_});  // its saved statistics, on the model's device
     l->conv1.note_input({N, l->in_channels, h_, w_});  // computed here as one GEMM, never planned
-    l->c1 = Tensor::empty(mid);
+    l->c1 = inference ? shared_c1 : Tensor::empty(mid);
     l->norm2.plan(mid);
     l->relu2.plan(mid);
+    l->conv2.output_to_scratch(inference ? kConv2Slot : -1);
     l->conv2.plan(mid);
   }
+  auto grad_buffer = [&](const Shape& s) { return inference ? Tensor() : Tensor::empty(s); };
   feat_ = Tensor::empty({out_channels_ * N * hw_});
-  grad_ = Tensor::empty({out_channels_ * N * hw_});
+  grad_ = grad_buffer({out_channels_ * N * hw_});
   out_buf_ = Tensor::empty({N, out_channels_, h_, w_});
-  g_prefix_ = Tensor::empty({int64_t(layers_.back()->in_channels) * N * hw_});
+  g_prefix_ = grad_buffer({last_in});
   bottleneck_cm_ = Tensor::empty({bottleneck_ * N * hw_});
-  g_bottleneck_ = Tensor::empty(mid);
-  g_new_ = Tensor::empty({N, growth_, h_, w_});
+  g_bottleneck_ = grad_buffer(mid);
+  g_new_ = grad_buffer({N, growth_, h_, w_});
   return out_buf_.shape();
 }
 

@@ -41,6 +41,7 @@ class DenseBlock : public Module {
 
  private:
   struct DenseLayer;
+  static constexpr int kConv2Slot = 9;  // block_scratch slot of conv2's output (inference)
   std::vector<std::unique_ptr<DenseLayer>> layers_;
   int in_channels_, growth_, bottleneck_, out_channels_;
   int64_t hw_ = 0, h_ = 0, w_ = 0;  // planned spatial size

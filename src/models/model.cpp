@@ -94,10 +94,12 @@ void Model::to(Device device) {
   store_.to(device);
 }
 
-Shape Model::plan(const Shape& input) {
+Shape Model::plan(const Shape& input, PlanFor purpose) {
   CHECK(input.ndim == 4 && input[1] == options_.in_channels, "model ", name_,
         ": input must be (N, ", options_.in_channels, ", H, W), got ", input.str());
   const DeviceScope scope(device());
+  inference_only_ = purpose == PlanFor::kInference && device() == Device::CPU;
+  const plan_mode::Scope mode(inference_only_);
   const Shape out = root_->plan(input);
   CHECK(out.ndim == 2 && out[1] == options_.num_classes, "model ", name_, ": produces ",
         out.str(), ", expected (N, ", options_.num_classes, ")");
@@ -132,6 +134,8 @@ const std::vector<AuxOutput>& Model::aux_outputs() const {
 }
 
 void Model::backward(const Tensor& dlogits, std::span<const Tensor* const> daux) {
+  CHECK(!inference_only_, "model ", name_, ": backward after an inference-only plan (plan it "
+        "with PlanFor::kTraining to train)");
   CHECK(daux.size() == aux_outputs().size(), "model ", name_, ": backward with ", daux.size(),
         " auxiliary gradients, the last forward computed ", aux_outputs().size(),
         " auxiliary outputs");

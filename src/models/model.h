@@ -55,6 +55,11 @@ class SafetensorsReader;
 // when e lives on the GPU: what load_state_dict and --init-weights read each tensor with.
 void read_state_entry(const SafetensorsReader& r, const StateEntry& e);
 
+// What a plan serves. kInference: forward only (evaluation, pipeline_eval, inference
+// benchmarks); on the CPU, activations then share buffers (module.h's plan_mode) and
+// backward() fails. On a GPU model it plans as kTraining does.
+enum class PlanFor { kTraining, kInference };
+
 class Model {
  public:
   // Registers the tree's state (in torchvision order), allocates the slabs and initialises
@@ -74,7 +79,7 @@ class Model {
   Device device() const { return store_.device(); }
   // Plans for inputs of this shape (N, C, H, W) on the model's device (every layer's buffers
   // and workspaces); returns the logits shape (N, classes).
-  Shape plan(const Shape& input);
+  Shape plan(const Shape& input, PlanFor purpose = PlanFor::kTraining);
   const Shape& planned_input() const { return planned_; }
   // Multiply-adds of one image's forward pass at the planned input size: every convolution's
   // and linear layer's (other layers are not counted), auxiliary heads included. After plan().
@@ -126,6 +131,7 @@ class Model {
 
   std::vector<std::string> head_;
   Shape planned_;
+  bool inference_only_ = false;  // planned with PlanFor::kInference (on the CPU)
   bool training_ = true;
   GradReadyFn grad_ready_;
   AuxNet* aux_net_ = nullptr;          // the root, when it has auxiliary heads

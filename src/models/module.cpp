@@ -13,6 +13,23 @@ namespace detail {
 thread_local const GradReadyFn* grad_ready_hook = nullptr;
 }
 
+namespace plan_mode {
+namespace {
+thread_local bool t_inference = false;
+thread_local int t_parity = 0;
+}  // namespace
+bool inference() { return t_inference; }
+int next_parity() { return t_parity++ % 2; }
+Scope::Scope(bool inference) : saved_inference_(t_inference), saved_parity_(t_parity) {
+  t_inference = inference;
+  t_parity = 0;
+}
+Scope::~Scope() {
+  t_inference = saved_inference_;
+  t_parity = saved_parity_;
+}
+}  // namespace plan_mode
+
 namespace block_scratch {
 namespace {
 thread_local std::vector<Tensor> t_slots;
@@ -81,8 +98,9 @@ Shape Sequential::plan(const Shape& in) {
     bn->layer.set_fused_relu(fused);
     if (fused) fused_[i + 1] = true;
   }
-  ping_ = largest ? Tensor::empty({largest}) : Tensor();
-  pong_ = largest ? Tensor::empty({largest}) : Tensor();
+  const bool grads = largest && !plan_mode::inference();
+  ping_ = grads ? Tensor::empty({largest}) : Tensor();
+  pong_ = grads ? Tensor::empty({largest}) : Tensor();
   planned_batch_ = in[0];
   return s;
 }

@@ -56,6 +56,45 @@ class Module {
   virtual void backward(Tensor& din, const Tensor& dout) = 0;
 };
 
+// Inference-only plans (Model::plan with PlanFor::kInference, CPU models): nothing runs
+// backward, so no activation has to outlive its last reader. Planning then (a) runs every
+// layer that declares kForwardMayAlias (BatchNorm2d) in place, overwriting its input, which
+// no model reads again; (b) lets blocks put their layers' outputs in block_scratch slots
+// shared by every block (Leaf::output_to_scratch); (c) allocates no gradient buffers. The
+// flag is set by Model::plan for the duration of one plan, on the planning thread.
+namespace plan_mode {
+bool inference();
+// 0, 1, 0, ... over the calls within one plan: which of two output slots a residual block
+// writes, so that a block never writes the slot holding its input (the previous block's
+// output).
+int next_parity();
+class Scope {
+ public:
+  explicit Scope(bool inference);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  bool saved_inference_;
+  int saved_parity_;
+};
+}  // namespace plan_mode
+
+// Backward buffers that blocks with branches (ResidualBlock) share: a block needs its gradient
+// buffers only while its own backward runs, and blocks run backward one after another, never
+// inside each other, so one buffer per slot serves every block of the thread (planned models
+// run as threads of one process in the tests, hence per thread). plan() calls reserve() (which
+// allocates, growing the slot to the largest block's need); backward takes view()s of it. CPU
+// only: a GPU block keeps its own buffers (device memory must not outlive the backend).
+// Inference plans also put forward outputs here (plan_mode); views are taken at run time,
+// after every reserve() of the plan. Slots by user: ResidualBlock 0-8 (resnet.h),
+// DenseBlock 9 (densenet.h).
+namespace block_scratch {
+void reserve(int slot, int64_t floats);
+Tensor view(int slot, const Shape& shape);  // the slot's first shape.numel() floats
+}  // namespace block_scratch
+
 // One layer and its output buffer. With in_place (ReLU, Dropout, as torchvision's
 // inplace=True) the output is the input tensor itself, rewritten.
 template <class L>
@@ -76,10 +115,25 @@ class Leaf : public Module {
     fn(layer, prefix_);
   }
   void set_training(bool training) override { layer.set_training(training); }
+  // Inference plans only (plan_mode): the output goes to block_scratch slot `slot` instead
+  // of a buffer of its own; -1 (the default) keeps its own. The caller guarantees that the
+  // output's readers are done before the slot's next writer runs.
+  Leaf& output_to_scratch(int slot) {
+    scratch_slot_ = slot;
+    return *this;
+  }
   Shape plan(const Shape& in) override {
     layer.plan(in);
     const Shape out = layer.output_shape(in);
-    if (!in_place_) buffer_ = Tensor::empty(out);
+    const bool inference = plan_mode::inference();
+    bool may_alias = false;
+    if constexpr (requires { L::kForwardMayAlias; }) may_alias = L::kForwardMayAlias;
+    aliased_ = in_place_ || (inference && may_alias);
+    slot_ = inference && !aliased_ ? scratch_slot_ : -1;
+    buffer_ = Tensor();
+    planned_batch_ = out[0];
+    if (slot_ >= 0) block_scratch::reserve(slot_, out.numel());
+    else if (!aliased_) buffer_ = Tensor::empty(out);
     return out;
   }
   const Tensor& forward(const Tensor& in) override { return forward_with(in); }
@@ -87,14 +141,14 @@ class Leaf : public Module {
   template <class... Extra>
   const Tensor& forward_with(const Tensor& in, const Extra&... extra) {
     in_ = in;
-    if (in_place_) {
+    if (aliased_) {
       out_ = in;
     } else {
-      MPICNN_CHECK(buffer_.defined(), layer.kind(), " '", prefix_, "': forward before plan()");
+      MPICNN_CHECK(planned_batch_ > 0, layer.kind(), " '", prefix_, "': forward before plan()");
       const Shape want = layer.output_shape(in.shape());
-      MPICNN_CHECK(want[0] <= buffer_.size(0), layer.kind(), " '", prefix_, "': batch ", want[0],
-                   " exceeds the planned ", buffer_.size(0));
-      out_ = buffer_.slice0(0, want[0]);
+      MPICNN_CHECK(want[0] <= planned_batch_, layer.kind(), " '", prefix_, "': batch ", want[0],
+                   " exceeds the planned ", planned_batch_);
+      out_ = slot_ >= 0 ? block_scratch::view(slot_, want) : buffer_.slice0(0, want[0]);
     }
     profile::Scope timed(prefix_, layer.kind());
     layer.forward(out_, in, extra...);
@@ -112,6 +166,12 @@ class Leaf : public Module {
 
  private:
   bool in_place_ = false;
+  int scratch_slot_ = -1;
+  // As planned: output is the input (in_place_, or an aliasing layer in an inference plan);
+  // the block_scratch slot of the output, or -1 for buffer_.
+  bool aliased_ = false;
+  int slot_ = -1;
+  int64_t planned_batch_ = 0;
   std::string prefix_;
   Tensor buffer_, in_, out_;
 };
@@ -166,17 +226,6 @@ class Sequential : public Module {
   int64_t planned_batch_ = 0;
   int64_t batch_ = 0;             // batch of the last forward
 };
-
-// Backward buffers that blocks with branches (ResidualBlock) share: a block needs its gradient
-// buffers only while its own backward runs, and blocks run backward one after another, never
-// inside each other, so one buffer per slot serves every block of the thread (planned models
-// run as threads of one process in the tests, hence per thread). plan() calls reserve() (which
-// allocates, growing the slot to the largest block's need); backward takes view()s of it. CPU
-// only: a GPU block keeps its own buffers (device memory must not outlive the backend).
-namespace block_scratch {
-void reserve(int slot, int64_t floats);
-Tensor view(int slot, const Shape& shape);  // the slot's first shape.numel() floats
-}  // namespace block_scratch
 
 // Convenience for building: std::make_unique of a Leaf.
 template <class L, class... Args>

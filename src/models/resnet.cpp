@@ -39,7 +39,7 @@ ResidualBlock::ResidualBlock(int in_channels, int width, int stride, bool bottle
   }
   if (stride != 1 || in_channels != out_channels_) {
     downsample_ = std::make_unique<Sequential>();
-    downsample_->add(conv(in_channels, out_channels_, 1, stride));
+    downsample_conv_ = &downsample_->add(conv(in_channels, out_channels_, 1, stride));
     downsample_->add(leaf<BatchNorm2d>(out_channels_));
   }
 }
@@ -70,6 +70,15 @@ Shape ResidualBlock::plan(const Shape& in) {
   in_shape_ = in;
   fused_ = fusion_enabled();
   for (size_t i = 0; i + 1 < bns_.size(); ++i) bns_[i]->layer.set_fused_relu(fused_);
+  // Output slots of an inference plan (-1: own buffers); see kFwdA.
+  const bool inference = plan_mode::inference();
+  const int out_slot = inference ? kFwdOut0 + plan_mode::next_parity() : -1;
+  const size_t last = convs_.size() - 1;
+  for (size_t i = 0; i <= last; ++i) {
+    const int slot = i == 0 ? kFwdA : i < last ? kFwdB : out_slot;
+    convs_[i]->output_to_scratch(inference ? slot : -1);
+  }
+  if (downsample_conv_) downsample_conv_->output_to_scratch(inference ? kFwdA : -1);
   Shape s = in;
   int64_t max_out = 0, max_mid_in = 0;
   for (size_t i = 0; i < convs_.size(); ++i) {
@@ -90,7 +99,9 @@ Shape ResidualBlock::plan(const Shape& in) {
                                     downsample_ ? in.numel() : 1};
   shared_grads_ = default_device() == Device::CPU;
   for (int k = 0; k < kGradSlots; ++k) {
-    if (shared_grads_) {
+    if (inference) {
+      grads_[k] = Tensor();  // no backward
+    } else if (shared_grads_) {
       block_scratch::reserve(k, need[k]);  // one set for every block (module.h)
       grads_[k] = Tensor();
     } else {

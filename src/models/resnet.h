@@ -36,6 +36,7 @@ class ResidualBlock : public Module {
   std::vector<std::unique_ptr<Leaf<BatchNorm2d>>> bns_;
   std::vector<std::unique_ptr<Leaf<ReLU>>> relus_;  // after bn_i, i < last (in place)
   std::unique_ptr<Sequential> downsample_;
+  Leaf<Conv2d>* downsample_conv_ = nullptr;  // downsample_'s first child
   ReLU out_relu_;
   int out_channels_;
   Tensor in_, out_;  // last forward's input and output (a view of bn_last's)
@@ -43,6 +44,11 @@ class ResidualBlock : public Module {
   // a downsample). On the CPU every block shares one set (block_scratch in module.h); on the
   // GPU each block has its own (grads_).
   enum { kGradOut, kGradA, kGradB, kGradIn, kGradSlots };
+  // Inference plans (module.h's plan_mode): outputs in shared slots. conv1 and the
+  // downsample's conv write A (conv1's output is dead once conv2 has read it), a bottleneck's
+  // conv2 writes B, the last conv (and its BatchNorm, in place: the block's output) one of two
+  // output slots by the block's parity, so that it never overwrites the block's input.
+  enum { kFwdA = kGradSlots, kFwdB, kFwdOut0, kFwdOut1 };
   bool shared_grads_ = false;
   Tensor grads_[kGradSlots];
   Tensor grad_buffer(int slot, Shape shape) const;  // shape with the last forward's batch
