@@ -467,6 +467,9 @@ const Case kDirectCases[] = {
     {"batch 1, 32 -> 16, 5x5 pad 2", 1, 32, 8, 8, 16, 5, 1, 2},
     {"batch smaller than planned", 3, 20, 7, 7, 18, 3, 1, 1, 1, 1, true, 8},
     {"3x3 pad 1 on a 1x1 map, 33 -> 35 (dead taps)", 4, 33, 1, 1, 35, 3, 1, 1},
+    // One live tap reading no padding: planned as a 1x1 convolution on the kernel's centre.
+    {"5x5 stride 2 pad 2 on a 1x1 map, 17 -> 9", 2, 17, 1, 1, 9, 5, 2, 2},
+    {"3x3 dilation 2 pad 2 on a 1x1 map, 20 -> 18", 3, 20, 1, 1, 18, 3, 1, 2, 2},
     {"2x2 stride 3 (pixels no tap reads)", 2, 5, 10, 11, 7, 2, 3, 0},
     {"padding larger than kernel", 1, 4, 3, 4, 5, 2, 1, 3},
     {"a row of 70 outputs: full tiles and a tail", 1, 5, 3, 70, 9, 3, 1, 1},

@@ -159,11 +159,37 @@ bool forward_live(int64_t k, int64_t in, int64_t out, int64_t stride, int64_t pa
   return false;
 }
 
+// The one live tap along an axis when exactly one is live and it reads no padding for any
+// output, at offset 0 (output o reads input o * stride), else -1.
+int64_t single_tap(int64_t kernel, int64_t in, int64_t out, int64_t stride, int64_t pad,
+                   int64_t dilation) {
+  int64_t live = -1;
+  for (int64_t k = 0; k < kernel; ++k) {
+    if (!forward_live(k, in, out, stride, pad, dilation)) continue;
+    if (live >= 0) return -1;
+    live = k;
+  }
+  if (live < 0 || live * dilation != pad || (out - 1) * stride >= in) return -1;
+  return live;
+}
+
 }  // namespace
 
-DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch)
-    : k_(kernels_of(direct_isa())), g_(g), oc_(out_channels) {
+DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t max_batch)
+    : k_(kernels_of(direct_isa())), g_(full), oc_(out_channels) {
   CHECK(k_, "DirectConv: no direct kernels for this CPU or build");
+  src_taps_ = full.taps(), src_kw_ = full.kernel_w;
+  const int64_t kh0 = single_tap(full.kernel_h, full.height, full.out_h, full.stride_h,
+                                 full.pad_h, full.dilation_h);
+  const int64_t kw0 = single_tap(full.kernel_w, full.width, full.out_w, full.stride_w,
+                                 full.pad_w, full.dilation_w);
+  if (kh0 >= 0 && kw0 >= 0 && full.taps() > 1) {
+    kh0_ = kh0, kw0_ = kw0;
+    g_.kernel_h = g_.kernel_w = 1;
+    g_.pad_h = g_.pad_w = 0;
+    g_.dilation_h = g_.dilation_w = 1;
+  }
+  const ConvGeometry& g = g_;
   const int64_t V = k_->vec;
   in_blocks_ = ceil_div(g.channels, V);
   out_blocks_ = ceil_div(oc_, V);
@@ -253,7 +279,7 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
     for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
       if (!forward_live(kw, g.width, g.out_w, g.stride_w, g.pad_w, g.dilation_w)) continue;
       taps_.push_back(kh * g.dilation_h * in_l_.row + kw * g.dilation_w * in_l_.pix);
-      tap_ids_.push_back(int32_t(kh * g.kernel_w + kw));
+      tap_ids_.push_back(src_tap(kh, kw));
     }
   }
   fwd_.in_blocks = in_blocks_;
@@ -288,7 +314,7 @@ DirectConv::DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_
       for (const AxisTap& th : rows[size_t(ph)])
         for (const AxisTap& tw : cols[size_t(pw)]) {
           phase.taps.push_back(th.c * dout_l_.row + tw.c * dout_l_.pix);
-          phase.ids.push_back(int32_t(th.k * g.kernel_w + tw.k));
+          phase.ids.push_back(src_tap(th.k, tw.k));
         }
       direct::Pass& p = phase.pass;
       p.in_blocks = out_blocks_;
@@ -377,7 +403,7 @@ void DirectConv::unpack(float* out, const float* b, int64_t channels, int64_t pl
 
 // wf [out block][in block][tap][V in][V out] from w (OC, IC, KH, KW), zeros past the channels.
 void DirectConv::pack_forward_weights(float* wf, const float* w) const {
-  const int64_t V = k_->vec, T = int64_t(taps_.size()), KT = g_.taps(), IC = g_.channels;
+  const int64_t V = k_->vec, T = int64_t(taps_.size()), KT = src_taps_, IC = g_.channels;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t kb = 0; kb < out_blocks_; ++kb)
     for (int64_t cb = 0; cb < in_blocks_; ++cb)
@@ -395,7 +421,7 @@ void DirectConv::pack_forward_weights(float* wf, const float* w) const {
 // Per phase, wd [in-channel block][out-channel block][tap][V out][V in]: the transposed
 // weights, input channels now the pass's outputs.
 void DirectConv::pack_data_weights(float* wd, const float* w) const {
-  const int64_t V = k_->vec, KT = g_.taps(), IC = g_.channels;
+  const int64_t V = k_->vec, KT = src_taps_, IC = g_.channels;
   for (const Phase& ph : phases_) {
     const int64_t T = ph.pass.ntaps;
     float* base = wd + ph.weight_offset;
@@ -548,7 +574,7 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
     }
   }
   if (!gw) return;
-  const int64_t IC = g_.channels, KT = g_.taps();
+  const int64_t IC = g_.channels, KT = src_taps_;
 #pragma omp parallel for schedule(static)
   for (int64_t oc = 0; oc < oc_; ++oc) {
     const int64_t kb = oc / V, lo = oc % V;

@@ -80,7 +80,15 @@ class DirectConv {
               const float* bias) const;
 
   const direct::Kernels* k_ = nullptr;
+  // The geometry planned: the layer's own, or, when one tap alone reads real input and never
+  // padding (ResNet's 3x3 pad-1 layers on a 1x1 map: the centre), a 1x1 convolution without
+  // padding. Weight element (oc, ic, kh, kw) of g_ is w[(oc * IC + ic) * src_taps_ +
+  // (kh + kh0_) * src_kw_ + kw + kw0_] of the layer's weights.
   ConvGeometry g_;
+  int64_t src_taps_ = 1, src_kw_ = 1, kh0_ = 0, kw0_ = 0;
+  int32_t src_tap(int64_t kh, int64_t kw) const {
+    return int32_t((kh + kh0_) * src_kw_ + kw + kw0_);
+  }
   int64_t oc_ = 0, in_blocks_ = 0, out_blocks_ = 0;
   // Rows shorter than half a tile: the packed copies interleave the images of a chunk per
   // pixel ([blocks][rows][cols][chunk][V]) and tiles run across images at one pixel.
@@ -91,7 +99,7 @@ class DirectConv {
   bool raw_dout_ = false;  // no border needed: the input gradient reads dout as is
   Layout in_l_, dout_l_, dpk_l_;  // the input, the output gradient the phases read, its packing
   std::vector<int64_t> taps_;     // forward's live taps: offsets in in_l_
-  std::vector<int32_t> tap_ids_;  // and their kh * KW + kw
+  std::vector<int32_t> tap_ids_;  // and their taps in the layer's weights (src_tap)
   direct::Pass fwd_;
   Step fwd_step_;  // from one output column to the next (interleaved images)
   std::vector<Phase> phases_;
