@@ -40,6 +40,8 @@ LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lb
 # ./recommend: XGBoost's C API (fit, suggest) and cpp-httplib (serve), Debian's builds of both.
 # httplib's header must be compiled with the defines its library was built with (pkg-config).
 LDLIBS   += -lxgboost -lcpp-httplib
+# Detection datasets: Pascal VOC annotations are read with TinyXML-2 (Debian's libtinyxml2-dev).
+LDLIBS   += -ltinyxml2
 HTTPLIB_CPPFLAGS := $(shell pkg-config --cflags cpp-httplib 2>/dev/null)
 # MPI (OpenMPI from `make deps`): flags from its C wrapper, so the compiler stays $(CXX); the
 # deprecated C++ bindings are skipped (we call the C API), system includes keep -Wall quiet.
@@ -55,7 +57,8 @@ endif
 DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
   libboost-program-options-dev doctest-dev libstb-dev libjpeg62-turbo-dev nlohmann-json3-dev \
   zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
-  slurm-wlm iproute2 clang libclang-rt-14-dev libxgboost-dev libcpp-httplib-dev chromium curl pkg-config
+  slurm-wlm iproute2 clang libclang-rt-14-dev libxgboost-dev libcpp-httplib-dev chromium curl pkg-config \
+  libtinyxml2-dev
 
 LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*' ! -name gpu_absent.cpp))
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/obj/%.o)
