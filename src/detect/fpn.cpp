@@ -108,9 +108,8 @@ ResNetFpn::ResNetFpn(const std::string& body, int trainable_layers, int out_chan
                                                 .padding = 1}));
   }
   pool_ = leaf<MaxPool2d>(1, 2, 0);
-  // FrozenBatchNorm2d: always the running statistics.
   for_each_layer([](Layer& l, const std::string&) {
-    if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) bn->set_use_running_stats(true);
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) bn->set_frozen_batchnorm();
   });
 }
 

@@ -32,7 +32,7 @@ void BatchNorm2d::register_state(ParamStore& store, const std::string& prefix) {
   store.param(prefix + "bias", {channels_}, &bias, &grad_bias, /*decay=*/false);
   store.buffer(prefix + "running_mean", {channels_}, &running_mean);
   store.buffer(prefix + "running_var", {channels_}, &running_var);
-  store.buffer_i64(prefix + "num_batches_tracked", &num_batches_tracked);
+  if (count_in_state_) store.buffer_i64(prefix + "num_batches_tracked", &num_batches_tracked);
 }
 
 void BatchNorm2d::reset_parameters(uint64_t /*seed*/) {

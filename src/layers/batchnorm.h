@@ -40,6 +40,12 @@ class BatchNorm2d : public UnaryLayer {
   // training mode (as eval mode does); the affine parameters still train unless frozen.
   void set_use_running_stats(bool on) { use_running_stats_ = on; }
   bool use_running_stats() const { return use_running_stats_; }
+  // torchvision's FrozenBatchNorm2d (detection backbones): the running statistics always, and
+  // no num_batches_tracked in the state dict. Before register_state.
+  void set_frozen_batchnorm() {
+    use_running_stats_ = true;
+    count_in_state_ = false;
+  }
 
   Tensor weight, bias, grad_weight, grad_bias;  // (C)
   Tensor running_mean, running_var;             // (C)
@@ -53,6 +59,7 @@ class BatchNorm2d : public UnaryLayer {
   Tensor saved_mean_, saved_invstd_;  // (C)
   bool saved_training_ = true;
   bool use_running_stats_ = false;
+  bool count_in_state_ = true;  // num_batches_tracked is a buffer of the state dict
   bool fused_relu_ = false;
 
   // out = bn(in) (+ residual) (then relu), statistics as forward documents.

@@ -101,8 +101,8 @@ Shape Model::plan(const Shape& input, PlanFor purpose) {
   inference_only_ = purpose == PlanFor::kInference && device() == Device::CPU;
   const plan_mode::Scope mode(inference_only_);
   const Shape out = root_->plan(input);
-  CHECK(out.ndim == 2 && out[1] == options_.num_classes, "model ", name_, ": produces ",
-        out.str(), ", expected (N, ", options_.num_classes, ")");
+  CHECK(!root_->outputs_logits() || (out.ndim == 2 && out[1] == options_.num_classes), "model ",
+        name_, ": produces ", out.str(), ", expected (N, ", options_.num_classes, ")");
   planned_ = input;
   return out;
 }
@@ -195,8 +195,16 @@ void Model::load_state_dict(const std::string& path) {
     CHECK(r.contains(e.name), path, ": no tensor '", e.name, "' (model ", name_, ")");
     read_state_entry(r, e);
   }
-  for (const TensorInfo& t : r.tensors())
-    CHECK(expected.count(t.name), path, ": unexpected tensor '", t.name, "' for model ", name_);
+  // A BatchNorm counter where the model's BatchNorm keeps none (FrozenBatchNorm2d, which drops
+  // it on load as torchvision does: a detection model saved with trainable BatchNorm).
+  const std::string counter = "num_batches_tracked";
+  for (const TensorInfo& t : r.tensors()) {
+    const bool frozen_counter =
+        t.name.ends_with(counter) &&
+        expected.count(t.name.substr(0, t.name.size() - counter.size()) + "running_mean");
+    CHECK(expected.count(t.name) || frozen_counter, path, ": unexpected tensor '", t.name,
+          "' for model ", name_);
+  }
 }
 
 }  // namespace mpicnn

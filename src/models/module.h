@@ -54,6 +54,9 @@ class Module {
   // din '=' (skipped when undefined), parameter gradients '+='. dout is the gradient of the
   // last forward's output; din must not alias dout unless the module says it may.
   virtual void backward(Tensor& din, const Tensor& dout) = 0;
+  // Whether forward gives (N, num_classes) logits, as a classifier does; the detector
+  // (detect/faster_rcnn.h) gives its losses instead, and Model::plan does not check the shape.
+  virtual bool outputs_logits() const { return true; }
 };
 
 // Inference-only plans (Model::plan with PlanFor::kInference, CPU models): nothing runs
