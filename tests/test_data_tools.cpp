@@ -19,6 +19,7 @@
 
 #include "core/rng.h"
 #include "data/csv_dataset.h"
+#include "data/detection.h"
 #include "data/dataset.h"
 #include "data/image_folder.h"
 #include "data/tools.h"
@@ -612,7 +613,7 @@ TEST_CASE("data tools: dataset_stats program agrees with numpy on Fashion-MNIST 
 // ---- the programs -------------------------------------------------------------------------------
 
 TEST_CASE("data tools CLI: --help exits 0 and names every option") {
-  const std::map<std::string, std::vector<std::string>> options = {
+  std::map<std::string, std::vector<std::string>> options = {
       {"create_dataset",
        {"--help", "--input", "--dataset", "--split", "--output", "--size", "--fraction", "--test-fraction", "--seed",
         "--single-csv", "--resize", "--absolute-paths", "--idx-classes", "--threads", "--force", "Examples:"}},
@@ -623,6 +624,7 @@ TEST_CASE("data tools CLI: --help exits 0 and names every option") {
        {"--help", "--input", "--dataset", "--split", "--limit", "--seed", "--resize", "--channels", "--json",
         "--idx-classes", "--threads", "Examples:"}},
   };
+  options["make_detection_dataset"] = {"--out", "--count", "--seed", "--classes", "--force"};
   for (const auto& [name, opts] : options) {
     const RunResult r = testing::run_program(name, {"--help"});
     CHECK_MESSAGE(r.rc == 0, name, " --help: exit ", r.rc);
@@ -739,4 +741,21 @@ TEST_CASE("data tools: --skip-bad leaves a corrupt image out and reports it; wit
   for (const Dataset* ds : {tr.get(), te.get()})
     for (size_t j = 0; j < ds->size(); ++j) CHECK(ds->load(j, 0).height > 0);  // every row loads
   CHECK(format_report(rep).find("skipped 1 unreadable image") != std::string::npos);
+}
+
+TEST_CASE("data tools CLI: make_detection_dataset writes a VOC set that reads back, bad flags are one line") {
+  TempDir dir;
+  const std::string out = dir / "shapes";
+  const RunResult ok = testing::run_program(
+      "make_detection_dataset", {"--out", out, "--count", "4", "--seed", "3", "--classes", "circle,ring"});
+  REQUIRE_MESSAGE(ok.rc == 0, ok.output);
+  const data::DetectionSet set = data::read_voc_folder(out);
+  CHECK(set.samples.size() == 4u);
+  CHECK(set.classes == std::vector<std::string>{"circle", "ring"});
+  CHECK(set.num_objects() >= 4u);
+  CHECK(ok.output.find("wrote 4 images with " + std::to_string(set.num_objects()) + " objects") != std::string::npos);
+  expect_cli_error("make_detection_dataset", {"--out", out, "--count", "4"}, "not empty");
+  expect_cli_error("make_detection_dataset", {"--count", "4"}, "--out");
+  expect_cli_error("make_detection_dataset", {"--out", dir / "x", "--count", "0"}, "--count");
+  expect_cli_error("make_detection_dataset", {"--out", dir / "y", "--count", "2", "--classes", "hexagon"}, "hexagon");
 }

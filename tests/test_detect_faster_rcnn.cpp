@@ -153,3 +153,38 @@ TEST_CASE("Faster R-CNN (ResNet-18 FPN) matches torchvision: losses, gradients, 
     }
   }
 }
+
+TEST_CASE("Faster R-CNN: a torchvision ResNet classifier's weights load as the backbone body") {
+  TempDir dir;
+  auto export_resnet = [&](const std::string& name) {
+    const std::string out = (dir.path / (name + ".safetensors")).string();
+    run_python("data_tools/export_torchvision.py",
+               "--model " + name + " --random-seed 3 -o " + shell_quote(out));
+    return out;
+  };
+  const std::string r18 = export_resnet("resnet18");
+  detect::FasterRcnnOptions o;
+  o.num_classes = 3;
+  auto model = detect::make_faster_rcnn("fasterrcnn_resnet18_fpn", o, 1);
+  const StateEntry* fpn = model->params().find("backbone.fpn.inner_blocks.0.0.weight");
+  REQUIRE(fpn != nullptr);
+  const Vec fpn_before = to_double(*fpn->value);
+  const int loaded = detect::load_classifier_backbone(*model, r18);
+  const SafetensorsReader ref(r18);
+  int body = 0;
+  for (const StateEntry& e : model->params().entries()) {
+    if (!e.name.starts_with("backbone.body.")) continue;
+    ++body;
+    const std::string name = e.name.substr(14);
+    expect_close(e.name, *e.value, ref.read_f64(name), 0, 0);
+  }
+  CHECK(loaded == body);
+  CHECK(loaded == 100);  // resnet18: 20 convs and 20 BatchNorms (4 tensors), no fc, no counters
+  expect_close("fpn untouched", *fpn->value, fpn_before, 0, 0);
+  // Another architecture: one line naming the tensor, nothing loaded.
+  const std::string r34 = export_resnet("resnet34");
+  expect_error([&] { detect::load_classifier_backbone(*model, r34); }, "layer1.2.");
+  // conv1 has the same shape in both files: it must still hold resnet18's values.
+  expect_close("conv1 after the refused file", *model->params().find("backbone.body.conv1.weight")->value,
+               ref.read_f64("conv1.weight"), 0, 0);
+}

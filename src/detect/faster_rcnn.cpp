@@ -3,7 +3,10 @@
 // to the RPN head's (all five) and runs the backbone's backward once.
 #include "detect/faster_rcnn.h"
 
+#include <algorithm>
+
 #include "core/check.h"
+#include "io/safetensors.h"
 #include "layers/add.h"
 
 namespace mpicnn::detect {
@@ -163,7 +166,34 @@ std::unique_ptr<Model> make_faster_rcnn(const std::string& name, FasterRcnnOptio
       [raw](Model&, uint64_t s) { raw->init(s); }, seed);
   raw->bind_shared();
   raw->freeze_backbone(model->params());
+  model->set_head({"roi_heads.box_predictor"});  // what a fine-tune with other classes replaces
   return model;
+}
+
+int load_classifier_backbone(Model& detector, const std::string& path) {
+  const std::string& resnet = faster_rcnn_net(detector).options().body;
+  const SafetensorsReader r(path);
+  const std::string body = "backbone.body.";
+  std::vector<StateEntry> wanted;
+  for (const StateEntry& e : detector.params().entries()) {
+    if (!e.name.starts_with(body)) continue;
+    StateEntry renamed = e;
+    renamed.name = e.name.substr(body.size());
+    CHECK(r.contains(renamed.name), path, ": no tensor '", renamed.name, "' for ", e.name,
+          " (the detector's body is torchvision's ", resnet, ")");
+    const Dims want = dims_of(e.shape);
+    CHECK(r.info(renamed.name).shape == want, path, ": tensor '", renamed.name, "' has shape ",
+          dims_str(r.info(renamed.name).shape), ", ", e.name, " needs ", dims_str(want));
+    wanted.push_back(renamed);
+  }
+  for (const TensorInfo& t : r.tensors()) {
+    const bool known = std::any_of(wanted.begin(), wanted.end(),
+                                   [&](const StateEntry& e) { return e.name == t.name; });
+    CHECK(known || t.name.starts_with("fc.") || t.name.ends_with("num_batches_tracked"), path,
+          ": tensor '", t.name, "' is not part of a ResNet classifier's body");
+  }
+  for (const StateEntry& e : wanted) read_state_entry(r, e);
+  return int(wanted.size());
 }
 
 FasterRcnnNet& faster_rcnn_net(Model& model) {

@@ -99,4 +99,11 @@ std::unique_ptr<Model> make_faster_rcnn(const std::string& name, FasterRcnnOptio
                                         uint64_t seed, bool initialise = true);
 FasterRcnnNet& faster_rcnn_net(Model& model);  // the root, or an Error if it is no detector
 
+// A torchvision ResNet classifier's state dict (export_torchvision.py) as the detector's
+// backbone body: "X" is loaded into "backbone.body.X", "fc.*" and BatchNorm counters are left
+// out, as torchvision's resnet_fpn_backbone does with ImageNet weights. Every body tensor must
+// be in the file with its shape (else one line naming it and the file, before any value
+// changes). Returns the number of tensors loaded.
+int load_classifier_backbone(Model& detector, const std::string& path);
+
 }  // namespace mpicnn::detect

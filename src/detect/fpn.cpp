@@ -78,31 +78,18 @@ ResNetFpn::ResNetFpn(const std::string& body, int trainable_layers, int out_chan
     : trainable_layers_(trainable_layers), out_channels_(out_channels) {
   CHECK(trainable_layers >= 0 && trainable_layers <= 5, "trainable_layers must be 0..5, got ",
         trainable_layers);
-  std::vector<int> blocks;
-  bool bottleneck = false;
-  if (body == "resnet18") blocks = {2, 2, 2, 2};
-  else if (body == "resnet34") blocks = {3, 4, 6, 3};
-  else if (body == "resnet50") blocks = {3, 4, 6, 3}, bottleneck = true;
-  else FAIL("unknown FPN backbone '", body, "' (resnet18, resnet34, resnet50)");
-
+  std::vector<int> channels;
   stem_ = std::make_unique<Sequential>();
-  stem_->add("conv1", leaf<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 64,
-                                                 .kernel = 7, .stride = 2, .padding = 3,
-                                                 .bias = false}));
-  stem_->add("bn1", leaf<BatchNorm2d>(64));
-  stem_->add("relu", leaf<ReLU>()).in_place();
-  stem_->add("maxpool", leaf<MaxPool2d>(3, 2, 1));
-  int in = 64;
-  const int widths[] = {64, 128, 256, 512};
-  for (int stage = 0; stage < 4; ++stage) {
-    auto layer = std::make_unique<Sequential>();
-    for (int b = 0; b < blocks[size_t(stage)]; ++b)
-      in = layer->add(std::make_unique<ResidualBlock>(in, widths[stage],
-                                                       (b == 0 && stage > 0) ? 2 : 1, bottleneck))
-               .out_channels();
-    stages_.push_back(std::move(layer));
+  for (auto& [name, module] : make_resnet_trunk(body, 3, &channels)) {
+    if (name.starts_with("layer")) {
+      stages_.emplace_back(static_cast<Sequential*>(module.release()));
+      continue;
+    }
+    stem_->add(name, std::move(module));
+  }
+  for (int c : channels) {
     inner_.push_back(leaf<Conv2d>(
-        Conv2dOptions{.in_channels = in, .out_channels = out_channels, .kernel = 1}));
+        Conv2dOptions{.in_channels = c, .out_channels = out_channels, .kernel = 1}));
     outer_.push_back(leaf<Conv2d>(Conv2dOptions{.in_channels = out_channels,
                                                 .out_channels = out_channels, .kernel = 3,
                                                 .padding = 1}));

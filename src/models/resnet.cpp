@@ -178,8 +178,8 @@ void init_resnet(Model& model, uint64_t seed) {
   });
 }
 
-std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& options,
-                                   uint64_t seed) {
+std::vector<std::pair<std::string, std::unique_ptr<Module>>> make_resnet_trunk(
+    const std::string& name, int in_channels, std::vector<int>* stage_channels) {
   std::vector<int> blocks;
   bool bottleneck = false;
   if (name == "resnet18") blocks = {2, 2, 2, 2};
@@ -187,15 +187,19 @@ std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& 
   else if (name == "resnet50") blocks = {3, 4, 6, 3}, bottleneck = true;
   else FAIL("unknown ResNet '", name, "' (resnet18, resnet34, resnet50)");
 
-  auto root = std::make_unique<Sequential>();
-  root->add("conv1", leaf<Conv2d>(Conv2dOptions{.in_channels = options.in_channels,
-                                                .out_channels = 64, .kernel = 7, .stride = 2,
-                                                .padding = 3, .bias = false}));
-  root->add("bn1", leaf<BatchNorm2d>(64));
-  root->add("relu", leaf<ReLU>()).in_place();
-  root->add("maxpool", leaf<MaxPool2d>(3, 2, 1));
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> trunk;
+  trunk.emplace_back("conv1", leaf<Conv2d>(Conv2dOptions{.in_channels = in_channels,
+                                                         .out_channels = 64, .kernel = 7,
+                                                         .stride = 2, .padding = 3,
+                                                         .bias = false}));
+  trunk.emplace_back("bn1", leaf<BatchNorm2d>(64));
+  auto relu = leaf<ReLU>();
+  relu->in_place();
+  trunk.emplace_back("relu", std::move(relu));
+  trunk.emplace_back("maxpool", leaf<MaxPool2d>(3, 2, 1));
   int in = 64;
   const int widths[] = {64, 128, 256, 512};
+  if (stage_channels) stage_channels->clear();
   for (int stage = 0; stage < 4; ++stage) {
     auto layer = std::make_unique<Sequential>();
     for (int b = 0; b < blocks[size_t(stage)]; ++b) {
@@ -203,8 +207,19 @@ std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& 
           in, widths[stage], (b == 0 && stage > 0) ? 2 : 1, bottleneck));
       in = block.out_channels();
     }
-    root->add("layer" + std::to_string(stage + 1), std::move(layer));
+    if (stage_channels) stage_channels->push_back(in);
+    trunk.emplace_back("layer" + std::to_string(stage + 1), std::move(layer));
   }
+  return trunk;
+}
+
+std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& options,
+                                   uint64_t seed) {
+  std::vector<int> channels;
+  auto root = std::make_unique<Sequential>();
+  for (auto& [child, module] : make_resnet_trunk(name, options.in_channels, &channels))
+    root->add(child, std::move(module));
+  const int in = channels.back();
   root->add("avgpool", leaf<AdaptiveAvgPool2d>(1, 1));
   root->add("flatten", leaf<Flatten>());
   root->add("fc", leaf<Linear>(in, options.num_classes));

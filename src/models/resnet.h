@@ -3,6 +3,9 @@
 // CIFAR-style ResNet in small.cpp.
 #pragma once
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "layers/add.h"
 #include "layers/batchnorm.h"
@@ -57,6 +60,12 @@ class ResidualBlock : public Module {
   // block's ReLU, in their own passes.
   bool fused_ = false;
 };
+
+// torchvision's ResNet up to layer4 (`name`: resnet18/34/50): the named children conv1, bn1,
+// relu (in place), maxpool, layer1 .. layer4 of its root, for the classifier and the detection
+// backbone; stage_channels (if given) gets each stage's output channels.
+std::vector<std::pair<std::string, std::unique_ptr<Module>>> make_resnet_trunk(
+    const std::string& name, int in_channels, std::vector<int>* stage_channels = nullptr);
 
 // torchvision resnet18/34/50 ("resnet18", ...).
 std::unique_ptr<Model> make_resnet(const std::string& name, const ModelOptions& options,

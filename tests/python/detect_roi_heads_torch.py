@@ -23,6 +23,7 @@ from torchvision.ops import MultiScaleRoIAlign
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
+from detect_rpn_torch import first_k_sampler  # noqa: E402
 
 C, REP, CLASSES, BATCH, FRACTION, CANONICAL = 16, 32, 4, 32, 0.25, 32
 PADDED = (128, 160)
@@ -30,25 +31,6 @@ IMAGE_SIZES = [(120, 160), (128, 150)]
 GRIDS = [(32, 40), (16, 20), (8, 10), (4, 5)]
 W_CLS, W_BOX = 0.7, 1.3
 PROPOSALS = 60
-
-
-def first_k_sampler(batch_size_per_image, positive_fraction):
-    """BalancedPositiveNegativeSampler with arange in place of randperm."""
-    def sample(labels):
-        pos_masks, neg_masks = [], []
-        for m in labels:
-            positive = torch.where(m >= 1)[0]
-            negative = torch.where(m == 0)[0]
-            num_pos = min(positive.numel(), int(batch_size_per_image * positive_fraction))
-            num_neg = min(negative.numel(), batch_size_per_image - num_pos)
-            pos_mask = torch.zeros_like(m, dtype=torch.uint8)
-            neg_mask = torch.zeros_like(m, dtype=torch.uint8)
-            pos_mask[positive[:num_pos]] = 1
-            neg_mask[negative[:num_neg]] = 1
-            pos_masks.append(pos_mask)
-            neg_masks.append(neg_mask)
-        return pos_masks, neg_masks
-    return sample
 
 
 def random_boxes(count, h, w, min_side, max_side):
