@@ -62,12 +62,17 @@ void FasterRcnnNet::init(uint64_t seed) {
 }
 
 Shape FasterRcnnNet::plan(const Shape& in) {
+  // Inference-only plans share block outputs between stages (module.h, plan_mode); the FPN
+  // reads every stage's output after the last stage has run.
+  CHECK(!plan_mode::inference(), "Faster R-CNN: no inference-only plan yet (plan it for training "
+        "and call set_training(false))");
   const std::vector<Shape> levels = backbone_.plan(in);
   rpn_head_.plan(levels);
   const int64_t N = in[0];
+  // The box head sees the sampled rois in training (at most batch_size_per_image an image) and
+  // every proposal in eval (at most post_nms_top_n_test an image).
   const int64_t max_rois =
-      N * std::max(opt_.roi.batch_size_per_image,
-                   std::max(opt_.rpn.post_nms_top_n_train, opt_.rpn.post_nms_top_n_test) + 64);
+      N * std::max(opt_.roi.batch_size_per_image, opt_.rpn.post_nms_top_n_test);
   roi_heads_.plan(std::vector<Shape>(levels.begin(), levels.begin() + 4), {in[2], in[3]}, max_rois);
   dobj_.clear(), ddeltas_.clear(), dlevels_.clear();
   for (const Shape& s : levels) {
