@@ -9,6 +9,7 @@
 
 #include "detect/faster_rcnn.h"
 #include "io/safetensors.h"
+#include "train/finetune.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -187,4 +188,28 @@ TEST_CASE("Faster R-CNN: a torchvision ResNet classifier's weights load as the b
   // conv1 has the same shape in both files: it must still hold resnet18's values.
   expect_close("conv1 after the refused file", *model->params().find("backbone.body.conv1.weight")->value,
                ref.read_f64("conv1.weight"), 0, 0);
+}
+
+TEST_CASE("Faster R-CNN: fine-tuning from a torchvision detector with other classes (--init-weights)") {
+  TempDir dir;
+  const std::string file = (dir.path / "frcnn91.safetensors").string();
+  run_python("detect_export_torch.py", shell_quote(file) + " 91 4");
+  detect::FasterRcnnOptions o;
+  o.num_classes = 3;
+  auto model = detect::make_faster_rcnn("fasterrcnn_resnet18_fpn", o, 1);
+  const train::InitWeightsReport rep = train::load_init_weights(*model, file, {});
+  // Every tensor but the box predictor's four (91 classes there, 3 here); the file's
+  // BatchNorm counters are dropped (FrozenBatchNorm2d keeps none).
+  CHECK(rep.new_head == std::vector<std::string>{"roi_heads.box_predictor.cls_score.weight",
+                                                 "roi_heads.box_predictor.cls_score.bias",
+                                                 "roi_heads.box_predictor.bbox_pred.weight",
+                                                 "roi_heads.box_predictor.bbox_pred.bias"});
+  const SafetensorsReader ref(file);
+  int counters = 0;
+  for (const TensorInfo& t : ref.tensors()) counters += t.name.ends_with("num_batches_tracked") ? 1 : 0;
+  CHECK(counters == 20);
+  CHECK(rep.loaded == int(ref.tensors().size()) - 4 - counters);
+  for (const StateEntry& e : model->params().entries())
+    if (!e.name.starts_with("roi_heads.box_predictor."))
+      expect_close(e.name, *e.value, ref.read_f64(e.name), 0, 0);
 }

@@ -195,16 +195,15 @@ void Model::load_state_dict(const std::string& path) {
     CHECK(r.contains(e.name), path, ": no tensor '", e.name, "' (model ", name_, ")");
     read_state_entry(r, e);
   }
-  // A BatchNorm counter where the model's BatchNorm keeps none (FrozenBatchNorm2d, which drops
-  // it on load as torchvision does: a detection model saved with trainable BatchNorm).
+  for (const TensorInfo& t : r.tensors())
+    CHECK(expected.count(t.name) || is_dropped_batchnorm_counter(store_, t.name), path,
+          ": unexpected tensor '", t.name, "' for model ", name_);
+}
+
+bool is_dropped_batchnorm_counter(const ParamStore& store, const std::string& name) {
   const std::string counter = "num_batches_tracked";
-  for (const TensorInfo& t : r.tensors()) {
-    const bool frozen_counter =
-        t.name.ends_with(counter) &&
-        expected.count(t.name.substr(0, t.name.size() - counter.size()) + "running_mean");
-    CHECK(expected.count(t.name) || frozen_counter, path, ": unexpected tensor '", t.name,
-          "' for model ", name_);
-  }
+  return name.ends_with(counter) && !store.find(name) &&
+         store.find(name.substr(0, name.size() - counter.size()) + "running_mean");
 }
 
 }  // namespace mpicnn

@@ -37,6 +37,10 @@ struct ModelOptions {
 // Whether state entry `name` lies under `prefix`: the prefix is the whole name or ends at one of
 // its dots ("layer1" covers "layer1.0.conv1.weight", not "layer10.0.conv1.weight").
 bool param_under(const std::string& name, const std::string& prefix);
+// Whether a saved tensor `name` is a BatchNorm counter ("X.num_batches_tracked") that `store`
+// keeps none of beside a BatchNorm it has ("X.running_mean"): FrozenBatchNorm2d's, which drops
+// it on load as torchvision does (detection backbones). Loaders skip such tensors.
+bool is_dropped_batchnorm_counter(const ParamStore& store, const std::string& name);
 // Whether `name` lies under any of `prefixes` (param_under).
 bool param_under_any(const std::string& name, const std::vector<std::string>& prefixes);
 

@@ -65,7 +65,7 @@ InitWeightsReport load_init_weights(Model& model, const std::string& path,
     }
   }
   for (const TensorInfo& t : r.tensors()) {
-    if (model.params().find(t.name)) continue;
+    if (model.params().find(t.name) || is_dropped_batchnorm_counter(model.params(), t.name)) continue;
     CHECK(param_under_any(t.name, partial), "--init-weights: ", f, ": tensor '", t.name,
           "' belongs to no parameter or buffer of model ", model.name());
     rep.ignored.push_back(t.name);
