@@ -1,12 +1,14 @@
-// Detection batches from a dataset (src/detect/batch.*: decode, flip, transform, boxes) and the
-// detector learning: on a small synthetic set, SGD steps lower the four losses, and the same
-// seed gives the same bits (the samplers draw from the counter RNG per step and image).
+// Detection batches from a dataset (src/detect/batch.*: decode, flip, transform, boxes); the
+// detector learning: on a small synthetic set, SGD steps lower its losses, and the same seed
+// gives the same bits (the samplers draw from the counter RNG per step and image); predictions
+// over a set and their mAP (src/detect/evaluate.*).
 #include <array>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "detect/batch.h"
+#include "detect/evaluate.h"
 #include "optim/sgd.h"
 #include "testing.h"
 
@@ -123,4 +125,60 @@ TEST_CASE("detector training: SGD lowers the losses on a synthetic set, the same
     for (double v : l) CHECK(std::isfinite(v));
   const std::vector<std::array<double, 4>> b = train(set, 6, 5);
   for (size_t i = 0; i < b.size(); ++i) CHECK(b[i] == a[i]);
+}
+
+TEST_CASE("detection evaluation: perfect, shifted and mislabelled predictions; predict's boxes") {
+  TempDir dir;
+  const data::DetectionSet set = synthetic_set(dir, 3);
+  const std::vector<int64_t> idx = {0, 1, 2};
+  std::vector<detect::Detections> perfect, shifted, mislabelled;
+  for (int64_t i : idx) {
+    const data::DetectionSample& s = set.samples[size_t(i)];
+    detect::Detections p, q, r;
+    for (size_t k = 0; k < s.boxes.size(); ++k) {
+      const auto& b = s.boxes[k];
+      const float w = b[2] - b[0];
+      p.boxes.insert(p.boxes.end(), b.begin(), b.end());
+      q.boxes.insert(q.boxes.end(), {b[0] + w / 2, b[1], b[2] + w / 2, b[3]});  // IoU 1/3
+      p.scores.push_back(1.f - 0.01f * float(k));
+      p.labels.push_back(s.labels[k]);
+    }
+    q.scores = p.scores, q.labels = p.labels;
+    r.boxes = p.boxes, r.scores = p.scores;
+    for (int64_t l : p.labels) r.labels.push_back(l % int64_t(set.classes.size()) + 1);
+    perfect.push_back(p), shifted.push_back(q), mislabelled.push_back(r);
+  }
+  const detect::MapResult a = detect::evaluate_predictions(set, idx, perfect);
+  CHECK(a.map50_voc == 1.0);
+  CHECK(a.map_coco == 1.0);
+  CHECK(detect::evaluate_predictions(set, idx, shifted).map50_voc == 0.0);
+  CHECK(detect::evaluate_predictions(set, idx, mislabelled).map50_voc == 0.0);
+
+  // An untrained detector's detections: one list per image, inside the original image, labels
+  // of the set's classes, by decreasing score.
+  detect::FasterRcnnOptions o;
+  o.num_classes = int(set.classes.size()) + 1;
+  o.transform.min_size = 96;
+  o.transform.max_size = 128;
+  auto model = detect::make_faster_rcnn("fasterrcnn_resnet18_fpn", o, 3);
+  const std::vector<detect::Detections> pred = detect::predict(*model, set, idx, 2, o.transform);
+  REQUIRE(pred.size() == idx.size());
+  size_t total = 0;
+  for (size_t i = 0; i < pred.size(); ++i) {
+    const data::DetectionSample& s = set.samples[size_t(idx[i])];
+    const detect::Detections& d = pred[i];
+    total += d.scores.size();
+    REQUIRE(d.boxes.size() == 4 * d.scores.size());
+    for (size_t k = 0; k < d.scores.size(); ++k) {
+      const float* b = d.boxes.data() + 4 * k;
+      CHECK(b[0] >= 0.f);
+      CHECK(b[1] >= 0.f);
+      CHECK(b[2] <= float(s.width) + 1e-3f);
+      CHECK(b[3] <= float(s.height) + 1e-3f);
+      CHECK(d.labels[k] >= 1);
+      CHECK(d.labels[k] <= int64_t(set.classes.size()));
+      if (k > 0) CHECK(d.scores[k] <= d.scores[k - 1]);
+    }
+  }
+  CHECK(total > 0);
 }
