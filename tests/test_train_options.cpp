@@ -214,7 +214,7 @@ TEST_CASE("train options: dataset and data") {
   expect_parse_error({"--dataset", "auto"}, "--dataset: 'auto' needs -d/--data PATH");
   expect_parse_error({"--dataset", "svhn"},
                      "--dataset: 'svhn' is not one of auto, fashion-mnist, mnist, idx, "
-                     "imagefolder, csv, cifar10, cifar100 or synthetic");
+                     "imagefolder, csv, cifar10, cifar100, synthetic or voc");
 }
 
 TEST_CASE("train options: config file and command-line precedence") {
@@ -397,6 +397,52 @@ TEST_CASE("train options: fine-tuning defaults and errors") {
   expect_parse_error({"--freeze", "conv1,"}, "--freeze: 'conv1,' ends with a comma");
   expect_parse_error({"--init-weights-partial", "fc"}, "--init-weights-partial: needs --init-weights FILE");
   CHECK(parse({"--freeze-backbone", "--freeze-bn"}).freeze_bn);  // together: fine
+}
+
+TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
+  const TrainOptions c = parse({});
+  CHECK(c.task == "classify");
+  CHECK(c.min_size == 800);
+  CHECK(c.max_size == 1333);
+  CHECK(c.trainable_layers == 3);
+  const TrainOptions o = parse({"--task", "detection", "-d", "data/shapes"});
+  CHECK(o.task == "detection");
+  CHECK(o.model == "fasterrcnn_resnet50_fpn");
+  CHECK(o.dataset == "voc");
+  CHECK(o.batch_size == 2);
+  CHECK(o.learning_rate == 0.01);
+  CHECK(o.weight_decay == 1e-4);
+  CHECK(o.augment == "flip");
+  const TrainOptions d = parse({"--task", "detection", "-d", "x", "-m", "fasterrcnn_resnet18_fpn",
+                                "-b", "4", "-lr", "0.02", "--min-size", "160", "--max-size", "320",
+                                "--trainable-layers", "5", "--augment", "none"});
+  CHECK(d.model == "fasterrcnn_resnet18_fpn");
+  CHECK(d.batch_size == 4);
+  CHECK(d.learning_rate == 0.02);
+  CHECK(d.min_size == 160);
+  CHECK(d.max_size == 320);
+  CHECK(d.trainable_layers == 5);
+  CHECK(d.augment == "none");
+  // The recorded configuration (what a resume parses back) gives the same options.
+  std::vector<std::string> flags;
+  for (const auto& [k, v] : to_config(d)) flags.push_back("--" + k + "=" + v);
+  CHECK(parse(flags) == d);
+  expect_parse_error({"--task", "detection"}, "--task detection: needs -d/--data DIR");
+  expect_parse_error({"--task", "segment"}, "--task: 'segment' is not one of classify or detection");
+  expect_parse_error({"--task", "detection", "-d", "x", "-m", "resnet18"},
+                     "-m/--model: unknown detection model 'resnet18'");
+  expect_parse_error({"--task", "detection", "-d", "x", "--min-size", "400", "--max-size", "300"},
+                     "--max-size: 300 is below --min-size 400");
+  expect_parse_error({"--task", "detection", "-d", "x", "--trainable-layers", "6"},
+                     "--trainable-layers: '6' is not in 0..5");
+  expect_parse_error({"--task", "detection", "-d", "x", "--augment", "crop-flip"},
+                     "--augment: detection supports none or flip");
+  expect_parse_error({"--task", "detection", "-d", "x", "--freeze-bn"},
+                     "--freeze-bn: not supported with --task detection yet");
+  expect_parse_error({"--task", "detection", "-d", "x", "--dataset", "csv"},
+                     "--dataset: --task detection reads Pascal VOC folders (voc), not csv");
+  expect_parse_error({"--min-size", "300"}, "--min-size: only with --task detection");
+  expect_parse_error({"-d", "x", "--dataset", "voc"}, "--dataset: voc needs --task detection");
 }
 
 TEST_CASE("train options: help text") {

@@ -1,8 +1,10 @@
 // ./train: data-parallel training over the ranks of `mpiexec -n K ./train [options]` (also
-// runs alone as one rank). Thin main: options (train/options.h), the loop (train/trainer.h).
+// runs alone as one rank). Thin main: options (train/options.h), the loop (train/trainer.h, or
+// detect/trainer.h for --task detection).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "detect/trainer.h"
 #include "dist/comm.h"
 #include "dist/watchdog.h"
 #include "io/checkpoint.h"
@@ -50,7 +52,10 @@ int main(int argc, char** argv) {
     }
     // --timeout: a rank stuck waiting on another ends the job (dist/watchdog.h).
     const auto watchdog = dist::Watchdog::start(options.timeout, comm.rank(), comm.host());
-    train::run_training(options, comm, std::cout);
+    if (options.task == "detection")
+      detect::run_detection_training(options, comm, std::cout);
+    else
+      train::run_training(options, comm, std::cout);
     return 0;
   } catch (const dist::SharedError& e) {  // every rank has it: report once, exit normally
     if (comm.root()) std::cerr << "train: " << e.message() << std::endl;

@@ -38,9 +38,15 @@ const cli::Program& program() {
        "dataset path: IDX folder, image folder (class subfolders, optional train/ and test/), "
        "CSV file, CIFAR binary folder; fashion-mnist defaults to the Debian package's files"},
       {"dataset", "", "KIND", cli::Kind::Value,
-       "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100 or synthetic; "
+       "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100, synthetic, or voc "
+       "(--task detection); "
        "auto detects the format from --data. Without --data and --dataset: fashion-mnist; "
        "with --data only: auto"},
+      {"task", "", "NAME", cli::Kind::Value,
+       "classify, or detection: Faster R-CNN (--model fasterrcnn_resnet18_fpn, "
+       "fasterrcnn_resnet34_fpn or fasterrcnn_resnet50_fpn) on -d DIR, a Pascal VOC folder "
+       "(images/ + annotations/, or JPEGImages/ + Annotations/) or one holding train/ and test/ "
+       "VOC folders; its defaults: -b 2, -lr 0.01, --weight-decay 1e-4, --augment flip"},
       {"val-split", "", "F", cli::Kind::Value,
        "data without a test split (an image folder without train/ and test/, a CSV without a "
        "split column): hold out this fraction, in [0, 1), of each class as the validation "
@@ -83,6 +89,13 @@ const cli::Program& program() {
       {"distribute-data", "", "[=BOOL]", cli::Kind::Switch,
        "split each epoch's data between the ranks; --distribute-data=false: every rank trains "
        "on the whole dataset"},
+      {"min-size", "", "N", cli::Kind::Value,
+       "detection: images are resized so that their shorter side is N (>= 32) ..."},
+      {"max-size", "", "N", cli::Kind::Value,
+       "detection: ... unless their longer side would pass N (>= min-size)"},
+      {"trainable-layers", "", "N", cli::Kind::Value,
+       "detection: backbone stages that train, 0-5, from layer4 down to conv1 (torchvision's "
+       "trainable_backbone_layers); its BatchNorm stays frozen"},
       {"init-weights", "", "PATH", cli::Kind::Value,
        "fine-tuning: start from these weights, a safetensors state dict with torchvision names "
        "(data_tools/export_torchvision.py) or a run directory / checkpoint of ours; every tensor "
@@ -261,16 +274,59 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
-                                            "csv", "cifar10", "cifar100", "synthetic"};
+                                            "csv", "cifar10", "cifar100", "synthetic", "voc"};
 
 // The rules between options, once each option's own value is known: the data defaults, the
 // image size against the model, Nesterov, warmup and the schedule. Errors name the option as
 // `v` does (flag, or config file line).
+// fasterrcnn_<body>_fpn for a ResNet body the detector builds; the name, or an Error.
+std::string check_detection_model(const std::string& name) {
+  for (const char* body : {"resnet18", "resnet34", "resnet50"})
+    if (name == std::string("fasterrcnn_") + body + "_fpn") return name;
+  FAIL("unknown detection model '", name, "' (fasterrcnn_resnet18_fpn, fasterrcnn_resnet34_fpn, "
+       "fasterrcnn_resnet50_fpn)");
+}
+
+// --task detection: a VOC folder, a detector, sizes in order; the classifiers' options that
+// mean nothing here are refused rather than ignored.
+void check_detection_options(TrainOptions& o, const Values& v) {
+  CHECK(!o.data.empty(), v.label("task"), " detection: needs -d/--data DIR, a Pascal VOC folder");
+  CHECK(!v.get("dataset") || o.dataset == "auto" || o.dataset == "voc", v.label("dataset"),
+        ": --task detection reads Pascal VOC folders (voc), not ", o.dataset);
+  o.dataset = "voc";
+  if (!v.get("model")) o.model = "fasterrcnn_resnet50_fpn";
+  CHECK(o.max_size >= o.min_size, v.label("max-size"), ": ", o.max_size, " is below --min-size ",
+        o.min_size);
+  CHECK(o.augment == "none" || o.augment == "flip", v.label("augment"), ": detection supports "
+        "none or flip, not ", o.augment);
+  // By value, not by presence: a resumed run's recorded configuration holds every key.
+  const std::pair<const char*, bool> unsupported[] = {
+      {"test-data", !o.test_data.empty()}, {"image-size", o.image_size != 0},
+      {"mean", !o.mean.empty()}, {"std", !o.std.empty()}, {"freeze", !o.freeze.empty()},
+      {"freeze-backbone", o.freeze_backbone}, {"freeze-bn", o.freeze_bn},
+      {"init-weights-partial", !o.init_weights_partial.empty()},
+      {"head-lr-mult", o.head_lr_mult != 1}, {"device", o.device == "cuda"},
+      {"precision", o.precision != "auto" && o.precision != "fp32"}};
+  for (const auto& [flag, given] : unsupported)
+    CHECK(!given, v.label(flag), ": not supported with --task detection yet");
+}
+
 void check_across_options(TrainOptions& o, const Values& v) {
+  if (o.task == "detection") {
+    check_detection_options(o, v);
+  } else {
+    const TrainOptions defaults;
+    const std::pair<const char*, bool> detection_only[] = {
+        {"min-size", o.min_size != defaults.min_size}, {"max-size", o.max_size != defaults.max_size},
+        {"trainable-layers", o.trainable_layers != defaults.trainable_layers}};
+    for (const auto& [flag, given] : detection_only)
+      CHECK(!given, v.label(flag), ": only with --task detection");
+    CHECK(o.dataset != "voc", v.label("dataset"), ": voc needs --task detection");
+  }
   // Fashion-MNIST is the default only when the user named no data at all; a path alone means
   // "detect its format". An empty --data= (as to_config writes for synthetic) counts as none.
   const bool data_given = !o.data.empty(), kind_given = v.get("dataset").has_value();
-  if (!kind_given) o.dataset = data_given ? "auto" : "fashion-mnist";
+  if (!kind_given && o.task != "detection") o.dataset = data_given ? "auto" : "fashion-mnist";
   if (!data_given) {
     if (o.dataset == "fashion-mnist")
       o.data = data::kFashionMnistDefaultPath;
@@ -278,7 +334,7 @@ void check_across_options(TrainOptions& o, const Values& v) {
       CHECK(o.dataset == "synthetic", v.label("dataset"), ": '", o.dataset,
             "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
   }
-  if (o.image_size > 0) {
+  if (o.image_size > 0 && o.task != "detection") {
     const ModelSpec& m = model_spec(o.model);
     CHECK(o.image_size >= m.min_size, v.label("image-size"), ": '", o.image_size,
           "' is below ", m.name, "'s smallest input (expected 0 = auto, or >= ", m.min_size, ")");
@@ -330,8 +386,17 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
 
   // One set() per option, in help order: a flat table, kept in one piece so that each option's
   // conversion and accepted range read on one line.
-  set("model", o.model, [](const Given& g) {
+  set("task", o.task, [](const Given& g) { return to_choice(g, {"classify", "detection"}); });
+  const bool detection = o.task == "detection";
+  if (detection) {  // Faster R-CNN's defaults, before the options that may override them
+    o.batch_size = 2;
+    o.learning_rate = 0.01;
+    o.weight_decay = 1e-4;
+    o.augment = "flip";
+  }
+  set("model", o.model, [detection](const Given& g) {
     try {
+      if (detection) return check_detection_model(g.value);
       return model_spec(g.value).name;
     } catch (const Error& e) {
       FAIL(g.label, ": ", e.message());
@@ -367,6 +432,13 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
   set("image-size", o.image_size, int32_from(0));
   set("skip-bad", o.skip_bad, to_bool);
   set("distribute-data", o.distribute_data, to_bool);
+  set("min-size", o.min_size, int32_from(32));
+  set("max-size", o.max_size, int32_from(32));
+  set("trainable-layers", o.trainable_layers, [](const Given& g) {
+    const int n = cli::to_int32(g, 0);
+    CHECK(n <= 5, g.label, ": '", g.value, "' is not in 0..5");
+    return n;
+  });
   set("init-weights", o.init_weights, text);
   set("init-weights-partial", o.init_weights_partial, to_name_list);
   set("freeze", o.freeze, to_name_list);
@@ -417,6 +489,7 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
   auto b = [](bool x) { return std::string(x ? "true" : "false"); };
   auto i = [](auto x) { return std::to_string(x); };
   return {
+      {"task", o.task},
       {"model", o.model},
       {"data", o.data},
       {"dataset", o.dataset},
@@ -439,6 +512,9 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"image-size", i(o.image_size)},
       {"skip-bad", b(o.skip_bad)},
       {"distribute-data", b(o.distribute_data)},
+      {"min-size", i(o.min_size)},
+      {"max-size", i(o.max_size)},
+      {"trainable-layers", i(o.trainable_layers)},
       {"init-weights", o.init_weights},
       {"init-weights-partial", join_names(o.init_weights_partial)},
       {"freeze", join_names(o.freeze)},
@@ -501,7 +577,9 @@ std::string train_help() {
          "  ./train --resume runs/r18                    continue runs/r18 from its latest checkpoint\n"
          "  ./train -m resnet18 -d data/faces --init-weights resnet18.safetensors --freeze-backbone\n"
          "      --head-lr-mult 10 -lr 0.01              fine-tune torchvision's weights on new classes\n"
-         "  ./train --dataset synthetic --distribute-data=false --check-sync 10 --progress plain\n";
+         "  ./train --dataset synthetic --distribute-data=false --check-sync 10 --progress plain\n"
+         "  mpiexec -n 2 ./train --task detection -m fasterrcnn_resnet18_fpn -d data/shapes \\\n"
+         "      --min-size 160 --max-size 320 -e 12   Faster R-CNN on train/ and test/ VOC folders\n";
   return out.str();
 }
 

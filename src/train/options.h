@@ -14,8 +14,11 @@ namespace mpicnn::train {
 struct TrainOptions {
   bool help = false;  // -h/--help was given: the caller prints train_help() and exits
 
+  // task: "classify" (the models of models/registry.h) or "detection" (Faster R-CNN,
+  // detect/trainer.h, on Pascal VOC folders)
+  std::string task = "classify";
   // model and data
-  std::string model = "lenet";            // a name from models/registry.h
+  std::string model = "lenet";            // registry.h's, or fasterrcnn_<resnet>_fpn (detection)
   std::string data;                       // dataset path; the Debian package's for fashion-mnist
   std::string dataset = "fashion-mnist";  // kind; "auto" (= detect from the path) when only -d
   // Data without a test split (an image folder without train/ and test/, a CSV without a split
@@ -43,6 +46,11 @@ struct TrainOptions {
   int image_size = 0;            // 0 = the dataset's own size, else the model's default size
   bool skip_bad = false;         // skip undecodable samples instead of stopping
   bool distribute_data = true;   // false: every rank trains on the whole dataset
+
+  // detection (--task detection): GeneralizedRCNNTransform's sizes and the backbone stages that
+  // train, as torchvision's fasterrcnn_resnet50_fpn defaults
+  int min_size = 800, max_size = 1333;
+  int trainable_layers = 3;
 
   // fine-tuning (train/finetune.h)
   std::string init_weights;                       // safetensors file, checkpoint or run directory

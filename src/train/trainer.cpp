@@ -99,31 +99,6 @@ InputPlan plan_input(const TrainOptions& o, const SplitInfo& info) {
 
 // ---- the pieces of a run ------------------------------------------------------------------------
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& store, double lr) {
-  if (o.optimizer == "adamw") {
-    AdamWOptions a;
-    a.lr = lr;
-    a.weight_decay = o.weight_decay;
-    return std::make_unique<AdamW>(store, a);
-  }
-  SgdOptions s;
-  s.lr = lr;
-  s.momentum = o.momentum;
-  s.weight_decay = o.weight_decay;
-  s.nesterov = o.nesterov;
-  return std::make_unique<SGD>(store, s);
-}
-
-// Everything rank 0 holds (the model replica, optimizer) made equal on all ranks.
-void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt) {
-  comm.broadcast(model.params().values());
-  if (model.params().buffers().numel() > 0) comm.broadcast(model.params().buffers());
-  for (Tensor t : opt.state_slabs()) comm.broadcast(t);
-  int64_t steps = opt.steps();
-  comm.broadcast(steps);
-  opt.set_steps(steps);
-}
-
 // The hosts of the job's ranks, each once, in rank order.
 std::vector<std::string> job_hosts(const dist::Comm& comm) {
   std::vector<std::string> hosts;
@@ -150,6 +125,31 @@ std::string describe_sync(const dist::GradSync& s) {
 }
 
 }  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& store, double lr) {
+  if (o.optimizer == "adamw") {
+    AdamWOptions a;
+    a.lr = lr;
+    a.weight_decay = o.weight_decay;
+    return std::make_unique<AdamW>(store, a);
+  }
+  SgdOptions s;
+  s.lr = lr;
+  s.momentum = o.momentum;
+  s.weight_decay = o.weight_decay;
+  s.nesterov = o.nesterov;
+  return std::make_unique<SGD>(store, s);
+}
+
+void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt) {
+  comm.broadcast(model.params().values());
+  if (model.params().buffers().numel() > 0) comm.broadcast(model.params().buffers());
+  for (Tensor t : opt.state_slabs()) comm.broadcast(t);
+  int64_t steps = opt.steps();
+  comm.broadcast(steps);
+  opt.set_steps(steps);
+}
+
 
 // ---- the trainer's setup ------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@
 #include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "models/model.h"
+#include "optim/optimizer.h"
 #include "train/options.h"
 
 namespace mpicnn::train {
@@ -54,6 +55,12 @@ struct TrainResult {
 // job (Comm::fail_job).
 TrainResult run_training(const TrainOptions& options, const dist::Comm& comm, std::ostream& out,
                          const TrainHooks& hooks = {});
+
+// Pieces of a run the detection trainer (detect/trainer.h) shares: the optimizer --optimizer
+// names over `store`, and everything rank 0 holds (weights, buffers, optimizer state) made
+// equal on all ranks (collective).
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& store, double lr);
+void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt);
 
 // The options a resume continues with: the checkpoint's recorded configuration, overridden by
 // whatever `args` (the command line after the program name, holding --resume) set

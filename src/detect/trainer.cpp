@@ -1,0 +1,293 @@
+// The detection training loop. Per step each rank loads its images (flipped by a draw keyed on
+// (seed, epoch, sample)), forms a padded batch, runs the detector's forward and backward and
+// joins the gradient allreduce; the samplers draw from streams keyed on (step, rank, image).
+// The gradient-ready hook is not attached: the FPN's lateral convolutions, registered after
+// the body, finish their gradients in between the body's stages, so buckets start after
+// backward (GradSync without attach).
+#include "detect/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "detect/batch.h"
+#include "detect/evaluate.h"
+#include "detect/faster_rcnn.h"
+#include "dist/grad_sync.h"
+#include "dist/shard.h"
+#include "optim/schedule.h"
+#include "train/finetune.h"
+#include "train/trainer.h"
+
+namespace mpicnn::detect {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Data {
+  data::DetectionSet train, test;
+  bool has_test = false;
+};
+
+// DIR/train (+ DIR/test), or DIR itself.
+Data open_data(const train::TrainOptions& o) {
+  Data d;
+  const fs::path dir(o.data);
+  CHECK(fs::is_directory(dir), "-d/--data: ", o.data, " is not a folder (--task detection reads a "
+        "Pascal VOC folder)");
+  if (fs::is_directory(dir / "train")) {
+    d.train = data::read_voc_folder((dir / "train").string(), {}, o.skip_bad);
+    if (fs::is_directory(dir / "test")) {
+      d.test = data::read_voc_folder((dir / "test").string(), d.train.classes, o.skip_bad);
+      d.has_test = !d.test.samples.empty();
+    }
+  } else {
+    d.train = data::read_voc_folder(dir.string(), {}, o.skip_bad);
+  }
+  CHECK(!d.train.samples.empty(), "-d/--data: ", o.data, " holds no annotated images");
+  return d;
+}
+
+std::string utc_now(const char* format) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+
+// What the ranks add up after each step.
+struct StepSums {
+  using reduce_as = double;
+  double loss[FasterRcnnNet::kLosses] = {0, 0, 0, 0};  // x images
+  double images = 0;
+  double stop_votes = 0;
+};
+
+// One rank's detections as text ("image label score x1 y1 x2 y2" lines), for allgather.
+std::string encode(const std::vector<int64_t>& images, const std::vector<Detections>& dets) {
+  std::ostringstream s;
+  s.precision(9);
+  for (size_t i = 0; i < dets.size(); ++i)
+    for (size_t k = 0; k < dets[i].scores.size(); ++k) {
+      const float* b = dets[i].boxes.data() + 4 * k;
+      s << images[i] << ' ' << dets[i].labels[k] << ' ' << dets[i].scores[k] << ' ' << b[0] << ' '
+        << b[1] << ' ' << b[2] << ' ' << b[3] << '\n';
+    }
+  return s.str();
+}
+
+// mAP over the whole test set: each rank predicts the images r, r + K, ...; rank 0's table.
+MapResult evaluate(const dist::Comm& comm, Model& model, const data::DetectionSet& test,
+                   int batch, const ResizeOptions& resize) {
+  std::vector<int64_t> mine;
+  for (int64_t i = comm.rank(); i < int64_t(test.samples.size()); i += comm.size()) mine.push_back(i);
+  const std::vector<Detections> dets = predict(model, test, mine, batch, resize);
+  model.set_training(true);
+  std::vector<Detections> all(test.samples.size());
+  for (const std::string& part : comm.allgather(encode(mine, dets))) {
+    std::istringstream in(part);
+    int64_t image, label;
+    float score, b[4];
+    while (in >> image >> label >> score >> b[0] >> b[1] >> b[2] >> b[3]) {
+      Detections& d = all[size_t(image)];
+      d.labels.push_back(label);
+      d.scores.push_back(score);
+      d.boxes.insert(d.boxes.end(), b, b + 4);
+    }
+  }
+  std::vector<int64_t> every(test.samples.size());
+  for (size_t i = 0; i < every.size(); ++i) every[i] = int64_t(i);
+  return evaluate_predictions(test, every, all);
+}
+
+}  // namespace
+
+DetectionTrainResult run_detection_training(const train::TrainOptions& o, const dist::Comm& comm,
+                                            std::ostream& out) {
+  CHECK(o.task == "detection", "run_detection_training: --task is ", o.task);
+  set_num_threads(comm.threads_per_rank(o.threads));
+  Data data;
+  comm.on_all([&] { data = open_data(o); });
+  const int64_t N = int64_t(data.train.samples.size()), K = comm.size(), B = o.batch_size;
+
+  FasterRcnnOptions fo;
+  fo.num_classes = int(data.train.classes.size()) + 1;
+  fo.trainable_layers = o.trainable_layers;
+  fo.transform.min_size = o.min_size;
+  fo.transform.max_size = o.max_size;
+  DetectionTrainResult result;
+  result.model = make_faster_rcnn(o.model, fo, o.seed);
+  Model& model = *result.model;
+  FasterRcnnNet& net = faster_rcnn_net(model);
+  std::unique_ptr<Optimizer> opt = train::make_optimizer(o, model.params(), o.learning_rate);
+  const LrSchedule schedule = parse_lr_schedule(o.schedule_spec(), o.learning_rate, o.epochs);
+  const dist::EpochPlan plan = dist::epoch_plan(N, int(K), B);
+
+  TrainerState& state = result.state;
+  state.seed = o.seed;
+  state.ranks = int(K);
+  state.config = train::to_config(o);
+  state.data_path = fs::absolute(o.data).lexically_normal().string();
+  state.run_started = utc_now("%Y-%m-%dT%H:%M:%SZ");
+  state.input.class_names = data.train.classes;
+  std::string& run_dir = result.run_dir;
+  run_dir = o.save_dir;
+  std::string init_line;
+  comm.on_root([&] {
+    if (!o.resume.empty()) {
+      const TrainerState saved = load_checkpoint(o.resume, model, *opt);
+      CHECK(saved.step_in_epoch < plan.steps, "--resume: the checkpoint stopped at step ",
+            saved.step_in_epoch, " of an epoch that now has ", plan.steps, " steps");
+      state.epoch = saved.epoch, state.step_in_epoch = saved.step_in_epoch;
+      state.global_step = saved.global_step, state.samples_seen = saved.samples_seen;
+      state.run_started = saved.run_started;
+      if (run_dir.empty()) run_dir = resolve_checkpoint(o.resume).run_dir;
+    } else {
+      if (!o.init_weights.empty()) {
+        // A torchvision classifier's state dict (conv1.weight, ...) starts the backbone body;
+        // anything else must be a detector's (a new class count renews the box predictor).
+        const SafetensorsReader r(train::init_weights_file(o.init_weights));
+        init_line = r.contains("conv1.weight") && !r.contains("backbone.body.conv1.weight")
+                        ? "init weights: backbone body from " + r.path() + " (" +
+                              std::to_string(load_classifier_backbone(model, r.path())) + " tensors)"
+                        : train::describe(train::load_init_weights(model, o.init_weights, {}),
+                                          fo.num_classes);
+      }
+      if (run_dir.empty()) run_dir = "runs/" + o.model + "-" + utc_now("%Y%m%d-%H%M%S");
+      CHECK(!fs::exists(fs::path(run_dir) / "checkpoints"), "--save-dir: ", run_dir,
+            " already holds a run; continue it with --resume ", run_dir, " or choose another");
+    }
+  });
+  train::replicate_from_root(comm, model, *opt);
+  comm.broadcast(state.epoch), comm.broadcast(state.step_in_epoch);
+  comm.broadcast(state.global_step), comm.broadcast(state.samples_seen);
+
+  dist::GradSyncOptions sopt;
+  sopt.bucket_bytes = o.bucket_mb > 0 ? std::max<int64_t>(4, int64_t(o.bucket_mb * (1 << 20)))
+                                      : dist::auto_bucket_bytes(model.params());
+  sopt.mode = dist::parse_overlap(o.overlap, "--overlap");
+  sopt.algo = dist::parse_allreduce(o.allreduce, "--allreduce");
+  sopt.compression = dist::parse_grad_compression(o.grad_compression, "--grad-compression");
+  dist::GradSync sync(comm, model.params(), sopt);
+
+  if (comm.root()) {
+    out << "task: detection, " << o.model << ", " << data.train.classes.size() << " classes ("
+        << [&] {
+             std::string names;
+             for (const std::string& c : data.train.classes) names += (names.empty() ? "" : ", ") + c;
+             return names;
+           }() << "), " << N << " training images"
+        << (data.has_test ? ", " + std::to_string(data.test.samples.size()) + " test images" : "")
+        << "\n" << K << " rank" << (K > 1 ? "s" : "") << " x " << num_threads() << " threads, "
+        << B << " images a rank a step, " << plan.steps << " steps an epoch, images resized to "
+        << o.min_size << "..." << o.max_size << "\n";
+    if (!init_line.empty()) out << init_line << "\n";
+    out << std::flush;
+  }
+
+  Tensor ones = Tensor::empty({FasterRcnnNet::kLosses});
+  ones.fill(1.f);
+  DetectionBatch batch;
+  Shape planned;
+  const Rng flip_rng(o.seed, "detection-flip");
+  double train_seconds = 0;
+  int64_t trained_images = 0;
+  model.set_training(true);
+  for (int64_t epoch = state.epoch; epoch < o.epochs && !result.stopped; ++epoch) {
+    const std::vector<uint64_t> order = dist::padded_epoch_order(size_t(N), int(K), o.seed, uint64_t(epoch));
+    const std::vector<uint64_t> shard = dist::rank_shard(order, int(K), comm.rank());
+    StepSums epoch_sums;
+    Timer epoch_clock;
+    for (int64_t step = state.step_in_epoch; step < plan.steps; ++step) {
+      std::vector<int64_t> idx;
+      std::vector<bool> flips;
+      for (int64_t j = step * B; j < std::min<int64_t>((step + 1) * B, int64_t(shard.size())); ++j) {
+        idx.push_back(int64_t(shard[size_t(j)]));
+        flips.push_back(o.augment == "flip" && (flip_rng.bits(uint64_t(epoch) * uint64_t(N) + shard[size_t(j)]) & 1));
+      }
+      make_detection_batch(batch, data.train, idx, flips, fo.transform);
+      if (batch.images.shape() != planned) {
+        model.plan(batch.images.shape());
+        planned = batch.images.shape();
+      }
+      opt->set_lr(schedule.lr(epoch, step, plan.steps));
+      const uint64_t stream = (uint64_t(state.global_step) * uint64_t(K) + uint64_t(comm.rank())) * 2 * uint64_t(B);
+      net.set_batch(batch.resized, batch.targets, o.seed, stream);
+      const Tensor& losses = model.forward(batch.images);
+      StepSums sums;
+      for (int i = 0; i < FasterRcnnNet::kLosses; ++i) sums.loss[i] = double(losses.data()[i]) * double(idx.size());
+      sums.images = double(idx.size());
+      model.params().zero_grad();
+      sync.begin_step();
+      model.backward(ones);
+      sync.finish();
+      opt->step();
+      sums.stop_votes = stop_requested() ? 1 : 0;
+      sums = comm.allreduce_sum(sums);
+      const double total = sums.loss[0] + sums.loss[1] + sums.loss[2] + sums.loss[3];
+      CHECK(std::isfinite(total), "epoch ", epoch + 1, " step ", step + 1, ": the loss is not "
+            "finite (lower -lr/--learning-rate, now ", o.learning_rate, ")");
+      for (int i = 0; i < FasterRcnnNet::kLosses; ++i) epoch_sums.loss[i] += sums.loss[i];
+      epoch_sums.images += sums.images;
+      state.step_in_epoch = step + 1;
+      state.global_step += 1;
+      state.samples_seen += int64_t(sums.images);
+      if (sums.stop_votes > 0) {
+        result.stopped = true;
+        break;
+      }
+    }
+    const double seconds = epoch_clock.seconds();
+    train_seconds += seconds;
+    trained_images += int64_t(epoch_sums.images);
+    if (!result.stopped) state.epoch = epoch + 1, state.step_in_epoch = 0;
+    const double n = std::max(epoch_sums.images, 1.0);
+    result.train_loss = (epoch_sums.loss[0] + epoch_sums.loss[1] + epoch_sums.loss[2] + epoch_sums.loss[3]) / n;
+    if (comm.root()) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "epoch %lld/%lld: loss %.4f (classifier %.4f, box %.4f, objectness %.4f, rpn box "
+                    "%.4f), %.1f s, %.2f images/s\n",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs),
+                    result.train_loss, epoch_sums.loss[0] / n, epoch_sums.loss[1] / n,
+                    epoch_sums.loss[2] / n, epoch_sums.loss[3] / n, seconds,
+                    epoch_sums.images / std::max(seconds, 1e-9));
+      out << line << std::flush;
+    }
+    const bool last = state.epoch == o.epochs;
+    if (data.has_test && !result.stopped && o.eval_every > 0 &&
+        (state.epoch % o.eval_every == 0 || last)) {
+      result.eval = evaluate(comm, model, data.test, int(B), fo.transform);
+      planned = model.planned_input();
+      if (comm.root()) {
+        char line[160];
+        std::snprintf(line, sizeof line, "  test: mAP@0.5 (VOC) %.4f, mAP@[.5:.95] (COCO) %.4f\n",
+                      result.eval.map50_voc, result.eval.map_coco);
+        out << line;
+        if (last) out << format_map_table(result.eval, [&] {
+                   std::vector<std::string> names{"background"};
+                   names.insert(names.end(), data.train.classes.begin(), data.train.classes.end());
+                   return names;
+                 }());
+        out << std::flush;
+      }
+    }
+    if (result.stopped || last || (o.checkpoint_every > 0 && state.epoch % o.checkpoint_every == 0))
+      comm.on_root([&] {
+        const CheckpointPaths p = save_checkpoint(run_dir, model, *opt, state, o.keep_checkpoints);
+        out << "  checkpoint " << p.dir << "\n" << std::flush;
+      });
+  }
+  result.images_per_s = trained_images / std::max(train_seconds, 1e-9);
+  return result;
+}
+
+}  // namespace mpicnn::detect
