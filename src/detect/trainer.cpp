@@ -6,10 +6,8 @@
 // backward (GradSync without attach).
 #include "detect/trainer.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <sstream>
 
@@ -52,15 +50,6 @@ Data open_data(const train::TrainOptions& o) {
   }
   CHECK(!d.train.samples.empty(), "-d/--data: ", o.data, " holds no annotated images");
   return d;
-}
-
-std::string utc_now(const char* format) {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, format, &tm);
-  return buf;
 }
 
 // What the ranks add up after each step.
@@ -136,7 +125,7 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   state.ranks = int(K);
   state.config = train::to_config(o);
   state.data_path = fs::absolute(o.data).lexically_normal().string();
-  state.run_started = utc_now("%Y-%m-%dT%H:%M:%SZ");
+  state.run_started = train::utc_now("%Y-%m-%dT%H:%M:%SZ");
   state.input.class_names = data.train.classes;
   std::string& run_dir = result.run_dir;
   run_dir = o.save_dir;
@@ -161,7 +150,7 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
                         : train::describe(train::load_init_weights(model, o.init_weights, {}),
                                           fo.num_classes);
       }
-      if (run_dir.empty()) run_dir = "runs/" + o.model + "-" + utc_now("%Y%m%d-%H%M%S");
+      if (run_dir.empty()) run_dir = "runs/" + o.model + "-" + train::utc_now("%Y%m%d-%H%M%S");
       CHECK(!fs::exists(fs::path(run_dir) / "checkpoints"), "--save-dir: ", run_dir,
             " already holds a run; continue it with --resume ", run_dir, " or choose another");
     }

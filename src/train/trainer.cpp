@@ -57,14 +57,6 @@ void check_run_dir_writable(const std::string& dir, const char* flag) {
   fs::remove(probe, ec);
 }
 
-std::string utc_now(const char* format) {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, format, &tm);
-  return buf;
-}
 
 // ---- data of this rank ------------------------------------------------------------------------
 
@@ -148,6 +140,15 @@ void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt) {
   int64_t steps = opt.steps();
   comm.broadcast(steps);
   opt.set_steps(steps);
+}
+
+std::string utc_now(const char* format) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
 }
 
 

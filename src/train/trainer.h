@@ -61,6 +61,8 @@ TrainResult run_training(const TrainOptions& options, const dist::Comm& comm, st
 // equal on all ranks (collective).
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& store, double lr);
 void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt);
+// The current UTC time in strftime's `format` (run names, run_started).
+std::string utc_now(const char* format);
 
 // The options a resume continues with: the checkpoint's recorded configuration, overridden by
 // whatever `args` (the command line after the program name, holding --resume) set
