@@ -91,8 +91,10 @@ asan_env=(env "ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0"
 # Also left out (2026-11-24, for the 15-minute suite budget): the longest end-to-end CLI cases,
 # which the unsanitized run has (preprocess recipes of ./train 12 s, train CLI --help 11 s).
 # And the recommender's fits (35 s under ASan, 1 s without: XGBoost's allocations each unwind
-# the stack slowly with fast_unwind_on_malloc=0); its suggest cases stay.
-asan_exclude='*matches PyTorch*,*every model*,registry models*,*smallest input*,auxiliary*,*torchvision*,pipeline eval*,preprocess: ./train*,train CLI: --help*,recommend fit*,recommend model file*'
+# the stack slowly with fast_unwind_on_malloc=0); its suggest cases stay. And the detector's
+# training runs (40 SGD steps in-process, and ./train --task detection on 2 ranks): their parts
+# (batches, predictions, every detection layer) run under ASan in their own cases.
+asan_exclude='*matches PyTorch*,*every model*,registry models*,*smallest input*,auxiliary*,*torchvision*,pipeline eval*,preprocess: ./train*,train CLI: --help*,recommend fit*,recommend model file*,detector training*,train CLI detection*'
 if [ -x "$asan_build/tests/unit_tests" ] && [ -x "$asan_build/tests/mpi_tests" ]; then
   run_doctest "asan unit tests" timeout 900 "${asan_env[@]}" "$asan_build/tests/unit_tests" -tse=cuda -tce="$asan_exclude"
   run_doctest "asan mpi tests, 2 ranks" timeout 600 "${asan_env[@]}" mpiexec -n 2 --oversubscribe \

@@ -123,7 +123,7 @@ TEST_CASE("detector training: SGD lowers the losses on a synthetic set, the same
   CHECK(mean(2, steps - 4) < 0.5 * mean(2, 0));
   for (const auto& l : a)
     for (double v : l) CHECK(std::isfinite(v));
-  const std::vector<std::array<double, 4>> b = train(set, 6, 5);
+  const std::vector<std::array<double, 4>> b = train(set, 3, 5);
   for (size_t i = 0; i < b.size(); ++i) CHECK(b[i] == a[i]);
 }
 
