@@ -153,14 +153,25 @@ void FasterRcnnNet::backward(Tensor& /*din*/, const Tensor& dout) {
   backbone_.backward(none, dfeat);
 }
 
+const std::vector<std::string>& detection_model_names() {
+  static const std::vector<std::string> names = {
+      "fasterrcnn_resnet18_fpn", "fasterrcnn_resnet34_fpn", "fasterrcnn_resnet50_fpn"};
+  return names;
+}
+
+std::string detection_body(const std::string& name) {
+  const auto& names = detection_model_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string known;
+    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+    FAIL("unknown detection model '", name, "' (", known, ")");
+  }
+  return name.substr(11, name.size() - 15);  // fasterrcnn_<body>_fpn
+}
+
 std::unique_ptr<Model> make_faster_rcnn(const std::string& name, FasterRcnnOptions options,
                                         uint64_t seed, bool initialise) {
-  const std::string prefix = "fasterrcnn_", suffix = "_fpn";
-  CHECK(name.starts_with(prefix) && name.ends_with(suffix) &&
-            name.size() > prefix.size() + suffix.size(),
-        "unknown detection model '", name, "' (fasterrcnn_resnet18_fpn, fasterrcnn_resnet34_fpn, "
-        "fasterrcnn_resnet50_fpn)");
-  options.body = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  options.body = detection_body(name);
   auto net = std::make_unique<FasterRcnnNet>(options);
   FasterRcnnNet* raw = net.get();
   // Model's constructor registers and allocates the state, then calls init; sharing the RPN

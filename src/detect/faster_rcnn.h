@@ -93,6 +93,11 @@ class FasterRcnnNet : public Module {
   std::vector<Tensor> dobj_, ddeltas_, dlevels_;
 };
 
+// The detectors make_faster_rcnn builds: fasterrcnn_<resnet>_fpn for resnet18, 34 and 50.
+const std::vector<std::string>& detection_model_names();
+// The ResNet body of detection model `name` ("resnet18"), or an Error listing the names.
+std::string detection_body(const std::string& name);
+
 // fasterrcnn_resnet18_fpn / fasterrcnn_resnet34_fpn / fasterrcnn_resnet50_fpn: a Model whose
 // root is a FasterRcnnNet. options.body is set from the name.
 std::unique_ptr<Model> make_faster_rcnn(const std::string& name, FasterRcnnOptions options,

@@ -15,6 +15,7 @@
 #include "core/cli.h"
 #include "core/gpu.h"
 #include "data/dataset.h"
+#include "detect/faster_rcnn.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
 
@@ -276,17 +277,6 @@ std::string join_names(const std::vector<std::string>& names) {
 const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
                                             "csv", "cifar10", "cifar100", "synthetic", "voc"};
 
-// The rules between options, once each option's own value is known: the data defaults, the
-// image size against the model, Nesterov, warmup and the schedule. Errors name the option as
-// `v` does (flag, or config file line).
-// fasterrcnn_<body>_fpn for a ResNet body the detector builds; the name, or an Error.
-std::string check_detection_model(const std::string& name) {
-  for (const char* body : {"resnet18", "resnet34", "resnet50"})
-    if (name == std::string("fasterrcnn_") + body + "_fpn") return name;
-  FAIL("unknown detection model '", name, "' (fasterrcnn_resnet18_fpn, fasterrcnn_resnet34_fpn, "
-       "fasterrcnn_resnet50_fpn)");
-}
-
 // --task detection: a VOC folder, a detector, sizes in order; the classifiers' options that
 // mean nothing here are refused rather than ignored.
 void check_detection_options(TrainOptions& o, const Values& v) {
@@ -311,6 +301,9 @@ void check_detection_options(TrainOptions& o, const Values& v) {
     CHECK(!given, v.label(flag), ": not supported with --task detection yet");
 }
 
+// The rules between options, once each option's own value is known: the data defaults, the
+// image size against the model, Nesterov, warmup and the schedule. Errors name the option as
+// `v` does (flag, or config file line).
 void check_across_options(TrainOptions& o, const Values& v) {
   if (o.task == "detection") {
     check_detection_options(o, v);
@@ -396,7 +389,10 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
   }
   set("model", o.model, [detection](const Given& g) {
     try {
-      if (detection) return check_detection_model(g.value);
+      if (detection) {
+        detect::detection_body(g.value);  // an Error naming the known detectors
+        return g.value;
+      }
       return model_spec(g.value).name;
     } catch (const Error& e) {
       FAIL(g.label, ": ", e.message());
