@@ -156,6 +156,11 @@ $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
+# The optimizers' steps are bit-identical to their CUDA kernels (kernels/optim.cu) and as close
+# to torch's separate ops as rounding allows, so a*b + c is fused only where the code says
+# std::fma: g++ contracts C++ by default (-ffp-contract=fast, whatever -std says).
+$(BUILD)/obj/src/optim/%.o $(BUILD)/obj-f64/src/optim/%.o: CXXFLAGS += -ffp-contract=off
+
 # httplib's Request holds an SSL pointer only under CPPHTTPLIB_OPENSSL_SUPPORT: serve.o built
 # without the library's defines would read its requests with the wrong layout, so no flags stop
 # the build (an order-only check: it never forces a rebuild).

@@ -24,7 +24,7 @@ bins=(bin/train bin/pipeline_eval tests/unit_tests tests/mpi_tests bench/train_b
 # lacks (CUDA's come from the machine).
 packages=(libopenblas0-openmp libgfortran5 libboost-program-options1.74.0 libopenmpi3
           openmpi-bin openmpi-common libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7
-          libpmix2)
+          libpmix2 libjpeg62-turbo libxgboost0 libdmlc0 libtinyxml2-9)
 
 pack() {
   local stage=.gpu/stage portable=build/release-x86-64-v3/cuda

@@ -13,8 +13,8 @@ namespace {
 constexpr int kItems = 4;
 constexpr int64_t kPiece = int64_t(kThreads) * kItems;
 
-// nvcc contracts a*b + c into an FMA unless told otherwise, while the CPU code (built with
-// -std=c++20, contraction off) fuses exactly where it writes std::fma. So every product and
+// nvcc contracts a*b + c into an FMA unless told otherwise, while the CPU code (src/optim, built
+// with -ffp-contract=off) fuses exactly where it writes std::fma. So every product and
 // sum below is an explicit _rn intrinsic, fmaf appears exactly where the CPU has std::fma,
 // and division and sqrt are the IEEE-rounded ones.
 

@@ -59,7 +59,7 @@ __global__ void softmax_xent_forward_kernel(double* row_loss, float* probs, cons
 
   if (threadIdx.x == 0) {
     const double lse = log(sum);  // log-sum-exp of the shifted logits
-    // Unfused as on the CPU (our host build never contracts a*b + c).
+    // Unfused. (The CPU's loss may be contracted by g++: the two agree within rounding.)
     const double nll = __dsub_rn(lse, __dsub_rn(double(zr[targets[row]]), dmx));
     const double smooth = __dsub_rn(lse, __ddiv_rn(sum_z, double(C)));  // mean of -log p
     const double e = double(eps);

@@ -106,18 +106,43 @@ void fill(Tensor& t, float value) {
   t.copy_from(h);
 }
 
+// How far the GPU may be from the CPU where the math itself amplifies rounding: kSpread times
+// the distance between the CPU and the CPU fed inputs nudged by one ulp (`nudged`), or `tol`,
+// whichever is larger (tests/README.md: the parity tests' measured spread, the same factor).
+// Deep models on tiny maps in training mode are that ill-conditioned: BatchNorm over the two
+// values of a 1x1 map, ReLU and max-pool decisions within rounding of their kink: torchvision's
+// resnet34 on 2x3x32x32 in float32 is 2e-2 to 0.2 from its float64 logits, resnet50 about 0.5.
+constexpr double kSpread = 8;
+void expect_near(const std::string& what, const Tensor& got, const Tensor& want,
+                 const Tensor& nudged, double tol) {
+  const double spread = rel_error(nudged, want), allowed = std::max(tol, kSpread * spread);
+  const double e = rel_error(got, want);
+  INFO(what, ": relative error ", e, " > ", allowed, " (the CPU's own spread ", spread, ")");
+  CHECK(e <= allowed);
+}
+
 // Per-parameter comparison of two slabs laid out by `layout` (either device): each entry
 // against its own largest value, so a small parameter's error is not hidden behind the slab's
-// largest one.
+// largest one. With `nudged` (a third slab), each entry's tolerance widens to its spread.
 void expect_near_entries(const std::string& what, const ParamStore& layout, const Tensor& got,
-                         const Tensor& want, double tol) {
-  Tensor g = to_host(got), w = to_host(want);
+                         const Tensor& want, double tol, const Tensor* nudged = nullptr) {
+  Tensor g = to_host(got), w = to_host(want), u = nudged ? to_host(*nudged) : w;
   for (const StateEntry& e : layout.entries()) {
     if (e.kind != StateKind::Param) continue;
     const int64_t n = e.shape.numel();
-    expect_near(what + " " + e.name, Tensor::view(g.data() + e.offset, {n}),
-                Tensor::view(w.data() + e.offset, {n}), tol);
+    const Tensor gv = Tensor::view(g.data() + e.offset, {n}), wv = Tensor::view(w.data() + e.offset, {n});
+    if (nudged)
+      expect_near(what + " " + e.name, gv, wv, Tensor::view(u.data() + e.offset, {n}), tol);
+    else
+      expect_near(what + " " + e.name, gv, wv, tol);
   }
+}
+
+// x with every element moved one ulp up: the rounding-sized change another summation order makes.
+Tensor nudged_up(const Tensor& x) {
+  Tensor y = host_copy(x);
+  for (int64_t i = 0; i < y.numel(); ++i) y[i] = std::nextafter(y[i], INFINITY);
+  return y;
 }
 
 // One layer kind, built twice with the same parameters (random, keyed by seed), run on both
@@ -289,63 +314,85 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
       mo.in_channels = spec.name == "lenet" ? 1 : 3;
       mo.dropout = 0.f;  // the GPU draws the same masks, but 0 keeps the check about the math
       mo.aux_dropout = 0.f;
-      auto cpu = build_model(spec.name, mo, 5), dev = build_model(spec.name, mo, 5);
+      // cpu, the GPU's model, and a CPU copy fed one-ulp-nudged inputs (the spread).
+      auto cpu = build_model(spec.name, mo, 5), dev = build_model(spec.name, mo, 5),
+           nud = build_model(spec.name, mo, 5);
       dev->to(Device::CUDA);
       const int hw = std::max(spec.min_size, spec.name == "lenet" ? 28 : 32);
       const Shape in{2, mo.in_channels, hw, hw};
       cpu->plan(in);
       dev->plan(in);
-      SGD oc(cpu->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
-      SGD og(dev->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4});
-      SoftmaxCrossEntropy xc, xg;
+      nud->plan(in);
+      const SgdOptions so{.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4};
+      SGD oc(cpu->params(), so), og(dev->params(), so), on(nud->params(), so);
+      SoftmaxCrossEntropy xc, xg, xn;
       xc.plan(2, 10);
       xg.plan(2, 10, Device::CUDA);
-      AuxLosses ac, ag;  // Inception v3's and GoogLeNet's heads, as the trainer's step
+      xn.plan(2, 10);
+      AuxLosses ac, ag, an;  // Inception v3's and GoogLeNet's heads, as the trainer's step
       ac.plan(*cpu, 2, 0.f, Device::CPU);
       ag.plan(*dev, 2, 0.f, Device::CUDA);
+      an.plan(*nud, 2, 0.f, Device::CPU);
       const int32_t labels[2] = {1, 7};
-      Tensor dl = Tensor::empty({2, 10}), dlg = Tensor::empty({2, 10}, Device::CUDA);
+      Tensor dl = Tensor::empty({2, 10}), dlg = Tensor::empty({2, 10}, Device::CUDA),
+             dln = Tensor::empty({2, 10});
       const std::string tag = spec.name + " [" + gpu::precision_name(p) + "]";
       for (int step = 0; step < 3; ++step) {
         const Tensor x = testing::random_tensor(in, 100 + uint64_t(step));
         const Tensor& yc = cpu->forward(x);
         const Tensor& yg = dev->forward(on_gpu_copy(x));
-        expect_near(tag + " logits, step " + std::to_string(step), yg, yc, tol);
+        const Tensor xn_in = nudged_up(x);
+        const Tensor& yn = nud->forward(xn_in);
+        expect_near(tag + " logits, step " + std::to_string(step), yg, yc, yn, tol);
         xc.forward(yc, labels);
         xg.forward(yg, labels);
+        xn.forward(yn, labels);
         ac.forward(*cpu, labels);
         ag.forward(*dev, labels);
+        an.forward(*nud, labels);
         xc.backward(dl, labels);
         xg.backward(dlg, labels);
+        xn.backward(dln, labels);
         cpu->params().zero_grad();
         dev->params().zero_grad();
+        nud->params().zero_grad();
         cpu->backward(dl, ac.backward(labels, 1.f));
         dev->backward(dlg, ag.backward(labels, 1.f));
-        CHECK(std::fabs(ac.weighted_loss() - ag.weighted_loss()) <= tol * (1 + ac.weighted_loss()));
+        nud->backward(dln, an.backward(labels, 1.f));
+        CHECK(std::fabs(ac.weighted_loss() - ag.weighted_loss()) <=
+              std::max(tol, kSpread * std::fabs(ac.weighted_loss() - an.weighted_loss())) *
+                  (1 + ac.weighted_loss()));
         const std::string at = ", step " + std::to_string(step + 1);
         expect_near_entries(tag + " gradient" + at, cpu->params(), dev->params().grads(),
-                            cpu->params().grads(), tol);
+                            cpu->params().grads(), tol, &nud->params().grads());
         // The update itself (weights after minus before), per parameter: next to the weights
         // it is small enough to hide a wrong or missing step.
         const Tensor before_c = host_copy(cpu->params().values());
         const Tensor before_g = host_copy(dev->params().values());
+        const Tensor before_n = host_copy(nud->params().values());
         oc.step();
         og.step();
-        Tensor step_c = host_copy(cpu->params().values()), step_g = host_copy(dev->params().values());
+        on.step();
+        Tensor step_c = host_copy(cpu->params().values()), step_g = host_copy(dev->params().values()),
+               step_n = host_copy(nud->params().values());
         for (int64_t i = 0; i < step_c.numel(); ++i) {
           step_c[i] -= before_c[i];
           step_g[i] -= before_g[i];
+          step_n[i] -= before_n[i];
         }
-        expect_near_entries(tag + " update" + at, cpu->params(), step_g, step_c, tol);
+        expect_near_entries(tag + " update" + at, cpu->params(), step_g, step_c, tol, &step_n);
       }
       expect_near(tag + " BatchNorm running stats", dev->params().buffers(),
-                  cpu->params().buffers(), tol);
+                  cpu->params().buffers(), nud->params().buffers(), tol);
       // Evaluation mode on a batch below the planned one, as evaluate() and Predictor run it.
       cpu->set_training(false);
       dev->set_training(false);
+      nud->set_training(false);
       const Tensor x1 = testing::random_tensor({1, in[1], in[2], in[3]}, 200);
       const Tensor& ec = cpu->forward(x1);
-      expect_near(tag + " eval logits, batch 1", dev->forward(on_gpu_copy(x1)), ec, tol);
+      const Tensor x1n = nudged_up(x1);
+      const Tensor& en = nud->forward(x1n);
+      expect_near(tag + " eval logits, batch 1", dev->forward(on_gpu_copy(x1)), ec, en, tol);
     }
   }
   set_precision(Precision::FP32);

@@ -42,8 +42,8 @@ struct AdamScalars {
 // alpha is vec::fmadd); exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2) -> fma(keep2*g, g, v*b2)
 // (its kernel writes self + value*t1*t2, which torch's compiler contracts: matching that made
 // us bit-identical); (sqrt(v) / bc2_sqrt).add_(eps); p.addcdiv_(m, denom, value=-step) ->
-// p + (-step*m)/denom. Our build never contracts a*b + c on its own (-std=c++20), so every
-// fusion is spelled out.
+// p + (-step*m)/denom. src/optim is built with -ffp-contract=off (the Makefile; g++ contracts
+// C++ by default), so every fusion is spelled out and nothing else is fused.
 // With -fno-math-errno GCC vectorises this loop (sqrt may otherwise set errno, a branch it
 // will not vectorise); without it, the loop runs scalar and still one pass.
 template <bool kDecay, bool kAmsgrad>

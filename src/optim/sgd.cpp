@@ -35,7 +35,7 @@ enum Momentum { kNone, kFirst, kLater };
 // torch's ops map to: d_p.add(p, alpha=wd) -> fma(p, wd, g); buf.mul_(m).add_(d_p, alpha=1-damp)
 // -> fma(d, keep, buf*m); d_p.add(buf, alpha=m) -> fma(buf, m, d); p.add_(d_p, alpha=-lr) ->
 // fma(d, -lr, p). Its AVX2 kernels fuse each add-with-alpha (vec::fmadd); our build keeps
-// plain `a*b + c` unfused (-std=c++20 turns contraction off), so fusion is spelled out.
+// plain `a*b + c` unfused (src/optim is built with -ffp-contract=off), so fusion is spelled out.
 template <bool kDecay, Momentum kMom, bool kNesterov>
 void sgd_run(real* __restrict p, const real* __restrict g, real* __restrict buf, int64_t n,
              real wd, real mom, real keep, real neg_lr) {
