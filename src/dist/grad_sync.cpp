@@ -75,6 +75,7 @@ GradSync::GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options)
   for (const Bucket& b : buckets_) synced_floats_ += b.end - b.begin;
   options_.algo = resolve_allreduce(options_.algo, comm);
   gpu_ = store.device() == Device::CUDA;
+  alone_ = gpu_ && comm.size() == 1 && options_.compression == GradCompression::None;
   const bool device_mpi = gpu_ && mpi_cuda_aware();
   if (device_mpi) {
     CHECK(options_.algo == AllreduceAlgo::Ring && options_.compression == GradCompression::None,
@@ -86,7 +87,7 @@ GradSync::GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options)
     for (const Bucket& b : buckets_) ranges.push_back({b.begin, b.end});
     reducer_ = std::make_unique<BucketReducer>(comm, options_.algo, options_.compression, std::move(ranges));
   }
-  if (gpu_ && !device_mpi) {
+  if (gpu_ && !device_mpi && !alone_) {
     staged_ = true;
     host_ = gpu::backend().alloc_pinned(size_t(store.grads().numel()) * sizeof(float));
   }
@@ -166,6 +167,7 @@ size_t GradSync::ready_count(int64_t first_ready_offset) const {
 }
 
 void GradSync::launch_ready(int64_t first_ready_offset) {
+  if (alone_) return;
   const size_t ready = ready_count(first_ready_offset);
   if (!gpu_) {
     while (next_ < ready) start(next_++);
@@ -201,6 +203,7 @@ void GradSync::wait_buckets() {
     thread_->wait_all();
     return;
   }
+  if (alone_) return;
   launch_ready(0);  // whatever backward did not report (all of it without the hook)
   while (next_ < buckets_.size()) start(next_++);
   fault::point("allreduce");
@@ -249,7 +252,7 @@ void GradSync::finish() {
     for (int64_t i = 0; i < n; ++i) p[i] *= scale;
   }
   stats_.steps += 1;
-  stats_.bytes += synced_floats_ * (reducer_ ? reducer_->element_bytes() : int64_t(sizeof(float)));
+  if (!alone_) stats_.bytes += synced_floats_ * (reducer_ ? reducer_->element_bytes() : int64_t(sizeof(float)));
   stats_.step_seconds += MPI_Wtime() - step_start_;
 }
 

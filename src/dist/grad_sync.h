@@ -133,6 +133,9 @@ class GradSync {
   // CUDA-aware MPI, into the pinned host mirror host_) or their ready mark queued; the
   // backend's slot for bucket b is b.
   bool gpu_ = false, staged_ = false;
+  // One rank, GPU gradients, no compression: the sum is the gradients themselves, so nothing is
+  // copied to the host and back (the copies were a step's "communication wait" on one GPU).
+  bool alone_ = false;
   std::shared_ptr<void> host_;
   size_t queued_ = 0;
   bool active_ = false;
