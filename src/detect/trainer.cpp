@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "core/check.h"
 #include "core/threads.h"
@@ -19,6 +21,8 @@
 #include "detect/faster_rcnn.h"
 #include "dist/grad_sync.h"
 #include "dist/shard.h"
+#include "io/progress.h"
+#include "io/tracking.h"
 #include "optim/schedule.h"
 #include "train/finetune.h"
 #include "train/trainer.h"
@@ -30,27 +34,78 @@ namespace {
 
 struct Data {
   data::DetectionSet train, test;
+  std::string train_text, test_text;  // "COCO JSON ... (N images, C classes)", for the logs
+  std::string kind;                   // "voc" or "coco" (the training set's)
   bool has_test = false;
 };
 
-// DIR/train (+ DIR/test), or DIR itself.
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// The COCO instances JSON at `p`: p itself if it is a .json file, or a folder's only *.json when
+// the folder has no VOC annotation folder (a COCO export with its images beside it); else "".
+std::string coco_json_of(const fs::path& p) {
+  if (fs::is_regular_file(p)) return p.extension() == ".json" ? p.string() : "";
+  if (!fs::is_directory(p)) return "";
+  for (const char* voc : {"annotations", "Annotations"})
+    if (fs::is_directory(p / voc)) return "";
+  std::string found;
+  for (const fs::directory_entry& e : fs::directory_iterator(p))
+    if (e.is_regular_file() && e.path().extension() == ".json") {
+      if (!found.empty()) return "";  // several: not one dataset's
+      found = e.path().string();
+    }
+  return found;
+}
+
+// A detection set at `path` (a flag's value, named in errors): COCO JSON, its images in the
+// JSON's folder, or a Pascal VOC folder. `classes` (non-empty) are the training set's: a VOC
+// folder is read with them, a COCO file's categories must be them.
+data::DetectionSet open_set(const fs::path& path, const std::vector<std::string>& classes,
+                            bool skip_bad, const std::string& flag, std::string* text, std::string* kind) {
+  CHECK(fs::exists(path), flag, ": ", path.string(), " does not exist");
+  const std::string json = coco_json_of(path);
+  data::DetectionSet s;
+  if (json.empty()) {
+    CHECK(fs::is_directory(path), flag, ": ", path.string(), " is neither a Pascal VOC folder nor "
+          "a COCO instances .json file");
+    s = data::read_voc_folder(path.string(), classes, skip_bad);
+    *kind = "voc";
+    *text = "Pascal VOC folder " + path.string();
+  } else {
+    s = data::read_coco_json(json, fs::path(json).parent_path().string(), skip_bad);
+    CHECK(classes.empty() || s.classes == classes, flag, ": ", json, "'s categories (", joined(s.classes),
+          ") are not the training data's (", joined(classes), ")");
+    *kind = "coco";
+    *text = "COCO JSON " + json;
+  }
+  CHECK(!s.samples.empty(), flag, ": ", path.string(), " holds no annotated images");
+  *text += " (" + std::to_string(s.samples.size()) + " images, " + std::to_string(s.num_objects()) +
+           " objects, " + std::to_string(s.classes.size()) + " classes)";
+  return s;
+}
+
+// -d DIR holding train/ (+ test/), or -d the training set itself; --test-data instead of test/.
 Data open_data(const train::TrainOptions& o) {
   Data d;
   const fs::path dir(o.data);
-  CHECK(fs::is_directory(dir), "-d/--data: ", o.data, " is not a folder (--task detection reads a "
-        "Pascal VOC folder)");
-  if (fs::is_directory(dir / "train")) {
-    d.train = data::read_voc_folder((dir / "train").string(), {}, o.skip_bad);
-    if (fs::is_directory(dir / "test")) {
-      d.test = data::read_voc_folder((dir / "test").string(), d.train.classes, o.skip_bad);
-      d.has_test = !d.test.samples.empty();
-    }
-  } else {
-    d.train = data::read_voc_folder(dir.string(), {}, o.skip_bad);
-  }
-  CHECK(!d.train.samples.empty(), "-d/--data: ", o.data, " holds no annotated images");
+  std::string test_kind;
+  const bool split = fs::is_directory(dir / "train");
+  d.train = open_set(split ? dir / "train" : dir, {}, o.skip_bad, "-d/--data", &d.train_text, &d.kind);
+  if (!o.test_data.empty())
+    d.test = open_set(o.test_data, d.train.classes, o.skip_bad, "--test-data", &d.test_text, &test_kind);
+  else if (split && fs::exists(dir / "test"))
+    d.test = open_set(dir / "test", d.train.classes, o.skip_bad, "-d/--data", &d.test_text, &test_kind);
+  d.has_test = !d.test.samples.empty();
   return d;
 }
+
+// FasterRcnnNet's losses in its order, as torchvision's loss dict names them.
+constexpr const char* kLossNames[FasterRcnnNet::kLosses] = {"loss_classifier", "loss_box_reg",
+                                                            "loss_objectness", "loss_rpn_box_reg"};
 
 // What the ranks add up after each step.
 struct StepSums {
@@ -104,7 +159,11 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   CHECK(o.task == "detection", "run_detection_training: --task is ", o.task);
   set_num_threads(comm.threads_per_rank(o.threads));
   Data data;
-  comm.on_all([&] { data = open_data(o); });
+  comm.on_all([&] {
+    data = open_data(o);
+    CHECK(o.dataset == "auto" || o.dataset == data.kind, "--dataset ", o.dataset, ": ", o.data,
+          " is read as ", data.kind == "voc" ? "a Pascal VOC folder (voc)" : "COCO JSON (coco)");
+  });
   const int64_t N = int64_t(data.train.samples.size()), K = comm.size(), B = o.batch_size;
 
   FasterRcnnOptions fo;
@@ -167,20 +226,46 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   sopt.compression = dist::parse_grad_compression(o.grad_compression, "--grad-compression");
   dist::GradSync sync(comm, model.params(), sopt);
 
+  const std::vector<std::string> hosts = train::job_hosts(comm);
+  std::optional<RunTracker> tracker;
+  ProgressMode progress_mode = ProgressMode::None;
   if (comm.root()) {
     out << "task: detection, " << o.model << ", " << data.train.classes.size() << " classes ("
-        << [&] {
-             std::string names;
-             for (const std::string& c : data.train.classes) names += (names.empty() ? "" : ", ") + c;
-             return names;
-           }() << "), " << N << " training images"
-        << (data.has_test ? ", " + std::to_string(data.test.samples.size()) + " test images" : "")
-        << "\n" << K << " rank" << (K > 1 ? "s" : "") << " x " << num_threads() << " threads, "
+        << joined(data.train.classes) << ")\n  train: " << data.train_text << "\n"
+        << (data.has_test ? "  test: " + data.test_text + "\n" : std::string())
+        << "  " << K << " rank" << (K > 1 ? "s" : "") << " x " << num_threads() << " threads, "
         << B << " images a rank a step, " << plan.steps << " steps an epoch, images resized to "
         << o.min_size << "..." << o.max_size << "\n";
     if (!init_line.empty()) out << init_line << "\n";
-    out << std::flush;
+    out << "  run directory " << run_dir << "\n" << std::flush;
+    RunInfo ri;
+    ri.run_name = fs::path(run_dir).filename().string();
+    ri.model = o.model;
+    ri.dataset = data.train_text;
+    ri.ranks = int(K);
+    ri.nodes = comm.nodes();
+    ri.threads_per_rank = num_threads();
+    ri.hosts = hosts;
+    ri.batch_per_rank = int(B);
+    ri.global_batch = int(B * K);
+    ri.epochs = int(o.epochs);
+    ri.params = state.config;
+    ri.resume = !o.resume.empty() && fs::exists(fs::path(run_dir) / "summary.json");
+    ri.facts = {{"task", "detection"},
+                {"cpus_per_node", int(std::thread::hardware_concurrency())},
+                {"gpus_per_node", 0},
+                {"dataset_kind", data.kind},
+                {"num_classes", data.train.classes.size()},
+                {"train_samples", N},
+                {"test_samples", data.test.samples.size()},
+                {"min_size", o.min_size},
+                {"max_size", o.max_size},
+                {"model_params", model.params().num_params()}};
+    tracker.emplace(run_dir, ri);
+    progress_mode = resolve_progress_mode(parse_progress_mode(o.progress), stdout_is_terminal());
   }
+  Progress progress(out, progress_mode);
+  Timer run_clock;
 
   Tensor ones = Tensor::empty({FasterRcnnNet::kLosses});
   ones.fill(1.f);
@@ -195,7 +280,10 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
     const std::vector<uint64_t> shard = dist::rank_shard(order, int(K), comm.rank());
     StepSums epoch_sums;
     Timer epoch_clock;
+    progress.begin_epoch(epoch + 1, o.epochs, plan.steps);
+    sync.reset_stats();
     for (int64_t step = state.step_in_epoch; step < plan.steps; ++step) {
+      Timer step_clock;
       std::vector<int64_t> idx;
       std::vector<bool> flips;
       for (int64_t j = step * B; j < std::min<int64_t>((step + 1) * B, int64_t(shard.size())); ++j) {
@@ -229,6 +317,12 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
       state.step_in_epoch = step + 1;
       state.global_step += 1;
       state.samples_seen += int64_t(sums.images);
+      if (tracker) {
+        const double ips = sums.images / std::max(step_clock.seconds(), 1e-9);
+        progress.step(step + 1, total / std::max(sums.images, 1.0), ips);
+        tracker->log_step({state.global_step, epoch + 1, total / std::max(sums.images, 1.0), opt->lr(), ips,
+                           run_clock.seconds()});
+      }
       if (sums.stop_votes > 0) {
         result.stopped = true;
         break;
@@ -240,22 +334,32 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
     if (!result.stopped) state.epoch = epoch + 1, state.step_in_epoch = 0;
     const double n = std::max(epoch_sums.images, 1.0);
     result.train_loss = (epoch_sums.loss[0] + epoch_sums.loss[1] + epoch_sums.loss[2] + epoch_sums.loss[3]) / n;
+    EpochRecord record{epoch + 1, result.train_loss, NAN, NAN, NAN, seconds,
+                       sync.stats().wait_share(), 0.0, int64_t(epoch_sums.images), {}};
+    for (int i = 0; i < FasterRcnnNet::kLosses; ++i) record.metrics.push_back({kLossNames[i], epoch_sums.loss[i] / n});
     if (comm.root()) {
-      char line[256];
-      std::snprintf(line, sizeof line,
-                    "epoch %lld/%lld: loss %.4f (classifier %.4f, box %.4f, objectness %.4f, rpn box "
-                    "%.4f), %.1f s, %.2f images/s\n",
-                    static_cast<long long>(epoch + 1), static_cast<long long>(o.epochs),
-                    result.train_loss, epoch_sums.loss[0] / n, epoch_sums.loss[1] / n,
-                    epoch_sums.loss[2] / n, epoch_sums.loss[3] / n, seconds,
-                    epoch_sums.images / std::max(seconds, 1e-9));
-      out << line << std::flush;
+      char detail[160];
+      std::snprintf(detail, sizeof detail, "classifier %.4f, box %.4f, objectness %.4f, rpn box %.4f",
+                    epoch_sums.loss[0] / n, epoch_sums.loss[1] / n, epoch_sums.loss[2] / n,
+                    epoch_sums.loss[3] / n);
+      EpochSummary s;
+      s.train_loss = result.train_loss;
+      s.detail = detail;
+      s.seconds = seconds;
+      s.images_per_s = epoch_sums.images / std::max(seconds, 1e-9);
+      progress.end_epoch(s);
     }
     const bool last = state.epoch == o.epochs;
     if (data.has_test && !result.stopped && o.eval_every > 0 &&
         (state.epoch % o.eval_every == 0 || last)) {
       result.eval = evaluate(comm, model, data.test, int(B), fo.transform);
       planned = model.planned_input();
+      record.metrics.push_back({"map50", result.eval.map50_voc});
+      record.metrics.push_back({"map", result.eval.map_coco});
+      if (tracker) {
+        tracker->set_summary("test_map50", result.eval.map50_voc);
+        tracker->set_summary("test_map", result.eval.map_coco);
+      }
       if (comm.root()) {
         char line[160];
         std::snprintf(line, sizeof line, "  test: mAP@0.5 (VOC) %.4f, mAP@[.5:.95] (COCO) %.4f\n",
@@ -269,6 +373,7 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
         out << std::flush;
       }
     }
+    if (tracker) tracker->log_epoch(record);
     if (result.stopped || last || (o.checkpoint_every > 0 && state.epoch % o.checkpoint_every == 0))
       comm.on_root([&] {
         const CheckpointPaths p = save_checkpoint(run_dir, model, *opt, state, o.keep_checkpoints);
@@ -276,6 +381,7 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
       });
   }
   result.images_per_s = trained_images / std::max(train_seconds, 1e-9);
+  if (tracker) tracker->finish(result.stopped ? RunStatus::Killed : RunStatus::Finished);
   return result;
 }
 

@@ -106,10 +106,11 @@ void Progress::end_epoch(const EpochSummary& s) {
   if (mode_ == ProgressMode::None) return;
   if (bar_open_) out_ << '\n';
   bar_open_ = false;
-  char buf[256];
+  char buf[512];
   int n = std::snprintf(buf, sizeof buf, "epoch %lld/%lld done in %.1fs: train loss %.4f",
                         static_cast<long long>(epoch_), static_cast<long long>(epochs_), s.seconds,
                         s.train_loss);
+  if (!s.detail.empty()) n += std::snprintf(buf + n, sizeof buf - size_t(n), " (%s)", s.detail.c_str());
   if (std::isfinite(s.test_loss))
     n += std::snprintf(buf + n, sizeof buf - size_t(n), ", test loss %.4f", s.test_loss);
   if (std::isfinite(s.top1))

@@ -27,6 +27,7 @@ struct EpochSummary {
   double test_loss = NAN, top1 = NAN;  // NaN: not measured, left out of the line
   double seconds = 0;
   double images_per_s = 0;
+  std::string detail;  // after the train loss, in parentheses (detection: its four losses)
 };
 
 class Progress {

@@ -81,6 +81,17 @@ std::string file_uri(const fs::path& p) { return "file://" + fs::absolute(p).lex
 // JSON has no NaN: a metric that was not measured (no test set) is written as null.
 json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// An epoch as metrics.jsonl's line (with "kind") or summary.json's per_epoch entry.
+json epoch_json(const EpochRecord& e, bool with_kind) {
+  json j = {{"epoch", e.epoch}, {"train_loss", num_or_null(e.train_loss)},
+            {"test_loss", num_or_null(e.test_loss)}, {"top1", num_or_null(e.top1)},
+            {"top5", num_or_null(e.top5)}, {"epoch_seconds", e.epoch_seconds},
+            {"comm_share", e.comm_share}, {"data_wait_s", e.data_wait_s}, {"images", e.images}};
+  for (const auto& [k, v] : e.metrics) j[k] = num_or_null(v);
+  if (with_kind) j["kind"] = "epoch";
+  return j;
+}
+
 // A fact's MLflow param value: strings as they are, arrays joined by ',', others as JSON.
 std::string param_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -145,11 +156,15 @@ RunTracker::RunTracker(const std::string& run_dir, RunInfo info, std::function<i
         const auto it = e.find(key);
         return it == e.end() || it->is_null() ? NAN : it->get<double>();
       };
-      for (const json& e : old.at("per_epoch"))
-        epochs_.push_back({e.at("epoch").get<int64_t>(), metric(e, "train_loss"),
-                           metric(e, "test_loss"), metric(e, "top1"), metric(e, "top5"),
-                           e.at("epoch_seconds").get<double>(), e.value("comm_share", 0.0),
-                           e.value("data_wait_s", 0.0), e.value("images", int64_t(0))});
+      const json standard = epoch_json({}, false);
+      for (const json& e : old.at("per_epoch")) {
+        EpochRecord r{e.at("epoch").get<int64_t>(), metric(e, "train_loss"), metric(e, "test_loss"),
+                      metric(e, "top1"), metric(e, "top5"), e.at("epoch_seconds").get<double>(),
+                      e.value("comm_share", 0.0), e.value("data_wait_s", 0.0), e.value("images", int64_t(0)), {}};
+        for (const auto& [k, v] : e.items())  // the task's own metrics
+          if (!standard.contains(k) && (v.is_number() || v.is_null())) r.metrics.push_back({k, metric(e, k.c_str())});
+        epochs_.push_back(std::move(r));
+      }
     } catch (const json::exception& e) {
       FAIL(summary_path.string(), ": cannot resume from it: ", e.what());
     }
@@ -237,16 +252,15 @@ void RunTracker::log_step(const StepRecord& r) {
 }
 
 void RunTracker::log_epoch(const EpochRecord& r) {
-  append_jsonl({{"kind", "epoch"}, {"epoch", r.epoch}, {"train_loss", num_or_null(r.train_loss)},
-                {"test_loss", num_or_null(r.test_loss)}, {"top1", num_or_null(r.top1)},
-                {"top5", num_or_null(r.top5)}, {"epoch_seconds", r.epoch_seconds},
-                {"comm_share", r.comm_share}, {"data_wait_s", r.data_wait_s}, {"images", r.images}});
+  append_jsonl(epoch_json(r, true));
   const int64_t ts = clock_ms_();
   const std::pair<const char*, double> ms[] = {
       {"train_loss", r.train_loss}, {"test_loss", r.test_loss}, {"top1", r.top1},
       {"top5", r.top5}, {"epoch_seconds", r.epoch_seconds}, {"comm_share", r.comm_share},
       {"data_wait_s", r.data_wait_s}};
   for (const auto& [k, v] : ms)
+    if (std::isfinite(v)) log_metric(k, v, r.epoch, ts);
+  for (const auto& [k, v] : r.metrics)
     if (std::isfinite(v)) log_metric(k, v, r.epoch, ts);
   // A resumed run that repeats an epoch replaces it rather than counting it twice.
   std::erase_if(epochs_, [&](const EpochRecord& e) { return e.epoch == r.epoch; });
@@ -284,10 +298,7 @@ json RunTracker::summary() const {
     seconds += e.epoch_seconds;
     images += e.images;
     times.push_back(e.epoch_seconds);
-    per.push_back({{"epoch", e.epoch}, {"train_loss", num_or_null(e.train_loss)},
-                   {"test_loss", num_or_null(e.test_loss)}, {"top1", num_or_null(e.top1)},
-                   {"top5", num_or_null(e.top5)}, {"epoch_seconds", e.epoch_seconds},
-                   {"comm_share", e.comm_share}, {"data_wait_s", e.data_wait_s}, {"images", e.images}});
+    per.push_back(epoch_json(e, false));
   }
   s["train_seconds"] = seconds;
   s["images_per_s"] = seconds > 0 ? json(double(images) / seconds) : json(nullptr);

@@ -27,6 +27,9 @@ struct EpochRecord {
   double comm_share = 0;      // fraction of step time spent in gradient communication
   double data_wait_s = 0;     // seconds the step loop waited for data
   int64_t images = 0;         // training images this epoch, over all ranks
+  // A task's own figures (detection: the four losses, map50, map), by name: in the epoch's
+  // metrics.jsonl line and summary.json entry, and as MLflow metrics; NaN is left out.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 struct RunInfo {

@@ -40,14 +40,15 @@ const cli::Program& program() {
        "CSV file, CIFAR binary folder; fashion-mnist defaults to the Debian package's files"},
       {"dataset", "", "KIND", cli::Kind::Value,
        "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100, synthetic, or voc "
-       "(--task detection); "
+       "or coco (--task detection); "
        "auto detects the format from --data. Without --data and --dataset: fashion-mnist; "
        "with --data only: auto"},
       {"task", "", "NAME", cli::Kind::Value,
        "classify, or detection: Faster R-CNN (--model fasterrcnn_resnet18_fpn, "
-       "fasterrcnn_resnet34_fpn or fasterrcnn_resnet50_fpn) on -d DIR, a Pascal VOC folder "
-       "(images/ + annotations/, or JPEGImages/ + Annotations/) or one holding train/ and test/ "
-       "VOC folders; its defaults: -b 2, -lr 0.01, --weight-decay 1e-4, --augment flip"},
+       "fasterrcnn_resnet34_fpn or fasterrcnn_resnet50_fpn) on -d PATH: a Pascal VOC folder "
+       "(images/ + annotations/, or JPEGImages/ + Annotations/), a COCO instances .json (images "
+       "in its folder) or a folder holding one, or a folder holding train/ and test/ such sets; "
+       "its defaults: -b 2, -lr 0.01, --weight-decay 1e-4, --augment flip"},
       {"val-split", "", "F", cli::Kind::Value,
        "data without a test split (an image folder without train/ and test/, a CSV without a "
        "split column): hold out this fraction, in [0, 1), of each class as the validation "
@@ -275,15 +276,17 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
-                                            "csv", "cifar10", "cifar100", "synthetic", "voc"};
+                                            "csv", "cifar10", "cifar100", "synthetic", "voc", "coco"};
 
 // --task detection: a VOC folder, a detector, sizes in order; the classifiers' options that
 // mean nothing here are refused rather than ignored.
 void check_detection_options(TrainOptions& o, const Values& v) {
-  CHECK(!o.data.empty(), v.label("task"), " detection: needs -d/--data DIR, a Pascal VOC folder");
-  CHECK(!v.get("dataset") || o.dataset == "auto" || o.dataset == "voc", v.label("dataset"),
-        ": --task detection reads Pascal VOC folders (voc), not ", o.dataset);
-  o.dataset = "voc";
+  CHECK(!o.data.empty(), v.label("task"), " detection: needs -d/--data PATH, a Pascal VOC folder "
+        "or a COCO instances JSON");
+  CHECK(!v.get("dataset") || o.dataset == "auto" || o.dataset == "voc" || o.dataset == "coco",
+        v.label("dataset"), ": --task detection reads Pascal VOC folders (voc) or COCO JSON (coco), not ",
+        o.dataset);
+  if (!v.get("dataset")) o.dataset = "auto";
   if (!v.get("model")) o.model = "fasterrcnn_resnet50_fpn";
   CHECK(o.max_size >= o.min_size, v.label("max-size"), ": ", o.max_size, " is below --min-size ",
         o.min_size);
@@ -291,7 +294,7 @@ void check_detection_options(TrainOptions& o, const Values& v) {
         "none or flip, not ", o.augment);
   // By value, not by presence: a resumed run's recorded configuration holds every key.
   const std::pair<const char*, bool> unsupported[] = {
-      {"test-data", !o.test_data.empty()}, {"image-size", o.image_size != 0},
+      {"image-size", o.image_size != 0},
       {"mean", !o.mean.empty()}, {"std", !o.std.empty()}, {"freeze", !o.freeze.empty()},
       {"freeze-backbone", o.freeze_backbone}, {"freeze-bn", o.freeze_bn},
       {"init-weights-partial", !o.init_weights_partial.empty()},
@@ -314,7 +317,8 @@ void check_across_options(TrainOptions& o, const Values& v) {
         {"trainable-layers", o.trainable_layers != defaults.trainable_layers}};
     for (const auto& [flag, given] : detection_only)
       CHECK(!given, v.label(flag), ": only with --task detection");
-    CHECK(o.dataset != "voc", v.label("dataset"), ": voc needs --task detection");
+    CHECK(o.dataset != "voc" && o.dataset != "coco", v.label("dataset"), ": ", o.dataset,
+          " needs --task detection");
   }
   // Fashion-MNIST is the default only when the user named no data at all; a path alone means
   // "detect its format". An empty --data= (as to_config writes for synthetic) counts as none.

@@ -205,9 +205,9 @@ void Trainer::end_epoch() {
   if (comm_.root()) {
     const EpochTotals& e = epoch_;
     progress_->end_epoch(
-        {result_.train_loss, ev.loss, ev.top1, e.seconds, e.samples / std::max(e.seconds, 1e-9)});
+        {result_.train_loss, ev.loss, ev.top1, e.seconds, e.samples / std::max(e.seconds, 1e-9), {}});
     tracker_->log_epoch({state_.epoch, result_.train_loss, ev.loss, ev.top1, ev.top5, e.seconds,
-                         sync_->stats().wait_share(), e.loader_wait, int64_t(e.samples)});
+                         sync_->stats().wait_share(), e.loader_wait, int64_t(e.samples), {}});
   }
   saved_last_ = o_.checkpoint_every > 0 && (state_.epoch % o_.checkpoint_every == 0 || last);
   if (saved_last_) save("");

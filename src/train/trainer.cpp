@@ -91,14 +91,6 @@ InputPlan plan_input(const TrainOptions& o, const SplitInfo& info) {
 
 // ---- the pieces of a run ------------------------------------------------------------------------
 
-// The hosts of the job's ranks, each once, in rank order.
-std::vector<std::string> job_hosts(const dist::Comm& comm) {
-  std::vector<std::string> hosts;
-  for (const std::string& h : comm.allgather(comm.host()))
-    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
-  return hosts;
-}
-
 
 // "ring allreduce, progress thread, fp32, 1 bucket of 1.0 MiB": the sync as it runs.
 std::string describe_sync(const dist::GradSync& s) {
@@ -117,6 +109,14 @@ std::string describe_sync(const dist::GradSync& s) {
 }
 
 }  // namespace
+
+// The hosts of the job's ranks, each once, in rank order.
+std::vector<std::string> job_hosts(const dist::Comm& comm) {
+  std::vector<std::string> hosts;
+  for (const std::string& h : comm.allgather(comm.host()))
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  return hosts;
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& store, double lr) {
   if (o.optimizer == "adamw") {

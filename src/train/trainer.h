@@ -63,6 +63,8 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& sto
 void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt);
 // The current UTC time in strftime's `format` (run names, run_started).
 std::string utc_now(const char* format);
+// The hosts of the job's ranks, each once, in rank order (collective).
+std::vector<std::string> job_hosts(const dist::Comm& comm);
 
 // The options a resume continues with: the checkpoint's recorded configuration, overridden by
 // whatever `args` (the command line after the program name, holding --resume) set
