@@ -317,6 +317,10 @@ TEST_CASE("eval options: checkpoint, weights and model") {
   for (const auto& s : mpicnn::model_specs()) known += (known.empty() ? "" : ", ") + s.name;
   expect_parse_error({"--weights", "w", "-m", "resnet19", "-d", "p"},
                      "-m/--model: unknown model 'resnet19' (known: " + known + ")");
+  // A detector's state dict alone does not say its classes or resize: its run does.
+  expect_parse_error({"--weights", "w", "-m", "fasterrcnn_resnet50_fpn", "-d", "p"},
+                     "-m/--model fasterrcnn_resnet50_fpn: a detector is evaluated from its ./train --task "
+                     "detection run (--checkpoint RUN");
 }
 
 TEST_CASE("eval options: command-line errors") {

@@ -311,3 +311,61 @@ TEST_CASE("eval report: more than 20 classes lists the most confused pairs") {
   CHECK(t.find("24 c24 -> 0 c0") < t.find("23 c23 -> 24 c24"));  // largest first
   CHECK(has(t, "c24"));  // per-class rows keep every class
 }
+
+TEST_CASE("eval report: detection report, JSON and one CSV row per box") {
+  TempDir dir;
+  Report r;
+  r.task = "detection";
+  r.mode = "pipeline";
+  r.ranks = 2;
+  r.model = "fasterrcnn_resnet18_fpn";
+  r.class_names = {"cat", "dog, small"};
+  r.sources = {"/d/0.png", "/d/1.png"};
+  r.resize = "min-size 64, max-size 96";
+  ImageDetections a;
+  a.index = 0;
+  a.boxes = {1.5f, 2.f, 10.f, 20.25f, 0.f, 0.f, 3.f, 4.f};
+  a.labels = {2, 1};
+  a.scores = {0.987654321f, 0.5f};
+  ImageDetections b;  // an image without boxes: no row
+  b.index = 1;
+  r.detections = {a, b};
+  r.map.classes.resize(3);
+  r.map.classes[1].label = 1, r.map.classes[1].gt_count = 2, r.map.classes[1].det_count = 1;
+  r.map.classes[1].ap50_voc = 0.5, r.map.classes[1].ap_coco = 0.25;
+  r.map.classes[2].label = 2, r.map.classes[2].det_count = 1;  // no ground truth: NaN APs
+  r.map.classes_evaluated = 1;
+  r.map.map50_voc = 0.5, r.map.map_coco = 0.25, r.map.map50_coco = 0.5, r.map.map75_coco = 0;
+  r.wall_s = 0.5;
+  CHECK(r.images() == 2);
+  CHECK(r.images_per_s() == 4.0);
+
+  write_predictions_csv(dir / "p.csv", r);
+  CHECK(slurp(dir / "p.csv") ==
+        "index,path,label,score,x1,y1,x2,y2\n"
+        "0,/d/0.png,\"dog, small\",0.987654,1.5,2,10,20.25\n"
+        "0,/d/0.png,cat,0.5,0,0,3,4\n");
+
+  const json j = json::parse(report_json(r));
+  CHECK(j["task"] == "detection");
+  CHECK(j["evaluated"] == 2);
+  CHECK(j["boxes"] == 2);
+  CHECK(j["map50"] == 0.5);
+  CHECK(j["map"] == 0.25);
+  CHECK(j["classes_evaluated"] == 1);
+  CHECK(!j.contains("top1"));
+  CHECK(!j.contains("confusion"));
+  REQUIRE(j["per_class"].size() == 2);  // no background entry
+  CHECK(j["per_class"][0] == json{{"class", "cat"}, {"gt", 2}, {"detections", 1}, {"ap50", 0.5}, {"ap", 0.25},
+                                  {"ap50_coco", nullptr}, {"ap75_coco", nullptr}});
+  CHECK(j["per_class"][1]["class"] == "dog, small");
+  CHECK(j["per_class"][1]["ap50"].is_null());
+  CHECK(j["images_per_s"] == 4.0);
+
+  const std::string text = format_report(r);
+  CHECK(has(text, "  detector input: min-size 64, max-size 96\n"));
+  CHECK(has(text, "  mAP@0.5 (VOC) 0.5000  mAP@[.5:.95] (COCO) 0.2500  (2 images, 2 boxes, 0 skipped)\n"));
+  CHECK(has(text, "\n  cat "));
+  CHECK(!has(text, "top-1"));
+  CHECK(!has(text, "__background__"));
+}

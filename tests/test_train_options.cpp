@@ -214,7 +214,7 @@ TEST_CASE("train options: dataset and data") {
   expect_parse_error({"--dataset", "auto"}, "--dataset: 'auto' needs -d/--data PATH");
   expect_parse_error({"--dataset", "svhn"},
                      "--dataset: 'svhn' is not one of auto, fashion-mnist, mnist, idx, "
-                     "imagefolder, csv, cifar10, cifar100, synthetic or voc");
+                     "imagefolder, csv, cifar10, cifar100, synthetic, voc or coco");
 }
 
 TEST_CASE("train options: config file and command-line precedence") {
@@ -408,7 +408,8 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
   const TrainOptions o = parse({"--task", "detection", "-d", "data/shapes"});
   CHECK(o.task == "detection");
   CHECK(o.model == "fasterrcnn_resnet50_fpn");
-  CHECK(o.dataset == "voc");
+  CHECK(o.dataset == "auto");  // the trainer tells VOC folders from COCO JSON
+  CHECK(o.trainable_layers == 5);  // from random weights everything trains (torchvision)
   CHECK(o.batch_size == 2);
   CHECK(o.learning_rate == 0.01);
   CHECK(o.weight_decay == 1e-4);
@@ -427,7 +428,7 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
   std::vector<std::string> flags;
   for (const auto& [k, v] : to_config(d)) flags.push_back("--" + k + "=" + v);
   CHECK(parse(flags) == d);
-  expect_parse_error({"--task", "detection"}, "--task detection: needs -d/--data DIR");
+  expect_parse_error({"--task", "detection"}, "--task detection: needs -d/--data PATH");
   expect_parse_error({"--task", "segment"}, "--task: 'segment' is not one of classify or detection");
   expect_parse_error({"--task", "detection", "-d", "x", "-m", "resnet18"},
                      "-m/--model: unknown detection model 'resnet18'");
@@ -435,12 +436,17 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
                      "--max-size: 300 is below --min-size 400");
   expect_parse_error({"--task", "detection", "-d", "x", "--trainable-layers", "6"},
                      "--trainable-layers: '6' is not in 0..5");
+  expect_parse_error({"--task", "detection", "-d", "x", "--trainable-layers", "3"},
+                     "--trainable-layers: 3 without --init-weights: from random weights every stage trains");
+  CHECK(parse({"--task", "detection", "-d", "x", "--init-weights", "w.safetensors"}).trainable_layers == 3);
+  CHECK(parse({"--task", "detection", "-d", "x", "--init-weights", "w.safetensors", "--trainable-layers", "1"})
+            .trainable_layers == 1);
   expect_parse_error({"--task", "detection", "-d", "x", "--augment", "crop-flip"},
                      "--augment: detection supports none or flip");
   expect_parse_error({"--task", "detection", "-d", "x", "--freeze-bn"},
                      "--freeze-bn: not supported with --task detection yet");
   expect_parse_error({"--task", "detection", "-d", "x", "--dataset", "csv"},
-                     "--dataset: --task detection reads Pascal VOC folders (voc), not csv");
+                     "--dataset: --task detection reads Pascal VOC folders (voc) or COCO JSON (coco), not csv");
   expect_parse_error({"--min-size", "300"}, "--min-size: only with --task detection");
   expect_parse_error({"-d", "x", "--dataset", "voc"}, "--dataset: voc needs --task detection");
 }

@@ -359,6 +359,63 @@ DetectionSet read_coco_json(const std::string& json_path, const std::string& ima
   return set;
 }
 
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// The COCO file open_detection_set reads at `p`, or "" for a VOC folder (see there).
+std::string coco_json_of(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_regular_file(p, ec)) return p.extension() == ".json" ? p.string() : "";
+  if (!fs::is_directory(p, ec)) return "";
+  for (const char* voc : {"annotations", "Annotations"})
+    if (fs::is_directory(p / voc, ec)) return "";
+  std::string found;
+  for (const fs::directory_entry& e : fs::directory_iterator(p, ec))
+    if (e.is_regular_file() && e.path().extension() == ".json") {
+      if (!found.empty()) return "";  // several: not one dataset's
+      found = e.path().string();
+    }
+  return found;
+}
+
+}  // namespace
+
+OpenedDetectionSet open_detection_set(const std::string& path, const std::vector<std::string>& classes,
+                                      bool skip_bad, const std::string& flag, const std::string& whose) {
+  std::error_code ec;
+  CHECK(fs::exists(path, ec), flag, ": ", path, " does not exist");
+  OpenedDetectionSet out;
+  const std::string json = coco_json_of(path);
+  if (!json.empty()) {
+    out.kind = "coco";
+    out.description = "COCO JSON " + json;
+    out.set = read_coco_json(json, fs::path(json).parent_path().string(), skip_bad);
+    CHECK(classes.empty() || out.set.classes == classes, flag, ": ", json, ": its categories (",
+          joined(out.set.classes), ") are not ", whose, " classes (", joined(classes), ")");
+    return out;
+  }
+  CHECK(fs::is_directory(path, ec), flag, ": ", path, " is neither a Pascal VOC folder nor a COCO instances .json file");
+  out.kind = "voc";
+  out.description = "Pascal VOC folder " + path;
+  try {
+    out.set = read_voc_folder(path, classes, skip_bad);
+  } catch (const Error& e) {
+    // read_voc_folder says "not one of the given classes": say whose and which.
+    std::string m = e.message();
+    const std::string given = "is not one of the given classes";
+    const size_t at = m.find(given);
+    if (at == std::string::npos) throw;
+    m.replace(at, given.size(), "is not one of " + whose + " classes (" + joined(classes) + ")");
+    FAIL(flag, ": ", m);
+  }
+  return out;
+}
+
 void hflip_boxes(float* boxes, int64_t n, float width) {
   for (int64_t i = 0; i < n; ++i) {
     float* b = boxes + 4 * i;

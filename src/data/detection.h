@@ -116,6 +116,21 @@ SyntheticDetectionImage render_synthetic_detection_image(const SyntheticDetectio
 // generate another folder with another seed.
 DetectionSet make_synthetic_detection_set(const SyntheticDetectionOptions& opt);
 
+// Where ./train --task detection and ./pipeline_eval find a detection set at `path`: a COCO
+// instances .json file (its images in the file's folder), a folder holding exactly one *.json
+// and no annotations/ or Annotations/ folder (a COCO export with its images beside it), else a
+// Pascal VOC folder. `classes` (non-empty) are the names the set must have, as `whose` calls
+// them ("the training data's", "the checkpoint's"): a VOC folder is read with them, a COCO
+// file's categories must equal them. Errors start with `flag` (the option that named the
+// path). `description` gets "COCO JSON FILE" or "Pascal VOC folder DIR".
+struct OpenedDetectionSet {
+  DetectionSet set;
+  std::string kind;         // "voc" or "coco"
+  std::string description;
+};
+OpenedDetectionSet open_detection_set(const std::string& path, const std::vector<std::string>& classes,
+                                      bool skip_bad, const std::string& flag, const std::string& whose);
+
 // "circle,square": a comma list of distinct shape names; errors name `flag`.
 std::vector<std::string> parse_shape_list(const std::string& text, const std::string& flag);
 

@@ -25,7 +25,7 @@ void scale(Tensor& t, float a) {
 
 FasterRcnnNet::FasterRcnnNet(const FasterRcnnOptions& options)
     : opt_(options),
-      backbone_(options.body, options.trainable_layers, options.fpn_channels),
+      backbone_(options.body, options.trainable_layers, options.fpn_channels, options.frozen_batchnorm),
       rpn_head_(options.fpn_channels, 3, ResNetFpn::kLevels),
       rpn_(options.rpn, AnchorGenerator(fpn_anchor_sizes(), {{0.5f, 1.f, 2.f}})),
       roi_heads_(options.fpn_channels, options.num_classes, options.representation_size, 7,

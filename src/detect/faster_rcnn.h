@@ -24,6 +24,7 @@ struct FasterRcnnOptions {
   std::string body = "resnet50";  // resnet18, resnet34, resnet50
   int num_classes = 91;           // with the background (label 0)
   int trainable_layers = 3;       // torchvision's trainable_backbone_layers
+  bool frozen_batchnorm = true;   // FrozenBatchNorm2d in the body (ResNetFpn)
   int fpn_channels = 256;
   int representation_size = 1024;  // TwoMLPHead
   ResizeOptions transform;

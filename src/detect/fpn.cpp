@@ -74,8 +74,8 @@ void upsample_nearest_backward(Tensor& din, const Tensor& dout) {
     }
 }
 
-ResNetFpn::ResNetFpn(const std::string& body, int trainable_layers, int out_channels)
-    : trainable_layers_(trainable_layers), out_channels_(out_channels) {
+ResNetFpn::ResNetFpn(const std::string& body, int trainable_layers, int out_channels, bool frozen_batchnorm)
+    : trainable_layers_(trainable_layers), frozen_batchnorm_(frozen_batchnorm), out_channels_(out_channels) {
   CHECK(trainable_layers >= 0 && trainable_layers <= 5, "trainable_layers must be 0..5, got ",
         trainable_layers);
   std::vector<int> channels;
@@ -95,9 +95,10 @@ ResNetFpn::ResNetFpn(const std::string& body, int trainable_layers, int out_chan
                                                 .padding = 1}));
   }
   pool_ = leaf<MaxPool2d>(1, 2, 0);
-  for_each_layer([](Layer& l, const std::string&) {
-    if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) bn->set_frozen_batchnorm();
-  });
+  if (frozen_batchnorm)
+    for_each_layer([](Layer& l, const std::string&) {
+      if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) bn->set_frozen_batchnorm();
+    });
 }
 
 void ResNetFpn::register_state(ParamStore& store, const std::string& prefix) {
@@ -127,7 +128,7 @@ void ResNetFpn::freeze(ParamStore& store) {
   for (int i = 0; i < trainable_layers_; ++i) trained.push_back(prefix_ + "body." + order[i]);
   std::vector<std::string> frozen_layers;
   for_each_layer([&](Layer& l, const std::string& name) {
-    bool frozen = dynamic_cast<BatchNorm2d*>(&l) != nullptr;
+    bool frozen = frozen_batchnorm_ && dynamic_cast<BatchNorm2d*>(&l) != nullptr;
     if (name.rfind(prefix_ + "body.", 0) == 0) {
       bool train = false;
       for (const std::string& t : trained) train = train || name.rfind(t, 0) == 0;

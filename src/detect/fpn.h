@@ -20,9 +20,12 @@ class ResNetFpn {
   static constexpr int kLevels = 5;  // "0", "1", "2", "3", "pool"
 
   // body: "resnet18", "resnet34" or "resnet50"; trainable_layers 0..5 counts the body's stages
-  // that train, from layer4 down to conv1 (torchvision's default 3: layer2-4). Every BatchNorm
-  // is frozen (running statistics, affine parameters fixed), as FrozenBatchNorm2d.
-  ResNetFpn(const std::string& body, int trainable_layers, int out_channels = 256);
+  // that train, from layer4 down to conv1 (torchvision's default 3: layer2-4). With
+  // frozen_batchnorm every BatchNorm is frozen (running statistics, affine parameters fixed),
+  // as FrozenBatchNorm2d, torchvision's choice over pretrained weights; without it (its choice
+  // from random weights, with all 5 stages trained) they are ordinary BatchNorm2d.
+  ResNetFpn(const std::string& body, int trainable_layers, int out_channels = 256,
+            bool frozen_batchnorm = true);
 
   // Declares the parameters as prefix + torchvision's names, in its state_dict order.
   void register_state(ParamStore& store, const std::string& prefix);
@@ -47,6 +50,7 @@ class ResNetFpn {
  private:
   std::string prefix_;
   int trainable_layers_;
+  bool frozen_batchnorm_;
   int out_channels_;
   std::unique_ptr<Sequential> stem_;                  // conv1, bn1, relu, maxpool
   std::vector<std::unique_ptr<Sequential>> stages_;   // layer1 .. layer4

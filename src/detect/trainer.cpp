@@ -45,47 +45,16 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
-// The COCO instances JSON at `p`: p itself if it is a .json file, or a folder's only *.json when
-// the folder has no VOC annotation folder (a COCO export with its images beside it); else "".
-std::string coco_json_of(const fs::path& p) {
-  if (fs::is_regular_file(p)) return p.extension() == ".json" ? p.string() : "";
-  if (!fs::is_directory(p)) return "";
-  for (const char* voc : {"annotations", "Annotations"})
-    if (fs::is_directory(p / voc)) return "";
-  std::string found;
-  for (const fs::directory_entry& e : fs::directory_iterator(p))
-    if (e.is_regular_file() && e.path().extension() == ".json") {
-      if (!found.empty()) return "";  // several: not one dataset's
-      found = e.path().string();
-    }
-  return found;
-}
-
-// A detection set at `path` (a flag's value, named in errors): COCO JSON, its images in the
-// JSON's folder, or a Pascal VOC folder. `classes` (non-empty) are the training set's: a VOC
-// folder is read with them, a COCO file's categories must be them.
-data::DetectionSet open_set(const fs::path& path, const std::vector<std::string>& classes,
-                            bool skip_bad, const std::string& flag, std::string* text, std::string* kind) {
-  CHECK(fs::exists(path), flag, ": ", path.string(), " does not exist");
-  const std::string json = coco_json_of(path);
-  data::DetectionSet s;
-  if (json.empty()) {
-    CHECK(fs::is_directory(path), flag, ": ", path.string(), " is neither a Pascal VOC folder nor "
-          "a COCO instances .json file");
-    s = data::read_voc_folder(path.string(), classes, skip_bad);
-    *kind = "voc";
-    *text = "Pascal VOC folder " + path.string();
-  } else {
-    s = data::read_coco_json(json, fs::path(json).parent_path().string(), skip_bad);
-    CHECK(classes.empty() || s.classes == classes, flag, ": ", json, "'s categories (", joined(s.classes),
-          ") are not the training data's (", joined(classes), ")");
-    *kind = "coco";
-    *text = "COCO JSON " + json;
-  }
-  CHECK(!s.samples.empty(), flag, ": ", path.string(), " holds no annotated images");
-  *text += " (" + std::to_string(s.samples.size()) + " images, " + std::to_string(s.num_objects()) +
-           " objects, " + std::to_string(s.classes.size()) + " classes)";
-  return s;
+// One set through data::open_detection_set, with its counts in the description.
+data::DetectionSet open_set(const fs::path& path, const std::vector<std::string>& classes, bool skip_bad,
+                            const std::string& flag, std::string* text, std::string* kind) {
+  data::OpenedDetectionSet o =
+      data::open_detection_set(path.string(), classes, skip_bad, flag, "the training data's");
+  CHECK(!o.set.samples.empty(), flag, ": ", path.string(), " holds no annotated images");
+  *kind = o.kind;
+  *text = o.description + " (" + std::to_string(o.set.samples.size()) + " images, " +
+          std::to_string(o.set.num_objects()) + " objects, " + std::to_string(o.set.classes.size()) + " classes)";
+  return std::move(o.set);
 }
 
 // -d DIR holding train/ (+ test/), or -d the training set itself; --test-data instead of test/.
@@ -169,6 +138,9 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   FasterRcnnOptions fo;
   fo.num_classes = int(data.train.classes.size()) + 1;
   fo.trainable_layers = o.trainable_layers;
+  // torchvision's rule: FrozenBatchNorm2d over pretrained weights, BatchNorm2d from random ones
+  // (a resume keeps the run's --init-weights, so it rebuilds the same model).
+  fo.frozen_batchnorm = !o.init_weights.empty();
   fo.transform.min_size = o.min_size;
   fo.transform.max_size = o.max_size;
   DetectionTrainResult result;
@@ -185,7 +157,11 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   state.config = train::to_config(o);
   state.data_path = fs::absolute(o.data).lexically_normal().string();
   state.run_started = train::utc_now("%Y-%m-%dT%H:%M:%SZ");
-  state.input.class_names = data.train.classes;
+  // The input record: the detector's transform (shorter side min-size, longer at most
+  // max-size, torchvision's normalisation) and the class names ./pipeline_eval labels boxes with.
+  state.input = {"detection", 3, int(o.min_size), int(o.max_size), 0,
+                 {fo.transform.mean, fo.transform.mean + 3}, {fo.transform.std, fo.transform.std + 3},
+                 data.train.classes};
   std::string& run_dir = result.run_dir;
   run_dir = o.save_dir;
   std::string init_line;

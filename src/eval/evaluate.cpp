@@ -1,5 +1,6 @@
 // ./pipeline_eval's orchestration: plan on rank 0, model on the predicting ranks, the runs,
-// the report. See evaluate.h.
+// the report. See evaluate.h. A detection checkpoint takes the same path with the detector's
+// plan, stages and scoring (eval/detect_stages.h).
 #include "eval/evaluate.h"
 
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #include "core/device.h"
 #include "core/threads.h"
 #include "data/holdout.h"
+#include "detect/evaluate.h"
+#include "eval/detect_stages.h"
 #include "dist/messenger.h"
 #include "dist/watchdog.h"
 #include "eval/pipeline.h"
@@ -47,6 +50,34 @@ int64_t count_mismatches(const std::vector<Prediction>& a, const std::vector<Pre
   return n;
 }
 
+// Detection: images whose labels (in the detector's order) differ between two runs, or that one
+// run has and the other not. Scores and boxes are not compared, for the reason above.
+int64_t count_mismatches(const std::vector<ImageDetections>& a, const std::vector<ImageDetections>& b) {
+  int64_t n = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    if (j == b.size() || (i < a.size() && a[i].index < b[j].index)) {
+      ++n, ++i;
+    } else if (i == a.size() || b[j].index < a[i].index) {
+      ++n, ++j;
+    } else {
+      n += a[i].labels != b[j].labels, ++i, ++j;
+    }
+  }
+  return n;
+}
+
+// mAP of the detected images (skipped ones are left out) against the set's boxes.
+detect::MapResult score_detections(const data::DetectionSet& set, const std::vector<ImageDetections>& found) {
+  std::vector<int64_t> indices;
+  std::vector<detect::Detections> predictions;
+  for (const ImageDetections& d : found) {
+    indices.push_back(int64_t(d.index));
+    predictions.push_back({d.boxes, d.scores, d.labels});
+  }
+  return detect::evaluate_predictions(set, indices, predictions);
+}
+
 // --checkpoint without -d/--dataset: the data its run trained on, from its trainer.json.
 EvalOptions resolve_data(const EvalOptions& o) {
   if (!wants_run_data(o)) return o;
@@ -59,10 +90,18 @@ EvalOptions resolve_data(const EvalOptions& o) {
 Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const int K = comm.size(), r = comm.rank();
   std::unique_ptr<data::Dataset> dataset;
+  data::DetectionSet boxes;  // a detection plan's evaluation set (rank 0)
   EvalPlan plan;
   std::string text;
   comm.on_root([&] {
     prepare_output(o);
+    if (is_detection_checkpoint(o)) {
+      std::string note;
+      plan = make_detection_plan(o, boxes, note);
+      plan.dataset += note;
+      text = plan_to_json(plan);
+      return;
+    }
     const EvalOptions eo = resolve_data(o);
     plan = make_plan(eo, dataset);
     if (eo.run_test_data)
@@ -76,6 +115,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   });
   comm.broadcast(text);
   if (!comm.root()) plan = plan_from_json(text);
+  const bool detection = plan.task == "detection";
 
   // Who predicts: the pipeline's predicting ranks, and rank 0 for the sequential baseline.
   const Layout layout = layout_for(K);
@@ -91,8 +131,11 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
                                              comm.own_cpus());
   const int alone_threads = dist::threads_per_rank(o.threads, comm.node_cpus(), 1, comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
+  std::unique_ptr<DetectionPredictor> detector;  // detection plans: the CPU (make_detection_plan refuses cuda)
   comm.on_all([&] {
-    if (predicts)
+    if (predicts && detection)
+      detector = std::make_unique<DetectionPredictor>(plan);
+    else if (predicts)
       predictor = std::make_unique<Predictor>(
           plan, choose_device(o.device, "auto", false, comm.local_rank()).device);
   });
@@ -103,6 +146,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   po.skip_bad = o.skip_bad;
 
   Report rep;
+  rep.task = plan.task;
   rep.mode = pipeline ? "pipeline" : "sequential";
   rep.ranks = pipeline ? K : 1;
   rep.layout = pipeline ? layout.describe() : "rank 0: all stages, one after the other";
@@ -121,8 +165,13 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
     const dist::WatchdogPause long_wait;
     comm.on_root([&] {
       set_num_threads(alone_threads);
-      predictor->warm_up();
-      seq = run_sequential(plan, *dataset, *predictor, po);
+      if (detection) {
+        detector->warm_up();
+        seq = run_sequential(plan, boxes, *detector, po);
+      } else {
+        predictor->warm_up();
+        seq = run_sequential(plan, *dataset, *predictor, po);
+      }
     });
     dist::napping_barrier(comm);
   }
@@ -130,9 +179,10 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   if (pipeline) {
     set_num_threads(layout.last(r) == kPredict ? threads : 1);
     comm.on_all([&] {
-      if (layout.last(r) == kPredict) predictor->warm_up();
+      if (layout.last(r) == kPredict) detection ? detector->warm_up() : predictor->warm_up();
     });
-    run = run_pipeline(plan, dataset.get(), predictor.get(), comm, po);
+    run = detection ? run_pipeline(plan, &boxes, detector.get(), comm, po)
+                    : run_pipeline(plan, dataset.get(), predictor.get(), comm, po);
   } else {
     run = std::move(*seq);
   }
@@ -144,6 +194,18 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   rep.latency_s = std::move(run.latency_s);
   rep.wall_s = run.wall_s;
   rep.sources.reserve(plan.count);
+  if (detection) {
+    for (uint64_t i = 0; i < plan.count; ++i) rep.sources.push_back(boxes.samples[size_t(i)].image);
+    rep.detections = std::move(run.detections);
+    rep.map = score_detections(boxes, rep.detections);
+    rep.resize = "min-size " + std::to_string(plan.min_size) + ", max-size " + std::to_string(plan.max_size) +
+                 " (the run's), padded to a multiple of 32";
+    if (o.compare) {
+      rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->detections.size()) / seq->wall_s : 0;
+      rep.mismatches_vs_sequential = count_mismatches(rep.detections, seq->detections);
+    }
+    return rep;
+  }
   for (uint64_t i = 0; i < plan.count; ++i) rep.sources.push_back(dataset->source(size_t(i)));
   rep.metrics = compute_metrics(rep.predictions, plan.num_classes);
   if (o.compare) {

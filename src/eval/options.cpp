@@ -16,6 +16,7 @@
 #include "core/gpu.h"
 #include "data/dataset.h"
 #include "io/checkpoint.h"
+#include "detect/faster_rcnn.h"
 #include "models/registry.h"
 
 namespace mpicnn::eval {
@@ -197,6 +198,11 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
   set("checkpoint", o.checkpoint, text);
   set("weights", o.weights, text);
   set("model", o.model, [](const Given& g) {
+    // A detector's state dict alone does not say how its images were resized: its run does.
+    const auto& detectors = detect::detection_model_names();
+    if (std::find(detectors.begin(), detectors.end(), g.value) != detectors.end())
+      FAIL(g.label, " ", g.value, ": a detector is evaluated from its ./train --task detection run "
+           "(--checkpoint RUN, which records its classes and --min-size/--max-size), not with --weights");
     try {
       return model_spec(g.value).name;
     } catch (const Error& e) {
@@ -325,7 +331,9 @@ std::string eval_help() {
          "      -d data/cifar-10-batches-bin --compare          pipeline vs. sequential, speedup\n"
          "  ./pipeline_eval --weights resnet18.safetensors --model resnet18 -d photos/ \\\n"
          "      --num-classes 1000 --skip-bad -o out/           ImageNet-style eval, files in out/\n"
-         "  mpiexec -n 5 ./pipeline_eval -c runs/lenet-x --dataset fashion-mnist --json --limit 1000\n";
+         "  mpiexec -n 5 ./pipeline_eval -c runs/lenet-x --dataset fashion-mnist --json --limit 1000\n"
+         "  mpiexec -n 4 ./pipeline_eval -c runs/masks -b 2 -o out/  a ./train --task detection run:\n"
+         "      VOC/COCO mAP, predictions.csv one row per box (its --min-size/--max-size, classes)\n";
   return out.str();
 }
 

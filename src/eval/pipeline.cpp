@@ -1,7 +1,9 @@
 // The rank layout and the per-rank stage loop of ./pipeline_eval (see pipeline.h). Each rank
 // runs a contiguous range of stages [first, last]; items (raw samples, resized windows, batches,
 // the end marker) enter at `first`, pass through the rank's stages in one call chain and leave
-// towards the next rank, which grants credits for them.
+// towards the next rank, which grants credits for them. A detection plan sends other items
+// through the same loop (eval/detect_stages.h): the image's bytes with its annotated size, the
+// normalised and resized floats, padded batches with their per-image sizes, per-image boxes.
 #include "eval/pipeline.h"
 
 #include <algorithm>
@@ -79,7 +81,7 @@ std::string Layout::describe() const {
 namespace {
 
 enum Tag : int { kData = 1, kCredit, kResults, kSkip, kDone };
-enum ItemKind : uint8_t { kRaw, kWindow, kBatch, kEnd };
+enum ItemKind : uint8_t { kRaw, kWindow, kBatch, kEnd, kDetWindow, kDetBatch };
 
 struct Window {
   uint64_t index = 0;
@@ -87,17 +89,61 @@ struct Window {
   data::Image image;
 };
 struct End {};
-using Item = std::variant<RawSample, Window, InputBatch, End>;
+using Item = std::variant<RawSample, Window, InputBatch, DetectionWindow, DetectionInputBatch, End>;
+
+void put_sizes(dist::ByteWriter& w, const std::vector<detect::Size2>& sizes) {
+  std::vector<int64_t> flat;
+  for (const detect::Size2& s : sizes) flat.push_back(s.h), flat.push_back(s.w);
+  w.put_vector(flat);
+}
+
+std::vector<detect::Size2> get_sizes(dist::ByteReader& r) {
+  const std::vector<int64_t> flat = r.get_vector<int64_t>();
+  std::vector<detect::Size2> out;
+  for (size_t i = 0; i + 1 < flat.size(); i += 2) out.push_back({flat[i], flat[i + 1]});
+  return out;
+}
+
+std::vector<uint8_t> encode_detections(const std::vector<ImageDetections>& v) {
+  dist::ByteWriter w;
+  w.put(uint64_t(v.size()));
+  for (const ImageDetections& d : v)
+    w.put(d.index).put(d.height).put(d.width).put_vector(d.boxes).put_vector(d.labels).put_vector(d.scores);
+  return w.take();
+}
+
+std::vector<ImageDetections> decode_detections(const std::vector<uint8_t>& bytes) {
+  dist::ByteReader r(bytes);
+  std::vector<ImageDetections> v(size_t(r.get<uint64_t>()));
+  for (ImageDetections& d : v) {
+    d.index = r.get<uint64_t>();
+    d.height = r.get<int64_t>();
+    d.width = r.get<int64_t>();
+    d.boxes = r.get_vector<float>();
+    d.labels = r.get_vector<int64_t>();
+    d.scores = r.get_vector<float>();
+  }
+  return v;
+}
 
 std::vector<uint8_t> encode(const Item& item) {
   dist::ByteWriter w;
   if (const auto* r = std::get_if<RawSample>(&item)) {
-    w.put(kRaw).put(r->index).put(r->label).put(r->source).put_vector(r->bytes);
+    w.put(kRaw).put(r->index).put(r->label).put(r->source).put_vector(r->bytes).put(r->height).put(r->width);
   } else if (const auto* win = std::get_if<Window>(&item)) {
     const data::Image& im = win->image;
     w.put(kWindow).put(win->index).put(win->label).put(im.height).put(im.width).put(im.channels).put_vector(im.pixels);
   } else if (const auto* b = std::get_if<InputBatch>(&item)) {
     w.put(kBatch).put_vector(b->indices).put_vector(b->labels).put_vector(b->pixels);
+  } else if (const auto* dw = std::get_if<DetectionWindow>(&item)) {
+    w.put(kDetWindow).put(dw->index);
+    put_sizes(w, {dw->original, dw->resized});
+    w.put_vector(dw->pixels);
+  } else if (const auto* db = std::get_if<DetectionInputBatch>(&item)) {
+    w.put(kDetBatch).put_vector(db->indices);
+    put_sizes(w, db->original);
+    put_sizes(w, db->resized);
+    w.put(db->height).put(db->width).put_vector(db->pixels);
   } else {
     w.put(kEnd);
   }
@@ -113,6 +159,8 @@ Item decode(const std::vector<uint8_t>& bytes) {
       s.label = r.get<int32_t>();
       s.source = r.get_string();
       s.bytes = r.get_vector<uint8_t>();
+      s.height = r.get<int64_t>();
+      s.width = r.get<int64_t>();
       return s;
     }
     case kWindow: {
@@ -129,6 +177,25 @@ Item decode(const std::vector<uint8_t>& bytes) {
       InputBatch b;
       b.indices = r.get_vector<uint64_t>();
       b.labels = r.get_vector<int32_t>();
+      b.pixels = r.get_vector<float>();
+      return b;
+    }
+    case kDetWindow: {
+      DetectionWindow w;
+      w.index = r.get<uint64_t>();
+      const std::vector<detect::Size2> sizes = get_sizes(r);
+      CHECK(sizes.size() == 2, "pipeline: a detection window without its sizes");
+      w.original = sizes[0], w.resized = sizes[1];
+      w.pixels = r.get_vector<float>();
+      return w;
+    }
+    case kDetBatch: {
+      DetectionInputBatch b;
+      b.indices = r.get_vector<uint64_t>();
+      b.original = get_sizes(r);
+      b.resized = get_sizes(r);
+      b.height = r.get<int64_t>();
+      b.width = r.get<int64_t>();
       b.pixels = r.get_vector<float>();
       return b;
     }
@@ -158,12 +225,18 @@ double cpu_s() {
 // One rank's share of the pipeline. With `messenger` null it runs every stage alone.
 class RankLoop {
  public:
+  // The classifier's dataset and predictor, or (a detection plan) the detector's.
   RankLoop(const EvalPlan& plan, const Layout& layout, int rank, const data::Dataset* dataset,
-           Predictor* predictor, dist::Messenger* messenger, const PipelineOptions& o)
-      : plan_(plan), tf_(plan.preprocess), layout_(layout), rank_(rank), lo_(layout.first(rank)),
-        hi_(layout.last(rank)), dataset_(dataset), predictor_(predictor), msg_(messenger), o_(o) {
-    CHECK(lo_ != kRead || dataset_, "pipeline: the reading rank has no dataset");
-    CHECK(hi_ != kPredict || predictor_, "pipeline: a predicting rank has no model");
+           Predictor* predictor, const data::DetectionSet* boxes, DetectionPredictor* detector,
+           dist::Messenger* messenger, const PipelineOptions& o)
+      : plan_(plan), detection_(plan.task == "detection"), layout_(layout), rank_(rank),
+        lo_(layout.first(rank)), hi_(layout.last(rank)), dataset_(dataset), predictor_(predictor),
+        boxes_(boxes), detector_(detector), msg_(messenger), o_(o) {
+    if (!detection_) tf_.emplace(plan.preprocess);
+    CHECK(lo_ != kRead || (detection_ ? boxes_ != nullptr : dataset_ != nullptr),
+          "pipeline: the reading rank has no dataset");
+    CHECK(hi_ != kPredict || (detection_ ? detector_ != nullptr : predictor_ != nullptr),
+          "pipeline: a predicting rank has no model");
     if (hi_ < kPredict)
       for (int r : layout.ranks_of(hi_ + 1)) credits_[r] = hi_ + 1 == kPredict ? o.batch_credits : o.credits;
     if (rank_ == 0) read_at_.resize(plan.count, 0.0);
@@ -194,6 +267,8 @@ class RankLoop {
       std::sort(out.stages.begin(), out.stages.end(), [](const StageTime& a, const StageTime& b) { return a.rank < b.rank; });
       out.wall_s = last_result_ - t0;
       out.predictions = std::move(predictions_);
+      out.detections = std::move(detections_);
+      std::sort(out.detections.begin(), out.detections.end(), [](auto& a, auto& b) { return a.index < b.index; });
       out.latency_s = std::move(latency_);
       out.skipped = std::move(skipped_);
       std::sort(out.predictions.begin(), out.predictions.end(), [](auto& a, auto& b) { return a.index < b.index; });
@@ -224,7 +299,9 @@ class RankLoop {
       const uint64_t i = next_++;
       read_at_[i] = now_s();
       std::optional<RawSample> s;
-      timed(kRead, [&] { s = skippable(i, [&] { return read_sample(*dataset_, i); }); });
+      timed(kRead, [&] {
+        s = skippable(i, [&] { return detection_ ? read_detection_sample(*boxes_, i) : read_sample(*dataset_, i); });
+      });
       if (s) push(std::move(*s), kDecode);
       return;
     }
@@ -244,6 +321,11 @@ class RankLoop {
     }
     if (std::holds_alternative<End>(x)) {
       if (s == kNormalize && !batch_.indices.empty()) push(std::exchange(batch_, {}), kPredict);
+      if (s == kNormalize && !windows_.empty()) {
+        std::optional<DetectionInputBatch> b;
+        timed(kNormalize, [&] { b = batch_detection_windows(std::exchange(windows_, {})); }, false);
+        push(std::move(*b), kPredict);
+      }
       if (s == kPredict) {
         ended_ = true;
         return;
@@ -254,19 +336,45 @@ class RankLoop {
     switch (s) {
       case kDecode: {
         const RawSample& raw = std::get<RawSample>(x);
+        if (detection_) {
+          std::optional<DetectionWindow> win;
+          timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_detection(plan_, raw); }); });
+          if (win) push(std::move(*win), kNormalize);
+          return;
+        }
         std::optional<data::Image> win;
-        timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_resize(plan_, tf_, raw); }); });
+        timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_resize(plan_, *tf_, raw); }); });
         if (win) push(Window{raw.index, raw.label, std::move(*win)}, kNormalize);
         return;
       }
       case kNormalize: {
+        if (detection_) {
+          // Normalised and resized already (torchvision normalises before it resizes): the
+          // batch only pads, when it is full.
+          std::optional<DetectionInputBatch> b;
+          timed(kNormalize, [&] {
+            windows_.push_back(std::get<DetectionWindow>(std::move(x)));
+            if (int64_t(windows_.size()) == plan_.batch_size) b = batch_detection_windows(std::exchange(windows_, {}));
+          });
+          if (b) push(std::move(*b), kPredict);
+          return;
+        }
         const Window& w = std::get<Window>(x);
-        timed(kNormalize, [&] { normalize_into(batch_, tf_, w.index, w.label, w.image); });
+        timed(kNormalize, [&] { normalize_into(batch_, *tf_, w.index, w.label, w.image); });
         if (int64_t(batch_.size()) == plan_.batch_size) push(std::exchange(batch_, {}), kPredict);
         return;
       }
       case kPredict: {
         fault::point("eval-predict");
+        if (detection_) {
+          std::vector<ImageDetections> d;
+          timed(kPredict, [&] { d = detector_->predict(std::get<DetectionInputBatch>(x)); });
+          if (rank_ == 0)
+            record_detections(std::move(d));
+          else
+            msg_->send(0, kResults, encode_detections(d));
+          return;
+        }
         std::vector<Prediction> p;
         timed(kPredict, [&] { p = predictor_->predict(std::get<InputBatch>(x)); });
         if (rank_ == 0)
@@ -293,13 +401,14 @@ class RankLoop {
     }
   }
 
+  // fn(), its time counted as the stage's busy time (and, with `count`, one item of it).
   template <class Fn>
-  void timed(int stage, Fn&& fn) {
+  void timed(int stage, Fn&& fn, bool count = true) {
     const double t = now_s(), c = cpu_s();
     fn();
     busy_[stage] += now_s() - t;
     cpu_[stage] += cpu_s() - c;
-    ++items_[stage];
+    items_[stage] += count;
   }
 
   void record(const std::vector<Prediction>& p) {
@@ -312,6 +421,16 @@ class RankLoop {
     last_result_ = t;
   }
 
+  void record_detections(std::vector<ImageDetections> d) {
+    const double t = now_s();
+    for (const ImageDetections& q : d) {
+      CHECK(q.index < plan_.count, "pipeline: detections for image ", q.index, " of ", plan_.count);
+      latency_.push_back(t - read_at_[q.index]);
+    }
+    for (ImageDetections& q : d) detections_.push_back(std::move(q));
+    last_result_ = t;
+  }
+
   void handle(const dist::Message& m) {
     switch (m.tag) {
       case kData:
@@ -321,7 +440,10 @@ class RankLoop {
         credits_[m.source] += dist::ByteReader(m.bytes).get<int32_t>();
         return;
       case kResults:
-        record(dist::ByteReader(m.bytes).get_vector<Prediction>());
+        if (detection_)
+          record_detections(decode_detections(m.bytes));
+        else
+          record(dist::ByteReader(m.bytes).get_vector<Prediction>());
         return;
       case kSkip: {
         dist::ByteReader r(m.bytes);
@@ -357,11 +479,14 @@ class RankLoop {
   }
 
   const EvalPlan& plan_;
-  const data::Transform tf_;
+  const bool detection_;
+  std::optional<data::Transform> tf_;  // the classifier's preprocessing (none for detection)
   const Layout& layout_;
   const int rank_, lo_, hi_;
   const data::Dataset* dataset_;
   Predictor* predictor_;
+  const data::DetectionSet* boxes_;
+  DetectionPredictor* detector_;
   dist::Messenger* msg_;
   const PipelineOptions o_;
 
@@ -369,6 +494,7 @@ class RankLoop {
   std::deque<std::pair<int, Item>> inbox_;  // (sender, item)
   std::deque<Item> outbox_;
   InputBatch batch_;
+  std::vector<DetectionWindow> windows_;  // detection: the batch being filled
   uint64_t next_ = 0;
   bool source_done_ = false, ended_ = false;
   double busy_[4] = {0, 0, 0, 0}, cpu_[4] = {0, 0, 0, 0};
@@ -377,23 +503,25 @@ class RankLoop {
   double last_result_ = 0;
   std::vector<double> read_at_;  // per sample: when its read started
   std::vector<Prediction> predictions_;
+  std::vector<ImageDetections> detections_;
   std::vector<double> latency_;
   std::vector<Skipped> skipped_;
   std::vector<StageTime> others_;
   int dones_ = 0;
 };
 
-}  // namespace
 
-RunOutput run_pipeline(const EvalPlan& plan, const data::Dataset* dataset, Predictor* predictor,
-                       const dist::Comm& comm, const PipelineOptions& options) {
+// The staged run over all ranks with either the classifier's or the detector's work.
+RunOutput run_ranks(const EvalPlan& plan, const data::Dataset* dataset, Predictor* predictor,
+                    const data::DetectionSet* boxes, DetectionPredictor* detector, const dist::Comm& comm,
+                    const PipelineOptions& options) {
   const Layout layout = layout_for(comm.size());
   const int r = comm.rank();
   dist::Messenger messenger(comm);
   RunOutput out;
   std::string error;
   try {
-    out = RankLoop(plan, layout, r, dataset, predictor, &messenger, options).run();
+    out = RankLoop(plan, layout, r, dataset, predictor, boxes, detector, &messenger, options).run();
   } catch (const dist::RemoteError&) {
     // Another rank failed and told everyone; its message comes back from finish().
   } catch (const std::exception& e) {
@@ -411,10 +539,28 @@ RunOutput run_pipeline(const EvalPlan& plan, const data::Dataset* dataset, Predi
   return out;
 }
 
+}  // namespace
+
+RunOutput run_pipeline(const EvalPlan& plan, const data::Dataset* dataset, Predictor* predictor,
+                       const dist::Comm& comm, const PipelineOptions& options) {
+  return run_ranks(plan, dataset, predictor, nullptr, nullptr, comm, options);
+}
+
+RunOutput run_pipeline(const EvalPlan& plan, const data::DetectionSet* set, DetectionPredictor* detector,
+                       const dist::Comm& comm, const PipelineOptions& options) {
+  return run_ranks(plan, nullptr, nullptr, set, detector, comm, options);
+}
+
 RunOutput run_sequential(const EvalPlan& plan, const data::Dataset& dataset, Predictor& predictor,
                          const PipelineOptions& options) {
   const Layout solo = layout_for(1);
-  return RankLoop(plan, solo, 0, &dataset, &predictor, nullptr, options).run();
+  return RankLoop(plan, solo, 0, &dataset, &predictor, nullptr, nullptr, nullptr, options).run();
+}
+
+RunOutput run_sequential(const EvalPlan& plan, const data::DetectionSet& set, DetectionPredictor& detector,
+                         const PipelineOptions& options) {
+  const Layout solo = layout_for(1);
+  return RankLoop(plan, solo, 0, nullptr, nullptr, &set, &detector, nullptr, options).run();
 }
 
 }  // namespace mpicnn::eval

@@ -6,13 +6,16 @@
 // between the first three stages, batches per predictor), so a slow stage holds the others
 // back instead of filling memory. An end-of-stream item follows the last sample through every
 // stage; any rank's error reaches all ranks, and every rank ends with the same SharedError.
+// A detection plan runs the same loop with the detector's stages (eval/detect_stages.h).
 // Not the stage work itself (eval/plan.h) and not the report (eval/report.h).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/detection.h"
 #include "dist/comm.h"
+#include "eval/detect_stages.h"
 #include "eval/plan.h"
 #include "eval/report.h"
 
@@ -43,6 +46,7 @@ struct PipelineOptions {
 // What one run measured, complete on rank 0 (the other ranks return their own stage times).
 struct RunOutput {
   std::vector<Prediction> predictions;  // sorted by index
+  std::vector<ImageDetections> detections;  // detection plans: per image, sorted by index
   std::vector<Skipped> skipped;         // sorted by index
   std::vector<double> latency_s;        // per prediction
   std::vector<StageTime> stages;        // every rank's, by rank then stage
@@ -57,6 +61,12 @@ RunOutput run_pipeline(const EvalPlan& plan, const data::Dataset* dataset, Predi
 
 // The same stages one after the other in this process alone (no MPI): the baseline.
 RunOutput run_sequential(const EvalPlan& plan, const data::Dataset& dataset, Predictor& predictor,
+                         const PipelineOptions& options);
+
+// The same two for a detection plan: `set` on rank 0, the detector on the predicting ranks.
+RunOutput run_pipeline(const EvalPlan& plan, const data::DetectionSet* set, DetectionPredictor* detector,
+                       const dist::Comm& comm, const PipelineOptions& options);
+RunOutput run_sequential(const EvalPlan& plan, const data::DetectionSet& set, DetectionPredictor& detector,
                          const PipelineOptions& options);
 
 }  // namespace mpicnn::eval

@@ -184,7 +184,8 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
 
 std::string plan_to_json(const EvalPlan& p) {
   const data::Preprocess& pre = p.preprocess;
-  return json{{"model", p.model},
+  return json{{"task", p.task},
+              {"model", p.model},
               {"num_classes", p.num_classes},
               {"in_channels", p.in_channels},
               {"weights_file", p.weights_file},
@@ -200,13 +201,15 @@ std::string plan_to_json(const EvalPlan& p) {
               {"dataset", p.dataset},
               {"count", p.count},
               {"raw", {p.raw_channels, p.raw_height, p.raw_width}},
-              {"batch_size", p.batch_size}}
+              {"batch_size", p.batch_size},
+              {"detector", {p.min_size, p.max_size, p.trainable_layers, int(p.init_weights)}}}
       .dump();
 }
 
 EvalPlan plan_from_json(const std::string& text) {
   const json j = json::parse(text);
   EvalPlan p;
+  p.task = j["task"];
   p.model = j["model"];
   p.num_classes = j["num_classes"];
   p.in_channels = j["in_channels"];
@@ -227,6 +230,10 @@ EvalPlan plan_from_json(const std::string& text) {
   p.raw_height = j["raw"][1];
   p.raw_width = j["raw"][2];
   p.batch_size = j["batch_size"];
+  p.min_size = j["detector"][0];
+  p.max_size = j["detector"][1];
+  p.trainable_layers = j["detector"][2];
+  p.init_weights = j["detector"][3].get<int>() != 0;
   return p;
 }
 

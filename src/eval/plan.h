@@ -21,7 +21,8 @@
 namespace mpicnn::eval {
 
 struct EvalPlan {
-  std::string model;         // registry name
+  std::string task = "classify";  // or "detection": a Faster R-CNN run (eval/detect_stages.h)
+  std::string model;         // registry name (detection: fasterrcnn_*)
   int num_classes = 0, in_channels = 3;
   std::string weights_file;  // the safetensors state dict every predicting rank loads
   std::string weights;       // for the report: the checkpoint directory or the weights file
@@ -32,6 +33,11 @@ struct EvalPlan {
   // Fixed-size datasets (IDX, CIFAR, synthetic) store raw (H, W, C) pixels; 0 = encoded files.
   int raw_channels = 0, raw_height = 0, raw_width = 0;
   int64_t batch_size = 32;
+  // Detection: the detector's transform as the run trained it (--min-size, --max-size) and its
+  // --trainable-layers (which only decides what is frozen, so nothing here, but the model is
+  // built as the run built it). class_names then exclude the background; num_classes counts it.
+  int min_size = 0, max_size = 0, trainable_layers = 3;
+  bool init_weights = false;  // the run started from --init-weights (decides FrozenBatchNorm2d)
 };
 
 // The split --split auto picks for a dataset kind and path: "test", or "all" for an image folder
@@ -51,6 +57,9 @@ struct RawSample {
   int32_t label = 0;
   std::string source;          // for error messages and the predictions CSV
   std::vector<uint8_t> bytes;  // encoded file, or raw (H, W, C) pixels
+  // Detection: the size the image's annotation gives (its boxes are only right for that size;
+  // the decoding rank checks it). 0 for classifiers.
+  int64_t height = 0, width = 0;
 };
 
 // Stage 1, read: sample i's bytes (Dataset::read), label and source.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <tuple>
 
 #include "core/check.h"
@@ -123,7 +124,9 @@ double percentile(std::vector<double> values, double q) {
   return values[lo] + (values[hi] - values[lo]) * (pos - double(lo));
 }
 
-double Report::images_per_s() const { return wall_s > 0 ? double(predictions.size()) / wall_s : 0.0; }
+uint64_t Report::images() const { return task == "detection" ? detections.size() : predictions.size(); }
+
+double Report::images_per_s() const { return wall_s > 0 ? double(images()) / wall_s : 0.0; }
 
 double Report::speedup() const {
   return sequential_images_per_s > 0 ? images_per_s() / sequential_images_per_s : kNaN;
@@ -143,6 +146,15 @@ std::string header_section(const Report& r) {
        ", " + plural(uint64_t(r.threads), "thread") + " per predictor\n";
   if (!r.dataset.empty()) o += "  data: " + r.dataset + "\n";
   if (!r.layout.empty()) o += "  layout: " + r.layout + "\n";
+  if (r.task == "detection") {
+    uint64_t boxes = 0;
+    for (const ImageDetections& d : r.detections) boxes += d.scores.size();
+    if (!r.resize.empty()) o += "  detector input: " + r.resize + "\n";
+    o += "  mAP@0.5 (VOC) " + fixed(r.map.map50_voc, 4) + "  mAP@[.5:.95] (COCO) " + fixed(r.map.map_coco, 4) +
+         "  (" + plural(r.detections.size(), "image") + ", " + std::to_string(boxes) + (boxes == 1 ? " box" : " boxes") +
+         ", " + std::to_string(r.skipped.size()) + " skipped)\n";
+    return o;
+  }
   o += "  top-1 " + pct(m.top1, 2) + "  top-5 " + pct(m.top5, 2) + "  (" + std::to_string(m.evaluated) +
        " evaluated, " + std::to_string(r.skipped.size()) + " skipped)\n";
   return o;
@@ -150,6 +162,13 @@ std::string header_section(const Report& r) {
 
 // Width of the class ids column: digits of the largest id.
 size_t id_width(size_t K) { return std::to_string(K ? K - 1 : 0).size(); }
+
+// Detection labels run from 1 (0 is the background): the names indexed by label.
+std::vector<std::string> background_and(const std::vector<std::string>& classes) {
+  std::vector<std::string> names = {"__background__"};
+  names.insert(names.end(), classes.begin(), classes.end());
+  return names;
+}
 
 std::string per_class_section(const Report& r) {
   const Metrics& m = r.metrics;
@@ -251,7 +270,7 @@ std::string speedup_section(const Report& r) {
   if (r.mismatches_vs_sequential == 0)
     o += "; predictions identical to sequential";
   else if (r.mismatches_vs_sequential > 0)
-    o += "; " + std::to_string(r.mismatches_vs_sequential) + " of " + std::to_string(r.predictions.size()) +
+    o += "; " + std::to_string(r.mismatches_vs_sequential) + " of " + std::to_string(r.images()) +
          " predictions differ from sequential";
   return o + "\n";
 }
@@ -259,6 +278,13 @@ std::string speedup_section(const Report& r) {
 }  // namespace
 
 std::string format_report(const Report& r) {
+  if (r.task == "detection") {
+    // The trainer's table (detect/map_eval.h), indented as the report's other sections.
+    std::string table = "\n", line;
+    std::istringstream in(detect::format_map_table(r.map, background_and(r.class_names)));
+    while (std::getline(in, line)) table += "  " + line + "\n";
+    return header_section(r) + table + skipped_section(r) + timing_section(r) + speedup_section(r);
+  }
   const size_t K = r.metrics.confusion.size();
   std::string o = header_section(r) + per_class_section(r);
   if (K > 0 && K <= kFullMatrixClasses)
@@ -273,6 +299,7 @@ std::string format_report(const Report& r) {
 std::string report_json(const Report& r) {
   const Metrics& m = r.metrics;
   ojson j;
+  if (r.task != "classify") j["task"] = r.task;  // classifier reports keep their keys
   j["mode"] = r.mode;
   j["ranks"] = r.ranks;
   j["layout"] = r.layout;
@@ -282,20 +309,42 @@ std::string report_json(const Report& r) {
   j["batch_size"] = r.batch_size;
   j["threads"] = r.threads;
   j["classes"] = r.class_names;
-  j["evaluated"] = m.evaluated;
+  j["evaluated"] = r.task == "detection" ? uint64_t(r.detections.size()) : m.evaluated;
   ojson skipped = ojson::array();
   for (const Skipped& s : r.skipped)
     skipped.push_back({{"index", s.index}, {"source", source_of(r, s.index)}, {"reason", s.reason}});
   j["skipped"] = std::move(skipped);
-  j["top1"] = num_or_null(m.top1);
-  j["top5"] = num_or_null(m.top5);
-  j["confusion"] = m.confusion;
   ojson per_class = ojson::array();
-  for (size_t c = 0; c < m.confusion.size(); ++c)
-    per_class.push_back({{"class", class_name(r, int(c))},
-                         {"precision", num_or_null(c < m.precision.size() ? m.precision[c] : kNaN)},
-                         {"recall", num_or_null(c < m.recall.size() ? m.recall[c] : kNaN)},
-                         {"support", c < m.support.size() ? m.support[c] : 0}});
+  if (r.task == "detection") {
+    uint64_t boxes = 0;
+    for (const ImageDetections& d : r.detections) boxes += d.scores.size();
+    j["resize"] = r.resize;
+    j["boxes"] = boxes;
+    j["map50"] = num_or_null(r.map.map50_voc);
+    j["map"] = num_or_null(r.map.map_coco);
+    j["map50_coco"] = num_or_null(r.map.map50_coco);
+    j["map75_coco"] = num_or_null(r.map.map75_coco);
+    j["classes_evaluated"] = r.map.classes_evaluated;
+    for (const detect::ClassAp& c : r.map.classes) {
+      if (c.label == 0) continue;  // the background: no boxes, no AP
+      per_class.push_back({{"class", class_name(r, c.label - 1)},
+                           {"gt", c.gt_count},
+                           {"detections", c.det_count},
+                           {"ap50", num_or_null(c.ap50_voc)},
+                           {"ap", num_or_null(c.ap_coco)},
+                           {"ap50_coco", num_or_null(c.ap50_coco)},
+                           {"ap75_coco", num_or_null(c.ap75_coco)}});
+    }
+  } else {
+    j["top1"] = num_or_null(m.top1);
+    j["top5"] = num_or_null(m.top5);
+    j["confusion"] = m.confusion;
+    for (size_t c = 0; c < m.confusion.size(); ++c)
+      per_class.push_back({{"class", class_name(r, int(c))},
+                           {"precision", num_or_null(c < m.precision.size() ? m.precision[c] : kNaN)},
+                           {"recall", num_or_null(c < m.recall.size() ? m.recall[c] : kNaN)},
+                           {"support", c < m.support.size() ? m.support[c] : 0}});
+  }
   j["per_class"] = std::move(per_class);
   j["wall_s"] = num_or_null(r.wall_s);
   j["images_per_s"] = num_or_null(r.images_per_s());
@@ -320,7 +369,36 @@ std::string report_json(const Report& r) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// One row per box: the index and path of its image, class name, score, corners.
+void write_detections_csv(const std::string& path, const Report& r) {
+  std::string o = "index,path,label,score,x1,y1,x2,y2\n";
+  char num[48];
+  for (const ImageDetections& d : r.detections) {
+    CHECK(d.boxes.size() == 4 * d.scores.size() && d.labels.size() == d.scores.size(), "report: image ",
+          d.index, " has ", d.scores.size(), " scores, ", d.labels.size(), " labels and ", d.boxes.size(),
+          " box coordinates");
+    const std::string head = std::to_string(d.index) + "," + data::csv_field(source_of(r, d.index)) + ",";
+    for (size_t k = 0; k < d.scores.size(); ++k) {
+      o += head + data::csv_field(class_name(r, int(d.labels[k]) - 1));
+      std::snprintf(num, sizeof num, ",%.6g", double(d.scores[k]));
+      o += num;
+      // Nine significant digits: the float itself, so the file holds exactly the predicted box.
+      for (int c = 0; c < 4; ++c) {
+        std::snprintf(num, sizeof num, ",%.9g", double(d.boxes[4 * k + size_t(c)]));
+        o += num;
+      }
+      o += "\n";
+    }
+  }
+  write_text(path, o);
+}
+
+}  // namespace
+
 void write_predictions_csv(const std::string& path, const Report& r) {
+  if (r.task == "detection") return write_detections_csv(path, r);
   std::string o = "index,path,label,prediction,score,top5\n";
   char score[32];
   for (const Prediction& p : r.predictions) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "detect/map_eval.h"
+
 namespace mpicnn::eval {
 
 // One evaluated sample. top[0..k) are class ids by decreasing probability (ties: lower id
@@ -18,6 +20,17 @@ struct Prediction {
   int label = 0;
   int top[5] = {-1, -1, -1, -1, -1};
   float prob[5] = {0, 0, 0, 0, 0};
+};
+
+// One evaluated image of a detection run: the detector's boxes in the original image's pixels
+// (x1 y1 x2 y2), labels 1..classes (class_names[label - 1]; 0 is the background and never
+// predicted), scores by decreasing value as torchvision's postprocess leaves them.
+struct ImageDetections {
+  uint64_t index = 0;              // position in the evaluated dataset
+  int64_t height = 0, width = 0;   // the original image's size
+  std::vector<float> boxes;        // (n, 4)
+  std::vector<int64_t> labels;     // (n)
+  std::vector<float> scores;       // (n)
 };
 
 // A sample that could not be decoded and was skipped (--skip-bad).
@@ -55,18 +68,23 @@ double percentile(std::vector<double> values, double q);
 
 struct Report {
   // what ran
+  std::string task = "classify";  // "classify" or "detection" (a Faster R-CNN checkpoint)
   std::string mode;    // "pipeline" or "sequential"
   int ranks = 1;
   std::string layout;  // "rank 0: read | rank 1: decode+resize | ..." (from the stage plan)
   std::string model, weights;  // model name; the checkpoint directory or weights file
   std::string dataset;         // Dataset::describe()
   int batch_size = 0, threads = 0;  // threads per predicting rank
-  std::vector<std::string> class_names;
+  std::vector<std::string> class_names;  // detection: without the background (label k: [k - 1])
   std::vector<std::string> sources;  // Dataset::source(i) for every evaluated index (path column)
   // results
   std::vector<Prediction> predictions;  // sorted by index by the caller
   std::vector<Skipped> skipped;
   Metrics metrics;
+  // detection results (task "detection"; predictions and metrics stay empty)
+  std::vector<ImageDetections> detections;  // sorted by index by the caller
+  detect::MapResult map;                    // of `detections` against the set's boxes
+  std::string resize;                       // "min-size 800, max-size 1333": the detector's transform
   // timing
   double wall_s = 0;                  // first read to last prediction
   std::vector<double> latency_s;      // per predicted image: read started -> prediction received
@@ -74,14 +92,17 @@ struct Report {
   double sequential_images_per_s = 0;  // 0 when no sequential baseline ran (--compare)
   int64_t mismatches_vs_sequential = -1;  // predictions differing from the baseline; -1 = not compared
 
-  double images_per_s() const;  // predictions.size() / wall_s
+  uint64_t images() const;       // predictions (or, detection, detections) counted
+  double images_per_s() const;  // images() / wall_s
   double speedup() const;       // images_per_s() / sequential_images_per_s; NaN without baseline
 };
 
 // The human-readable report printed at the end: what ran, top-1/top-5, per-class precision and
 // recall with class names, the confusion matrix (classes x classes; for more than 20 classes
 // only the 20 most confused pairs are listed), skipped samples, throughput, latency p50/p95/p99,
-// per-stage busy time and utilisation, speedup. Ends with a newline.
+// per-stage busy time and utilisation, speedup. Ends with a newline. A detection report has,
+// instead of top-1/top-5 and the class tables, the images and boxes counted, VOC mAP@0.5, COCO
+// mAP@[.5:.95] and the per-class table of detect::format_map_table.
 std::string format_report(const Report& r);
 
 // The same content as one JSON object (pretty-printed, 2-space indent): keys "mode", "ranks",
@@ -91,12 +112,20 @@ std::string format_report(const Report& r);
 // "wall_s", "images_per_s", "latency_s" ({"p50","p95","p99","mean","max"}), "stages" (array
 // of {"stage","rank","busy_s","cpu_s","wall_s","utilisation","items"}), "sequential_images_per_s"
 // (null when 0), "speedup" (null when NaN), "mismatches_vs_sequential" (null when -1).
+// Detection: "task": "detection" (first), and instead of "top1", "top5", "confusion" and the classifier's
+// "per_class": "resize", "boxes" (detections counted), "map50" (VOC mAP@0.5), "map" (COCO
+// mAP@[.5:.95]), "map50_coco", "map75_coco", "classes_evaluated", "per_class" (array of
+// {"class","gt","detections","ap50","ap","ap50_coco","ap75_coco"}, NaN -> null); classes
+// have no background. Classifier reports have no "task" key.
 std::string report_json(const Report& r);
 
 // The predictions CSV: header "index,path,label,prediction,score,top5" then one row per
 // prediction in r.predictions order: index, sources[index] (CSV-quoted when needed), the label's
 // class name, the predicted class name, the predicted probability with 6 significant digits, and
 // the top-k class ids joined by ';'. Written atomically (io/atomic_file.h).
+// Detection: header "index,path,label,score,x1,y1,x2,y2", one row per box (images by index,
+// boxes in the detector's order): the class name, the score with 6 significant digits, the
+// corners in original-image pixels (9 significant digits: the float exactly).
 void write_predictions_csv(const std::string& path, const Report& r);
 // report_json(r) written atomically.
 void write_report_json(const std::string& path, const Report& r);

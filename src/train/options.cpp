@@ -97,7 +97,8 @@ const cli::Program& program() {
        "detection: ... unless their longer side would pass N (>= min-size)"},
       {"trainable-layers", "", "N", cli::Kind::Value,
        "detection: backbone stages that train, 0-5, from layer4 down to conv1 (torchvision's "
-       "trainable_backbone_layers); its BatchNorm stays frozen"},
+       "trainable_backbone_layers; default 3 with --init-weights, whose BatchNorm stays frozen; "
+       "from random weights every stage trains, with ordinary BatchNorm, as torchvision does)"},
       {"init-weights", "", "PATH", cli::Kind::Value,
        "fine-tuning: start from these weights, a safetensors state dict with torchvision names "
        "(data_tools/export_torchvision.py) or a run directory / checkpoint of ours; every tensor "
@@ -290,6 +291,12 @@ void check_detection_options(TrainOptions& o, const Values& v) {
   if (!v.get("model")) o.model = "fasterrcnn_resnet50_fpn";
   CHECK(o.max_size >= o.min_size, v.label("max-size"), ": ", o.max_size, " is below --min-size ",
         o.min_size);
+  if (!v.get("trainable-layers"))
+    o.trainable_layers = o.init_weights.empty() ? 5 : 3;
+  else
+    CHECK(!o.init_weights.empty() || o.trainable_layers == 5, v.label("trainable-layers"), ": ",
+          o.trainable_layers, " without --init-weights: from random weights every stage trains "
+          "(torchvision's rule); freeze stages of pretrained weights only");
   CHECK(o.augment == "none" || o.augment == "flip", v.label("augment"), ": detection supports "
         "none or flip, not ", o.augment);
   // By value, not by presence: a resumed run's recorded configuration holds every key.

@@ -1,0 +1,268 @@
+// The detection plan and stage functions of ./pipeline_eval (see detect_stages.h). Each stage
+// does exactly what detect::make_detection_batch and detect::predict do for the same images, in
+// the same float order, only split where the pipeline's ranks split the work.
+#include "eval/detect_stages.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/check.h"
+#include "data/image.h"
+#include "detect/faster_rcnn.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+
+namespace mpicnn::eval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int config_int(const TrainerState& st, const std::string& key, const std::string& record) {
+  const auto it = st.config.find(key);
+  CHECK(it != st.config.end() && !it->second.empty(), "--checkpoint: ", record, " does not record --", key,
+        " (a detection run records it)");
+  try {
+    return std::stoi(it->second);
+  } catch (const std::exception&) {
+    FAIL("--checkpoint: ", record, ": --", key, " is '", it->second, "', not an integer");
+  }
+}
+
+// The classifier's input flags have no meaning for the detector, whose transform is the run's.
+void refuse_classifier_flags(const EvalOptions& o, const std::string& what) {
+  const std::string why = ": " + what + " is a detection run: its images are resized as it was trained "
+                          "(--min-size/--max-size from its trainer.json); leave ";
+  CHECK(o.image_size == 0, "--image-size", why, "--image-size out");
+  CHECK(o.resize < 0, "--resize", why, "--resize out");
+  CHECK(o.mean.empty(), "--mean", why, "--mean out");
+  CHECK(o.std.empty(), "--std", why, "--std out");
+  CHECK(o.dataset == "auto", "--dataset ", o.dataset, ": ", what,
+        " is a detection run; -d takes a Pascal VOC folder or a COCO .json file (leave --dataset out)");
+  CHECK(o.split == "auto", "--split ", o.split, ": ", what,
+        " is a detection run; -d names the evaluation folder itself (leave --split out)");
+  CHECK(o.device != "cuda", "--device cuda: the detector runs on the CPU only (no GPU kernels for "
+        "RoIAlign and NMS yet)");
+}
+
+// A set through data::open_detection_set, checked against the checkpoint's classes.
+data::DetectionSet open_set(const std::string& path, const std::vector<std::string>& classes, bool skip_bad,
+                            const std::string& flag, std::string& text) {
+  data::OpenedDetectionSet o = data::open_detection_set(path, classes, skip_bad, flag, "the checkpoint's");
+  text = o.description;
+  return std::move(o.set);
+}
+
+// The run's data folder (or file) as its record gives it; "" when it records none.
+std::string run_data_path(const TrainerState& st) {
+  if (!st.data_path.empty()) return st.data_path;
+  const auto it = st.config.find("data");
+  return it == st.config.end() ? "" : it->second;
+}
+
+// The classes the detector was trained on: trainer.json's input record, or for a run from
+// before detection runs recorded it, its training data read again as ./train read it (the
+// names found, sorted; a COCO file's categories).
+std::vector<std::string> run_classes(const TrainerState& st, const CheckpointPaths& ck) {
+  if (!st.input.class_names.empty()) return st.input.class_names;
+  const std::string data = run_data_path(st);
+  std::error_code ec;
+  CHECK(!data.empty() && fs::exists(data, ec), "--checkpoint: ", ck.trainer, " records no class names and the "
+        "run's training data ", data.empty() ? std::string("(not recorded)") : data, " is not there to read them from");
+  const bool split = fs::is_directory(fs::path(data) / "train", ec);
+  std::string text;
+  return open_set(split ? (fs::path(data) / "train").string() : data, {}, true,
+                  "--checkpoint: the run's training data", text).classes;
+}
+
+}  // namespace
+
+bool is_detection_checkpoint(const EvalOptions& o) {
+  if (o.checkpoint.empty()) return false;
+  const TrainerState st = read_trainer_state(resolve_checkpoint(o.checkpoint).trainer);
+  const auto task = st.config.find("task");
+  if (task != st.config.end() && task->second == "detection") return true;
+  const auto& names = detect::detection_model_names();
+  return std::find(names.begin(), names.end(), st.model) != names.end();
+}
+
+std::string detection_run_data(const TrainerState& st, const std::string& record) {
+  const std::string pass = "; pass -d/--data PATH (a Pascal VOC folder or a COCO .json file)";
+  std::error_code ec;
+  if (!st.test_data_path.empty() || (st.config.count("test-data") && !st.config.at("test-data").empty())) {
+    // The run evaluated on --test-data: so does this.
+    const std::string test = !st.test_data_path.empty() ? st.test_data_path : st.config.at("test-data");
+    CHECK(fs::exists(test, ec), "--checkpoint: the run's --test-data ", test, " is not there", pass);
+    return test;
+  }
+  const std::string path = run_data_path(st);
+  CHECK(!path.empty(), "--checkpoint: ", record, " does not record the data its run trained on", pass);
+  CHECK(fs::exists(path, ec), "--checkpoint: the run's data ", path, " is not there", pass);
+  if (fs::is_directory(fs::path(path) / "train", ec) && fs::exists(fs::path(path) / "test", ec))
+    return (fs::path(path) / "test").string();
+  return path;
+}
+
+EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std::string& data_note) {
+  const CheckpointPaths ck = resolve_checkpoint(o.checkpoint);
+  const TrainerState st = read_trainer_state(ck.trainer);
+  refuse_classifier_flags(o, ck.dir);
+  EvalPlan p;
+  p.task = "detection";
+  p.model = st.model;
+  (void)detect::detection_body(p.model);  // an Error listing the detectors for another name
+  p.weights_file = ck.model;
+  p.weights = ck.dir;
+  p.batch_size = o.batch_size;
+  p.min_size = config_int(st, "min-size", ck.trainer);
+  p.max_size = config_int(st, "max-size", ck.trainer);
+  p.trainable_layers = config_int(st, "trainable-layers", ck.trainer);
+  p.init_weights = st.config.count("init-weights") && !st.config.at("init-weights").empty();
+
+  std::string path = o.data;
+  data_note.clear();
+  if (path.empty()) {
+    path = detection_run_data(st, ck.trainer);
+    data_note = (st.config.count("test-data") && !st.config.at("test-data").empty()) || !st.test_data_path.empty()
+                    ? " (the run's --test-data)"
+                : path.ends_with("/test") ? " (the test split of the data the run trained on)"
+                                          : " (the data the run trained on)";
+  }
+  std::string text;
+  p.class_names = run_classes(st, ck);
+  p.num_classes = int(p.class_names.size()) + 1;  // with the background
+  set = open_set(path, p.class_names, o.skip_bad, "-d/--data", text);
+  p.dataset = text;
+  const size_t n = set.samples.size();
+  p.count = o.limit > 0 ? std::min<uint64_t>(o.limit, n) : n;
+  CHECK(p.count > 0, "-d/--data: ", path, " holds no annotated images");
+  p.dataset += " (" + std::to_string(n) + " images, " + std::to_string(set.num_objects()) + " objects";
+  if (set.skipped() > 0) p.dataset += ", " + std::to_string(set.skipped()) + " bad annotations skipped";
+  p.dataset += ")";
+  return p;
+}
+
+detect::ResizeOptions resize_options(const EvalPlan& plan) {
+  detect::ResizeOptions r;
+  r.min_size = plan.min_size;
+  r.max_size = plan.max_size;
+  return r;
+}
+
+RawSample read_detection_sample(const data::DetectionSet& set, uint64_t i) {
+  CHECK(i < set.samples.size(), "read: image ", i, " of a set of ", set.samples.size());
+  const data::DetectionSample& s = set.samples[size_t(i)];
+  RawSample r;
+  r.index = i;
+  r.source = s.image;
+  r.bytes = data::read_file_bytes(s.image);
+  r.height = s.height;
+  r.width = s.width;
+  return r;
+}
+
+DetectionWindow decode_detection(const EvalPlan& plan, const RawSample& s) {
+  const data::Image img = data::decode_image(s.bytes, 3, s.source);
+  // As data::load_detection_image: boxes are only right for the annotated size.
+  CHECK(img.width == s.width && img.height == s.height, s.source, ": image is ", img.width, "x", img.height,
+        " but its annotation says ", s.width, "x", s.height);
+  const int64_t H = img.height, W = img.width;
+  std::vector<float> pixels(size_t(3 * H * W));
+  for (int64_t y = 0; y < H; ++y) {
+    const uint8_t* row = img.row(int(y));
+    for (int64_t x = 0; x < W; ++x)
+      // Division, as load_detection_image (torchvision's to_tensor): the same floats.
+      for (int64_t c = 0; c < 3; ++c) pixels[size_t((c * H + y) * W + x)] = float(row[3 * x + c]) / 255.0f;
+  }
+  const detect::ResizeOptions ro = resize_options(plan);
+  DetectionWindow w;
+  w.index = s.index;
+  w.original = {H, W};
+  w.resized = detect::resized_size(H, W, ro);
+  // transform_into into a slot exactly the resized size: normalise then resize, the batch's
+  // own arithmetic; the batching rank only pads.
+  Tensor one = Tensor::empty(Shape{1, 3, w.resized.h, w.resized.w});
+  detect::transform_into(one, 0, pixels.data(), H, W, ro);
+  w.pixels.assign(one.data(), one.data() + one.numel());
+  return w;
+}
+
+DetectionInputBatch batch_detection_windows(const std::vector<DetectionWindow>& windows, int size_divisible) {
+  CHECK(!windows.empty(), "detection batch: no images");
+  DetectionInputBatch b;
+  for (const DetectionWindow& w : windows) {
+    b.indices.push_back(w.index);
+    b.original.push_back(w.original);
+    b.resized.push_back(w.resized);
+  }
+  const detect::Size2 padded = detect::batch_size(b.resized, size_divisible);
+  b.height = padded.h, b.width = padded.w;
+  const int64_t PH = b.height, PW = b.width;
+  b.pixels.assign(size_t(int64_t(windows.size()) * 3 * PH * PW), 0.f);
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const DetectionWindow& w = windows[i];
+    CHECK(w.pixels.size() == size_t(3 * w.resized.h * w.resized.w), "detection batch: image ", w.index,
+          " holds ", w.pixels.size(), " floats for 3x", w.resized.h, "x", w.resized.w);
+    float* dst = b.pixels.data() + int64_t(i) * 3 * PH * PW;
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < w.resized.h; ++y)
+        std::copy_n(w.pixels.data() + (c * w.resized.h + y) * w.resized.w, w.resized.w, dst + (c * PH + y) * PW);
+  }
+  return b;
+}
+
+DetectionPredictor::DetectionPredictor(const EvalPlan& plan)
+    : batch_size_(plan.batch_size), min_size_(plan.min_size) {
+  CHECK(plan.task == "detection", "DetectionPredictor: the plan is for task ", plan.task);
+  detect::FasterRcnnOptions fo;
+  fo.num_classes = plan.num_classes;
+  fo.trainable_layers = plan.trainable_layers;
+  fo.transform = resize_options(plan);
+  // The body's BatchNorm as the run had it (./train: FrozenBatchNorm2d over --init-weights,
+  // ordinary BatchNorm from random weights; runs from before that rule froze it always and
+  // trained fewer than 5 stages). The two differ in eval only in the last bits.
+  fo.frozen_batchnorm = plan.init_weights || plan.trainable_layers < 5;
+  model_ = detect::make_faster_rcnn(plan.model, fo, 0, false);
+  model_->load_state_dict(plan.weights_file);
+  model_->set_training(false);
+}
+
+DetectionPredictor::~DetectionPredictor() = default;
+
+std::vector<ImageDetections> DetectionPredictor::predict(const DetectionInputBatch& b) {
+  const int64_t n = int64_t(b.size());
+  CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " images (batch size ", batch_size_, ")");
+  CHECK(b.pixels.size() == size_t(n * 3 * b.height * b.width), "predict: batch holds ", b.pixels.size(),
+        " floats for ", n, " images of 3x", b.height, "x", b.width);
+  Model& model = *model_;
+  detect::FasterRcnnNet& net = detect::faster_rcnn_net(model);
+  // detect::predict's rule: plan for the batch size and this padded size when it changes.
+  const Shape& planned = model.planned_input();
+  if (planned.ndim != 4 || planned[0] < n || planned[2] != b.height || planned[3] != b.width)
+    model.plan({std::max<int64_t>(batch_size_, n), 3, b.height, b.width});
+  net.set_batch(b.resized);
+  model.forward(Tensor::view(const_cast<float*>(b.pixels.data()), Shape{n, 3, b.height, b.width}));
+  std::vector<ImageDetections> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const detect::Detections& d = net.detections()[size_t(i)];
+    ImageDetections& r = out[size_t(i)];
+    r.index = b.indices[size_t(i)];
+    r.height = b.original[size_t(i)].h;
+    r.width = b.original[size_t(i)].w;
+    r.boxes = d.boxes;
+    r.labels = d.labels;
+    r.scores = d.scores;
+    detect::resize_boxes(r.boxes.data(), int64_t(r.scores.size()), b.resized[size_t(i)], b.original[size_t(i)]);
+  }
+  return out;
+}
+
+void DetectionPredictor::warm_up() {
+  DetectionWindow w;
+  w.resized = w.original = {min_size_, min_size_};
+  w.pixels.assign(size_t(3 * min_size_ * min_size_), 0.f);
+  DetectionInputBatch b = batch_detection_windows(std::vector<DetectionWindow>(size_t(batch_size_), w));
+  (void)predict(b);
+}
+
+}  // namespace mpicnn::eval
