@@ -68,7 +68,8 @@ TEST_CASE("train CLI detection: two ranks train, evaluate mAP, checkpoint; --res
   const std::string run = dir / "run";
   const std::vector<std::string> args = {"--task", "detection", "-m", "fasterrcnn_resnet18_fpn",
                                          "-d", dir / "shapes", "--min-size", "96", "--max-size",
-                                         "128", "-e", "1", "-b", "1", "--threads", "1", "-s", run};
+                                         "128", "-e", "1", "-b", "1", "--threads", "1", "-s", run,
+                                         "--box-batch-size-per-image", "128", "--rpn-post-nms-top-n-test", "300"};
   const auto r = run_mpi(2, "train", args);
   REQUIRE_MESSAGE(r.rc == 0, r.output);
   CHECK(r.output.find("task: detection, fasterrcnn_resnet18_fpn, 3 classes (circle, square, triangle)\n"

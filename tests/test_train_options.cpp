@@ -416,7 +416,8 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
   CHECK(o.augment == "flip");
   const TrainOptions d = parse({"--task", "detection", "-d", "x", "-m", "fasterrcnn_resnet18_fpn",
                                 "-b", "4", "-lr", "0.02", "--min-size", "160", "--max-size", "320",
-                                "--trainable-layers", "5", "--augment", "none"});
+                                "--trainable-layers", "5", "--augment", "none", "--box-batch-size-per-image",
+                                "128", "--rpn-post-nms-top-n-test", "300"});
   CHECK(d.model == "fasterrcnn_resnet18_fpn");
   CHECK(d.batch_size == 4);
   CHECK(d.learning_rate == 0.02);
@@ -424,6 +425,10 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
   CHECK(d.max_size == 320);
   CHECK(d.trainable_layers == 5);
   CHECK(d.augment == "none");
+  CHECK(d.box_batch_size_per_image == 128);
+  CHECK(d.rpn_post_nms_top_n_test == 300);
+  CHECK(o.box_batch_size_per_image == 512);  // torchvision's defaults
+  CHECK(o.rpn_post_nms_top_n_test == 1000);
   // The recorded configuration (what a resume parses back) gives the same options.
   std::vector<std::string> flags;
   for (const auto& [k, v] : to_config(d)) flags.push_back("--" + k + "=" + v);
@@ -448,6 +453,9 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
   expect_parse_error({"--task", "detection", "-d", "x", "--dataset", "csv"},
                      "--dataset: --task detection reads Pascal VOC folders (voc) or COCO JSON (coco), not csv");
   expect_parse_error({"--min-size", "300"}, "--min-size: only with --task detection");
+  expect_parse_error({"--box-batch-size-per-image", "64"}, "--box-batch-size-per-image: only with --task detection");
+  expect_parse_error({"--task", "detection", "-d", "x", "--rpn-post-nms-top-n-test", "0"},
+                     "--rpn-post-nms-top-n-test");
   expect_parse_error({"-d", "x", "--dataset", "voc"}, "--dataset: voc needs --task detection");
 }
 

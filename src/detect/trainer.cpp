@@ -141,6 +141,8 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   // torchvision's rule: FrozenBatchNorm2d over pretrained weights, BatchNorm2d from random ones
   // (a resume keeps the run's --init-weights, so it rebuilds the same model).
   fo.frozen_batchnorm = !o.init_weights.empty();
+  fo.roi.batch_size_per_image = o.box_batch_size_per_image;
+  fo.rpn.post_nms_top_n_test = o.rpn_post_nms_top_n_test;
   fo.transform.min_size = o.min_size;
   fo.transform.max_size = o.max_size;
   DetectionTrainResult result;

@@ -117,6 +117,8 @@ EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std:
   p.min_size = config_int(st, "min-size", ck.trainer);
   p.max_size = config_int(st, "max-size", ck.trainer);
   p.trainable_layers = config_int(st, "trainable-layers", ck.trainer);
+  if (st.config.count("rpn-post-nms-top-n-test"))  // runs from before it was an option: 1000
+    p.rpn_post_nms_top_n_test = config_int(st, "rpn-post-nms-top-n-test", ck.trainer);
   p.init_weights = st.config.count("init-weights") && !st.config.at("init-weights").empty();
 
   std::string path = o.data;
@@ -217,6 +219,7 @@ DetectionPredictor::DetectionPredictor(const EvalPlan& plan)
   detect::FasterRcnnOptions fo;
   fo.num_classes = plan.num_classes;
   fo.trainable_layers = plan.trainable_layers;
+  fo.rpn.post_nms_top_n_test = plan.rpn_post_nms_top_n_test;
   fo.transform = resize_options(plan);
   // The body's BatchNorm as the run had it (./train: FrozenBatchNorm2d over --init-weights,
   // ordinary BatchNorm from random weights; runs from before that rule froze it always and

@@ -202,7 +202,8 @@ std::string plan_to_json(const EvalPlan& p) {
               {"count", p.count},
               {"raw", {p.raw_channels, p.raw_height, p.raw_width}},
               {"batch_size", p.batch_size},
-              {"detector", {p.min_size, p.max_size, p.trainable_layers, int(p.init_weights)}}}
+              {"detector", {p.min_size, p.max_size, p.trainable_layers, int(p.init_weights),
+                            p.rpn_post_nms_top_n_test}}}
       .dump();
 }
 
@@ -234,6 +235,7 @@ EvalPlan plan_from_json(const std::string& text) {
   p.max_size = j["detector"][1];
   p.trainable_layers = j["detector"][2];
   p.init_weights = j["detector"][3].get<int>() != 0;
+  p.rpn_post_nms_top_n_test = j["detector"][4];
   return p;
 }
 

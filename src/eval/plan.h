@@ -38,6 +38,7 @@ struct EvalPlan {
   // built as the run built it). class_names then exclude the background; num_classes counts it.
   int min_size = 0, max_size = 0, trainable_layers = 3;
   bool init_weights = false;  // the run started from --init-weights (decides FrozenBatchNorm2d)
+  int rpn_post_nms_top_n_test = 1000;  // proposals per image (the run's, torchvision's default)
 };
 
 // The split --split auto picks for a dataset kind and path: "test", or "all" for an image folder

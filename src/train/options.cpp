@@ -99,6 +99,12 @@ const cli::Program& program() {
        "detection: backbone stages that train, 0-5, from layer4 down to conv1 (torchvision's "
        "trainable_backbone_layers; default 3 with --init-weights, whose BatchNorm stays frozen; "
        "from random weights every stage trains, with ordinary BatchNorm, as torchvision does)"},
+      {"box-batch-size-per-image", "", "N", cli::Kind::Value,
+       "detection: RoIs sampled per image for the box head's loss (torchvision's "
+       "box_batch_size_per_image); the head's cost in training is proportional to it"},
+      {"rpn-post-nms-top-n-test", "", "N", cli::Kind::Value,
+       "detection: proposals kept per image when evaluating (torchvision's "
+       "rpn_post_nms_top_n_test); the head's cost in evaluation is proportional to it"},
       {"init-weights", "", "PATH", cli::Kind::Value,
        "fine-tuning: start from these weights, a safetensors state dict with torchvision names "
        "(data_tools/export_torchvision.py) or a run directory / checkpoint of ours; every tensor "
@@ -321,7 +327,9 @@ void check_across_options(TrainOptions& o, const Values& v) {
     const TrainOptions defaults;
     const std::pair<const char*, bool> detection_only[] = {
         {"min-size", o.min_size != defaults.min_size}, {"max-size", o.max_size != defaults.max_size},
-        {"trainable-layers", o.trainable_layers != defaults.trainable_layers}};
+        {"trainable-layers", o.trainable_layers != defaults.trainable_layers},
+        {"box-batch-size-per-image", o.box_batch_size_per_image != defaults.box_batch_size_per_image},
+        {"rpn-post-nms-top-n-test", o.rpn_post_nms_top_n_test != defaults.rpn_post_nms_top_n_test}};
     for (const auto& [flag, given] : detection_only)
       CHECK(!given, v.label(flag), ": only with --task detection");
     CHECK(o.dataset != "voc" && o.dataset != "coco", v.label("dataset"), ": ", o.dataset,
@@ -446,6 +454,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
     CHECK(n <= 5, g.label, ": '", g.value, "' is not in 0..5");
     return n;
   });
+  set("box-batch-size-per-image", o.box_batch_size_per_image, int32_from(1));
+  set("rpn-post-nms-top-n-test", o.rpn_post_nms_top_n_test, int32_from(1));
   set("init-weights", o.init_weights, text);
   set("init-weights-partial", o.init_weights_partial, to_name_list);
   set("freeze", o.freeze, to_name_list);
@@ -522,6 +532,8 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"min-size", i(o.min_size)},
       {"max-size", i(o.max_size)},
       {"trainable-layers", i(o.trainable_layers)},
+      {"box-batch-size-per-image", i(o.box_batch_size_per_image)},
+      {"rpn-post-nms-top-n-test", i(o.rpn_post_nms_top_n_test)},
       {"init-weights", o.init_weights},
       {"init-weights-partial", join_names(o.init_weights_partial)},
       {"freeze", join_names(o.freeze)},

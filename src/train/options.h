@@ -51,6 +51,9 @@ struct TrainOptions {
   // train, as torchvision's fasterrcnn_resnet50_fpn defaults
   int min_size = 800, max_size = 1333;
   int trainable_layers = 3;
+  // torchvision's box_batch_size_per_image and rpn_post_nms_top_n_test: RoIs sampled per image
+  // for the box head in training, proposals kept per image in evaluation.
+  int box_batch_size_per_image = 512, rpn_post_nms_top_n_test = 1000;
 
   // fine-tuning (train/finetune.h)
   std::string init_weights;                       // safetensors file, checkpoint or run directory
