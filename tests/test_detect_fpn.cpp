@@ -2,6 +2,7 @@
 // forward and backward, and the RPN head against torchvision's RPNHead, from references that
 // tests/python/detect_{fpn,rpn_head}_torch.py write at test time; the nearest upsampling
 // (PyTorch's index rule, its adjoint) against naive loops.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -20,23 +21,25 @@ namespace {
 
 // Runs the reference for BODY with `trainable` stages on an (n, 3, h, w) input and checks our
 // levels, parameter gradients (frozen ones must stay zero) and, when with_din, the input's.
+// Without frozen_bn the body has ordinary BatchNorm in training mode (batch statistics), and its
+// running statistics after the forward pass are checked too.
 void check_fpn(const std::string& body, int trainable, int64_t n, int64_t h, int64_t w,
-               bool with_din) {
+               bool with_din, bool frozen_bn = true) {
   TempDir dir;
   const std::string ref_path = (dir.path / "fpn.safetensors").string();
   std::ostringstream args;
   args << shell_quote(ref_path) << ' ' << body << ' ' << trainable << ' ' << n << ' ' << h << ' '
-       << w << " 7";
+       << w << " 7" << (frozen_bn ? "" : " bn");
   run_python("detect_fpn_torch.py", args.str());
   SafetensorsReader ref(ref_path);
 
-  detect::ResNetFpn net(body, trainable);
+  detect::ResNetFpn net(body, trainable, 256, frozen_bn);
   ParamStore store;
   net.register_state(store, "");
   store.allocate();
   net.freeze(store);
   for (const StateEntry& e : store.entries()) {
-    CHECK_MESSAGE(!e.name.ends_with("num_batches_tracked"), "FrozenBatchNorm2d has no counter");
+    if (frozen_bn) CHECK_MESSAGE(!e.name.ends_with("num_batches_tracked"), "FrozenBatchNorm2d has no counter");
     REQUIRE_MESSAGE(ref.contains("init." + e.name), "no reference tensor for ", e.name);
     StateEntry renamed = e;
     renamed.name = "init." + e.name;
@@ -77,6 +80,15 @@ void check_fpn(const std::string& body, int trainable, int64_t n, int64_t h, int
   }
   CHECK(trained == expected);
   if (with_din) expect_close(body + " dinput", din, ref.read_f64("dinput"), 2e-3, 2e-4);
+  int moved = 0;
+  for (const StateEntry& e : store.entries())
+    if (ref.contains("after." + e.name)) {
+      ++moved;
+      expect_close(body + " " + e.name + " after forward", *e.value, ref.read_f64("after." + e.name), 1e-4, 1e-5);
+    }
+  CHECK(moved == (frozen_bn ? 0 : 2 * int(std::count_if(store.entries().begin(), store.entries().end(), [](const StateEntry& e) {
+                                          return e.name.ends_with("num_batches_tracked");
+                                        }))));
 }
 
 }  // namespace
@@ -112,6 +124,11 @@ TEST_CASE("ResNet-18 FPN backbone matches torchvision (trainable_layers 3, froze
 
 TEST_CASE("ResNet-18 FPN backbone: every stage trains, and the input gradient") {
   check_fpn("resnet18", 5, 1, 64, 64, /*with_din=*/true);
+}
+
+TEST_CASE("ResNet-18 FPN backbone with ordinary BatchNorm (from random weights) matches torchvision") {
+  // torchvision's resnet_fpn_backbone(norm_layer=BatchNorm2d, trainable_layers=5), training mode.
+  check_fpn("resnet18", 5, 2, 64, 64, /*with_din=*/false, /*frozen_bn=*/false);
 }
 
 TEST_CASE("ResNet-50 FPN backbone matches torchvision (bottleneck body, trainable_layers 1)") {

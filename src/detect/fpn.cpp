@@ -126,6 +126,7 @@ void ResNetFpn::freeze(ParamStore& store) {
   std::vector<std::string> trained;
   const char* order[] = {"layer4.", "layer3.", "layer2.", "layer1.", "conv1."};
   for (int i = 0; i < trainable_layers_; ++i) trained.push_back(prefix_ + "body." + order[i]);
+  if (trainable_layers_ == 5) trained.push_back(prefix_ + "body.bn1.");
   std::vector<std::string> frozen_layers;
   for_each_layer([&](Layer& l, const std::string& name) {
     bool frozen = frozen_batchnorm_ && dynamic_cast<BatchNorm2d*>(&l) != nullptr;

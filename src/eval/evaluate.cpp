@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -30,10 +31,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Samples whose top-5 classes differ between two runs of the same samples; a sample present in
-// one run only counts too. Probabilities are not compared: with other thread counts (the
-// baseline runs with all cores) a matrix product may round its last bit differently.
-int64_t count_mismatches(const std::vector<Prediction>& a, const std::vector<Prediction>& b) {
+// Samples that differ between two runs of the same samples (both sorted by index): `same`
+// compares two results of one sample; a sample present in one run only counts too.
+// Classifiers compare their top-5 classes, detectors their labels in the detector's order;
+// probabilities, scores and boxes are not compared: with other thread counts (the baseline runs
+// with all cores) a matrix product may round its last bit differently.
+template <class T, class Same>
+int64_t count_mismatches(const std::vector<T>& a, const std::vector<T>& b, Same same) {
   int64_t n = 0;
   size_t i = 0, j = 0;
   while (i < a.size() || j < b.size()) {
@@ -42,30 +46,13 @@ int64_t count_mismatches(const std::vector<Prediction>& a, const std::vector<Pre
     } else if (i == a.size() || b[j].index < a[i].index) {
       ++n, ++j;
     } else {
-      bool same = true;
-      for (int k = 0; k < 5; ++k) same = same && a[i].top[k] == b[j].top[k];
-      n += !same, ++i, ++j;
+      n += !same(a[i], b[j]), ++i, ++j;
     }
   }
   return n;
 }
-
-// Detection: images whose labels (in the detector's order) differ between two runs, or that one
-// run has and the other not. Scores and boxes are not compared, for the reason above.
-int64_t count_mismatches(const std::vector<ImageDetections>& a, const std::vector<ImageDetections>& b) {
-  int64_t n = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() || j < b.size()) {
-    if (j == b.size() || (i < a.size() && a[i].index < b[j].index)) {
-      ++n, ++i;
-    } else if (i == a.size() || b[j].index < a[i].index) {
-      ++n, ++j;
-    } else {
-      n += a[i].labels != b[j].labels, ++i, ++j;
-    }
-  }
-  return n;
-}
+bool same_top5(const Prediction& x, const Prediction& y) { return std::equal(x.top, x.top + 5, y.top); }
+bool same_labels(const ImageDetections& x, const ImageDetections& y) { return x.labels == y.labels; }
 
 // mAP of the detected images (skipped ones are left out) against the set's boxes.
 detect::MapResult score_detections(const data::DetectionSet& set, const std::vector<ImageDetections>& found) {
@@ -202,7 +189,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
                  " (the run's), padded to a multiple of 32";
     if (o.compare) {
       rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->detections.size()) / seq->wall_s : 0;
-      rep.mismatches_vs_sequential = count_mismatches(rep.detections, seq->detections);
+      rep.mismatches_vs_sequential = count_mismatches(rep.detections, seq->detections, same_labels);
     }
     return rep;
   }
@@ -210,7 +197,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   rep.metrics = compute_metrics(rep.predictions, plan.num_classes);
   if (o.compare) {
     rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->predictions.size()) / seq->wall_s : 0;
-    rep.mismatches_vs_sequential = count_mismatches(rep.predictions, seq->predictions);
+    rep.mismatches_vs_sequential = count_mismatches(rep.predictions, seq->predictions, same_top5);
   }
   return rep;
 }
