@@ -50,7 +50,8 @@ for n, line in enumerate(open(run + "/metrics.jsonl")):
 PY
 }
 
-# ---- 1. disk full: a 800 KiB tmpfs holds checkpoint 1 (~500 KiB) but not checkpoint 2 --------
+# ---- 1. disk full: a 900 KiB tmpfs holds checkpoint 1 (~500 KiB) and the tracking files (a
+# 4 KiB page each: about 70 MLflow param files, one per recorded option) but not checkpoint 2 --
 if ! unshare -m true 2>/dev/null; then
   skip "disk full (tmpfs)" "unshare -m is not permitted here (needs root or user namespaces)"
 else
@@ -58,7 +59,7 @@ else
   mkdir -p "$full/mnt"
   unshare -m sh -c '
     base=$1; shift
-    mount -t tmpfs -o size=800k tmpfs "$base/mnt" || { echo MOUNT_FAILED > "$base/rc"; exit 0; }
+    mount -t tmpfs -o size=900k tmpfs "$base/mnt" || { echo MOUNT_FAILED > "$base/rc"; exit 0; }
     cd "$base/mnt" && "$@" -e 3 -s r > "$base/out" 2>&1; echo $? > "$base/rc"
     cp -a r "$base/r"' sh "$full" env -u OPENBLAS_CORETYPE mpiexec -n 2 --oversubscribe "$TRAIN" "${common[@]}" -b 32
   if [ "$(cat "$full/rc")" = MOUNT_FAILED ]; then
