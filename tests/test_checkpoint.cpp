@@ -407,7 +407,7 @@ TEST_CASE("checkpoint model.safetensors of resnet18 loads into torchvision's res
   spit(py, script);
   const char* env = std::getenv("PYTHON");
   const std::string cmd = std::string(env && *env ? env : "/usr/bin/python3") + " '" + py.string() +
-                          "' '" MPICNN_SOURCE_DIR "' '" + p.model + "'";
+                          "' '" + testing::source_dir() + "' '" + p.model + "'";
   const int status = std::system(cmd.c_str());
   CHECK((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }

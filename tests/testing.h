@@ -232,7 +232,21 @@ inline Vec part(const Vec& x, size_t begin, size_t count) {
   return Vec(x.begin() + long(begin), x.begin() + long(begin + count));
 }
 
-inline std::string source_dir() { return MPICNN_SOURCE_DIR; }
+// The repository the test binary was built in: the nearest folder above it that holds
+// tests/python (build/<variant>[/cuda]/tests/unit_tests). Found at run time rather than compiled
+// in, so that no compile line names the clone's folder and ccache reuses objects across clones.
+inline std::string source_dir() {
+  namespace fs = std::filesystem;
+  static const std::string dir = [] {
+    for (fs::path p = fs::read_symlink("/proc/self/exe").parent_path();; p = p.parent_path()) {
+      if (fs::is_directory(p / "tests" / "python")) return p.string();
+      if (p == p.root_path()) return std::string();
+    }
+  }();
+  REQUIRE_MESSAGE(!dir.empty(), "no folder above ", fs::read_symlink("/proc/self/exe").string(),
+                  " holds tests/python (the test binary must stay in its build folder)");
+  return dir;
+}
 
 // The length of the longest line of `text` (help texts must fit a 100-column terminal).
 inline size_t longest_line(const std::string& text) {
