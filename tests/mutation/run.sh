@@ -56,7 +56,7 @@ run_parity() {
                  /^TEST CASE:  / { tc = substr($0, 13) }
                  /ERROR:/ { err = 1 }
                  END { if (err && tc != "") print tc }' "$log" | sort -u | sed -E \
-      -e 's/^every registry model matches PyTorch.*/model parity (registry)/' \
+      -e 's/^every registry model structure matches PyTorch.*/model parity (registry)/' \
       -e 's/^resnet18 with AdamW.*/model parity (AdamW)/' \
       -e 's/^resnet18 with one input channel.*/model parity (1 channel)/' \
       -e 's/^resnet20 with Nesterov.*/model parity (Nesterov)/' \
