@@ -2,7 +2,8 @@
 # Runs every test suite of the build and ends with one line "N passed, N failed" (after a line
 # counting the skipped cases, which count as neither).
 # Usage: tests/run_all.sh BUILD_DIR. Counts are doctest test cases plus the shell suites' PASS and
-# FAIL lines.
+# FAIL lines. MPICNN_TEST_JOBS suites run side by side (default 2; 1 runs them one by one); each
+# suite's output is printed whole when it ends, with its wall and CPU time.
 set -u
 build=${1:?usage: tests/run_all.sh BUILD_DIR}
 cd "$(dirname "$0")/.."
@@ -10,21 +11,73 @@ export PYTHON=${PYTHON:-/usr/bin/python3}
 # Large allocations in transparent huge pages: the parity tests move several GB of references
 # and PyTorch tensors, and page faults were half their time (8.3 -> about 6 minutes).
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
+# OpenMPI refuses root without these two.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs_max=${MPICNN_TEST_JOBS:-2}
+# Side by side, an idle OpenMP thread must sleep rather than spin (libgomp spins by default, as
+# does OpenBLAS's OpenMP build): the spinning took the other suite's core. Measured on 2 cores,
+# the unit tests beside the ASan unit tests: 532 s wall, 576 s CPU spinning; 352 s, 355 s passive
+# (bench/RESULTS.md, "Test loop").
+[ "$jobs_max" -gt 1 ] && export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 passed=0 failed=0 skipped=0
 failures=()  # what failed, one line each, repeated at the end (CI shows only the log's tail)
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# ---- running suites side by side ------------------------------------------------------------
+# suite KIND NAME CMD...: starts CMD in the background (waiting for a free slot first), its output
+# in $work/N.log. KIND is doctest (a doctest binary: its own counts) or shell (PASS:/FAIL:/SKIP:
+# lines). Whatever has ended is reported, in the order it ended.
+names=() kinds=() reported=()
+suite() {
+  local kind=$1 name=$2
+  shift 2
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
+    wait -n
+    report_ended
+  done
+  local i=${#names[@]}
+  names+=("$name") kinds+=("$kind") reported+=(0)
+  (
+    TIMEFORMAT='%R %U %S'
+    { time "$@" > "$work/$i.log" 2>&1; echo $? > "$work/$i.rc.tmp"; } 2> "$work/$i.time"
+    mv "$work/$i.rc.tmp" "$work/$i.rc"
+  ) &
+}
+
+report_ended() {
+  local i
+  for i in "${!names[@]}"; do
+    if [ "${reported[$i]}" = 0 ] && [ -e "$work/$i.rc" ]; then
+      reported[$i]=1
+      report "$i"
+    fi
+  done
+}
+
+finish_all() {
+  while [ -n "$(jobs -rp)" ]; do
+    wait -n
+    report_ended
+  done
+  wait
+  report_ended
+}
+
+report() {
+  local i=$1 name=${names[$1]} log=$work/$1.log rc wall cpu
+  rc=$(cat "$work/$i.rc")
+  read -r wall user sys < <(tail -1 "$work/$i.time")
+  cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.0f", u + s }')
+  echo "=== $name"
+  cat "$log"
+  echo "--- $name: ${wall%.*} s (CPU $cpu s)"
+  if [ "${kinds[$i]}" = doctest ]; then count_doctest "$name" "$log" "$rc"; else count_shell "$name" "$log" "$rc"; fi
+}
 
 # doctest binary: take its own counts; a crash with no summary counts as one failure.
-run_doctest() {
-  local name=$1
-  shift
-  echo "=== $name"
-  local t0=$SECONDS
-  "$@" --no-intro=true --no-colors=true 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  echo "--- $name: $((SECONDS - t0)) s"
-  local line
+count_doctest() {
+  local name=$1 log=$2 rc=$3 line
   line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1)
   if [ -n "$line" ]; then
     local p f s
@@ -49,28 +102,32 @@ run_doctest() {
   fi
 }
 
-run_doctest "unit tests" "$build/tests/unit_tests" -tse=cuda
+# Shell suite: a PASS or FAIL line counts as one test case; a suite that fails without a FAIL
+# line counts one.
+count_shell() {
+  local name=$1 log=$2 rc=$3 p f s line
+  p=$(grep -c '^PASS: ' "$log") f=$(grep -c '^FAIL: ' "$log") s=$(grep -c '^SKIP: ' "$log")
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  while IFS= read -r line; do failures+=("$name: $line"); done < <(grep '^FAIL: ' "$log" | cut -c1-300)
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+    echo "$name: exited $rc without a FAIL line"
+    failed=$((failed + 1))
+    failures+=("$name: exited $rc without a FAIL line (last line: $(tail -1 "$log" | cut -c1-200))")
+  fi
+}
 
-# GPU against CPU (tests/test_cuda.cpp) in the CUDA build, which `make test` compiles when nvcc
-# is present; without a GPU every case prints why it was skipped.
-if [ -x "$build/cuda/tests/unit_tests" ]; then
-  run_doctest "cuda tests" "$build/cuda/tests/unit_tests" -ts=cuda
-else
-  echo "SKIP: cuda tests: no CUDA build at $build/cuda (nvcc not found by make test)"
+skip_suite() {
+  echo "SKIP: $1"
   skipped=$((skipped + 1))
-fi
+}
 
-# MPI tests on 1, 2 and 3 ranks (oversubscribed on 2 cores). OpenMPI refuses root without the
-# two variables; the timeout turns a hang (a collective some rank never reaches) into a failure.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-for k in 1 2 3; do
-  run_doctest "mpi tests, $k ranks" timeout 600 mpiexec -n "$k" --oversubscribe "$build/tests/mpi_tests" -tse=cuda
-done
-# The GPU gradient sync on 2 ranks (sharing one GPU when there is one); skipped, saying why,
-# without a GPU.
-if [ -x "$build/cuda/tests/mpi_tests" ]; then
-  run_doctest "cuda mpi tests, 2 ranks" timeout 600 mpiexec -n 2 --oversubscribe "$build/cuda/tests/mpi_tests" -ts=cuda
-fi
+# ---- the suites, longest first so that the short ones fill the other slot ----------------------
+# The unit tests in two processes, so that the two longest suites share the cores: the PyTorch
+# parity tests (a reference server in Python beside the checks) and the rest.
+doctest_flags=(--no-intro=true --no-colors=true)
+parity='*matches PyTorch*'
+suite doctest "unit tests: PyTorch parity" "$build/tests/unit_tests" -tse=cuda -tc="$parity" "${doctest_flags[@]}"
+suite doctest "unit tests" "$build/tests/unit_tests" -tse=cuda -tce="$parity" "${doctest_flags[@]}"
 
 # ---- Sanitizers (tests/README.md "Sanitizers"; built by `make sanitize-build`, which make test
 # runs): ASan+UBSan over the unit tests without the PyTorch parity ones and over the MPI tests on
@@ -96,60 +153,64 @@ asan_env=(env "ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0"
 # (batches, predictions, every detection layer) run under ASan in their own cases.
 asan_exclude='*matches PyTorch*,*every model*,registry models*,*smallest input*,auxiliary*,*torchvision*,pipeline eval*,preprocess: ./train*,train CLI: --help*,recommend fit*,recommend model file*,detector training*,train CLI detection*'
 if [ -x "$asan_build/tests/unit_tests" ] && [ -x "$asan_build/tests/mpi_tests" ]; then
-  run_doctest "asan unit tests" timeout 900 "${asan_env[@]}" "$asan_build/tests/unit_tests" -tse=cuda -tce="$asan_exclude"
-  run_doctest "asan mpi tests, 2 ranks" timeout 600 "${asan_env[@]}" mpiexec -n 2 --oversubscribe \
-    "$asan_build/tests/mpi_tests" -tse=cuda
+  suite doctest "asan unit tests" timeout 900 "${asan_env[@]}" "$asan_build/tests/unit_tests" -tse=cuda \
+    -tce="$asan_exclude" "${doctest_flags[@]}"
+  suite doctest "asan mpi tests, 2 ranks" timeout 600 "${asan_env[@]}" mpiexec -n 2 --oversubscribe \
+    "$asan_build/tests/mpi_tests" -tse=cuda "${doctest_flags[@]}"
 else
-  echo "SKIP: asan tests: no ASan build at $asan_build (make sanitize-build)"
-  skipped=$((skipped + 1))
+  skip_suite "asan tests: no ASan build at $asan_build (make sanitize-build)"
 fi
+
+# Shell suites (tests/shell/*.sh: job scripts under PBS and Slurm, multi-host runs): each prints
+# "PASS: name", "FAIL: name: why" or "SKIP: name: why" lines and exits non-zero on a failure.
+for s in tests/shell/*.sh; do
+  [ -e "$s" ] && suite shell "$s" env MPICNN_BUILD="$build" timeout 900 bash "$s"
+done
+
+# MPI tests on 1, 2 and 3 ranks (oversubscribed on 2 cores); the timeout turns a hang (a
+# collective some rank never reaches) into a failure.
+for k in 1 2 3; do
+  suite doctest "mpi tests, $k ranks" timeout 600 mpiexec -n "$k" --oversubscribe "$build/tests/mpi_tests" \
+    -tse=cuda "${doctest_flags[@]}"
+done
+
 # libgomp and OpenBLAS are not built for TSan, so their threads' synchronisation is invisible
 # to it: OpenMP runs one thread (OMP_NUM_THREADS=1), and what TSan checks is our own std::threads
 # (the loader's workers) and the pipeline's ranks' threads.
+tsan_env=(env OMP_NUM_THREADS=1
+  "TSAN_OPTIONS=halt_on_error=1:exitcode=66:history_size=7:suppressions=$sanitize/tsan.supp")
 if [ -x "$tsan_build/tests/unit_tests" ]; then
   # history_size=7: TSan keeps enough history to restore an OpenMP thread's stack, so the libgomp
   # entry of tsan.supp can match. Left out: the torchvision case (PyTorch's time, OpenMP threads
   # only) and, for now, the corrupt-image case, whose 4-rank error run hangs under TSan (open:
   # tests/README.md, "Sanitizers").
-  run_doctest "tsan loader+pipeline" timeout 900 env OMP_NUM_THREADS=1 \
-    "TSAN_OPTIONS=halt_on_error=1:exitcode=66:history_size=7:suppressions=$sanitize/tsan.supp" \
-    "$tsan_build/tests/unit_tests" -tc='loader*,pipeline eval*' -tce='*torchvision*,*corrupt image*'
+  suite doctest "tsan loader+pipeline" timeout 900 "${tsan_env[@]}" "$tsan_build/tests/unit_tests" \
+    -tc='loader*,pipeline eval*' -tce='*torchvision*,*corrupt image*' "${doctest_flags[@]}"
 else
-  echo "SKIP: tsan loader+pipeline: no TSan build at $tsan_build (make sanitize-build)"
-  skipped=$((skipped + 1))
+  skip_suite "tsan loader+pipeline: no TSan build at $tsan_build (make sanitize-build)"
 fi
 # GradSync's progress thread against the main thread (Open MPI itself is not built for TSan:
 # what is checked is the hand-over of buckets and results between our two threads).
 if [ -x "$tsan_build/tests/mpi_tests" ]; then
-  run_doctest "tsan gradient sync, 2 ranks" timeout 600 mpiexec -n 2 --oversubscribe env OMP_NUM_THREADS=1 \
-    "TSAN_OPTIONS=halt_on_error=1:exitcode=66:history_size=7:suppressions=$sanitize/tsan.supp" \
-    "$tsan_build/tests/mpi_tests" -tc='dist grad sync: average*,dist grad sync: hierarchical*'
+  suite doctest "tsan gradient sync, 2 ranks" timeout 600 mpiexec -n 2 --oversubscribe "${tsan_env[@]}" \
+    "$tsan_build/tests/mpi_tests" -tc='dist grad sync: average*,dist grad sync: hierarchical*' "${doctest_flags[@]}"
 else
-  echo "SKIP: tsan gradient sync: no TSan build at $tsan_build (make sanitize-build)"
-  skipped=$((skipped + 1))
+  skip_suite "tsan gradient sync: no TSan build at $tsan_build (make sanitize-build)"
 fi
 
-# Shell suites (tests/shell/*.sh: job scripts under PBS and Slurm, multi-host runs): each prints
-# "PASS: name", "FAIL: name: why" or "SKIP: name: why" lines and exits non-zero on a failure.
-# A PASS or FAIL line counts as one test case; a suite that fails without a FAIL line counts one.
-for suite in tests/shell/*.sh; do
-  [ -e "$suite" ] || continue
-  echo "=== $suite"
-  t0=$SECONDS
-  MPICNN_BUILD=$build timeout 900 bash "$suite" 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  echo "--- $suite: $((SECONDS - t0)) s"
-  p=$(grep -c '^PASS: ' "$log") f=$(grep -c '^FAIL: ' "$log") s=$(grep -c '^SKIP: ' "$log")
-  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-  while IFS= read -r line; do failures+=("$suite: $line"); done < <(grep '^FAIL: ' "$log" | cut -c1-300)
-  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
-    echo "$suite: exited $rc without a FAIL line"
-    failed=$((failed + 1))
-    failures+=("$suite: exited $rc without a FAIL line (last line: $(tail -1 "$log" | cut -c1-200))")
-  fi
-done
+# GPU against CPU (tests/test_cuda.cpp) and the GPU gradient sync on 2 ranks (sharing one GPU
+# when there is one), in the CUDA build that `make test` compiles when nvcc is present; without
+# a GPU every case prints why it was skipped.
+if [ -x "$build/cuda/tests/unit_tests" ]; then
+  suite doctest "cuda tests" "$build/cuda/tests/unit_tests" -ts=cuda "${doctest_flags[@]}"
+  suite doctest "cuda mpi tests, 2 ranks" timeout 600 mpiexec -n 2 --oversubscribe "$build/cuda/tests/mpi_tests" \
+    -ts=cuda "${doctest_flags[@]}"
+else
+  skip_suite "cuda tests: no CUDA build at $build/cuda (nvcc not found by make test)"
+fi
 
-echo "suites took $SECONDS s"
+finish_all
+echo "suites took $SECONDS s ($jobs_max side by side)"
 if [ "${#failures[@]}" -gt 0 ]; then
   echo "failed:"
   printf '  %s\n' "${failures[@]}"
