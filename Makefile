@@ -165,9 +165,11 @@ $(F64_LIB): $(F64_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+# ccache hashes the working folder into nvcc's objects' keys, which hold no path (no -g): told not
+# to, a fresh clone reuses them too.
 $(BUILD)/obj/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
-	$(CCACHE) $(NVCC) $(NVCCFLAGS) -c $< -o $@
+	CCACHE_NOHASHDIR=1 $(CCACHE) $(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
