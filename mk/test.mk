@@ -22,8 +22,9 @@ test-build: cpu-build sanitize-build
 	@echo "make test: no nvcc at $(NVCC): the CUDA build is not compiled"
 endif
 
-# gcovr (Debian's) over a COVERAGE=1 build's unit and MPI tests: lines of src/ per folder.
+# gcovr (Debian's) over a COVERAGE=1 build's unit and MPI tests: lines of src/ per folder. The
+# build's programs (which the tests start) are made without re-pointing ./train.
 coverage:
 	$(MAKE) --no-print-directory deps EXTRA_PACKAGES=gcovr
-	$(MAKE) --no-print-directory -j$$(nproc) COVERAGE=1 tests apps tools
-	PYTHON=$(PYTHON) bash tests/coverage.sh build/$(VARIANT)-cov
+	$(MAKE) --no-print-directory -j$$(nproc) COVERAGE=1 tests tools $(APPS:%=$(BUILD)-cov/bin/%)
+	PYTHON=$(PYTHON) bash tests/coverage.sh $(BUILD)-cov
