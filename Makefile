@@ -195,8 +195,11 @@ $(OUT)/bin/%: $(BUILD)/obj/src/apps/%.o $(LIB) $(BACKEND)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) $< $(BACKEND) $(LIB) $(LDLIBS) -o $@
 
+# Phony: make follows the link to decide whether it is up to date, so a link left pointing into
+# another build folder (make DEBUG=1 apps) would otherwise stay.
+.PHONY: $(APPS)
 $(APPS): %: $(OUT)/bin/%
-	ln -sf $< $@
+	ln -sfn $< $@
 
 # The CUDA build's programs without re-pointing ./train: what `make test` compiles and links
 # when nvcc is present, so CI proves the GPU build (apps, tests, benchmarks, data tools) even
