@@ -8,9 +8,11 @@
 // --freeze-backbone 1 times a fine-tuning step: everything but the model's head frozen (no
 // parameter gradients, backward stops at the head, no optimizer update of the backbone).
 // On the GPU each timed step ends with a device synchronise (bench/gpu_train.sh).
-// --profile 1 (CPU only) also prints, on stderr, each layer's forward and backward milliseconds
-// per timed step (core/profile.h), slowest first, with totals per layer kind and the time spent
-// outside the layers (loss, optimizer, and what blocks do between their layers).
+// --profile 1 also prints, on stderr, each layer's forward and backward milliseconds per timed
+// step (core/profile.h), slowest first, with totals per layer kind and the time spent outside
+// the layers (what blocks do between their layers; the loss and the optimizer have rows). On
+// the GPU these are GPU times between CUDA events around each layer's work, read once after
+// each step's synchronise; the events' own cost makes the profiled step a little slower.
 #include <sys/resource.h>
 #include <time.h>
 
@@ -41,18 +43,23 @@ void print_profile(int steps, const std::vector<double>& times) {
   std::vector<profile::Row> rows = profile::rows();
   double step_ms = 0, layers_ms = 0;
   for (double t : times) step_ms += t * 1e3 / steps;
-  std::vector<std::pair<std::string, double>> kinds;
+  struct Kind {
+    std::string name;
+    double forward_ms = 0, backward_ms = 0;
+    double ms() const { return forward_ms + backward_ms; }
+  };
+  std::vector<Kind> kinds;
   for (const profile::Row& r : rows) {
-    const double ms = (r.forward_s + r.backward_s) * 1e3 / steps;
-    layers_ms += ms;
-    auto it = std::find_if(kinds.begin(), kinds.end(), [&](auto& k) { return k.first == r.kind; });
-    if (it == kinds.end()) kinds.emplace_back(r.kind, ms);
-    else it->second += ms;
+    const double f = r.forward_s * 1e3 / steps, b = r.backward_s * 1e3 / steps;
+    layers_ms += f + b;
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](auto& k) { return k.name == r.kind; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), Kind{r.kind});
+    it->forward_ms += f, it->backward_ms += b;
   }
   std::stable_sort(rows.begin(), rows.end(), [](const profile::Row& a, const profile::Row& b) {
     return a.forward_s + a.backward_s > b.forward_s + b.backward_s;
   });
-  std::sort(kinds.begin(), kinds.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  std::sort(kinds.begin(), kinds.end(), [](auto& a, auto& b) { return a.ms() > b.ms(); });
   std::fprintf(stderr, "profile: %.1f ms per step (mean of %d), per layer in ms per step\n",
                step_ms, steps);
   std::fprintf(stderr, "%-36s %-20s %9s %9s %6s\n", "layer", "kind", "forward", "backward", "%");
@@ -61,10 +68,11 @@ void print_profile(int steps, const std::vector<double>& times) {
     std::fprintf(stderr, "%-36s %-20s %9.2f %9.2f %6.1f\n", r.name.c_str(), r.kind.c_str(), f, b,
                  100 * (f + b) / step_ms);
   }
-  std::fprintf(stderr, "per kind:\n");
-  for (auto& [kind, ms] : kinds)
-    std::fprintf(stderr, "  %-20s %9.2f ms %6.1f%%\n", kind.c_str(), ms, 100 * ms / step_ms);
-  std::fprintf(stderr, "  %-20s %9.2f ms %6.1f%%\n", "(outside the layers)", step_ms - layers_ms,
+  std::fprintf(stderr, "per kind:              forward  backward (ms)\n");
+  for (const Kind& k : kinds)
+    std::fprintf(stderr, "  %-20s %9.2f %9.2f ms %6.1f%%\n", k.name.c_str(), k.forward_ms,
+                 k.backward_ms, 100 * k.ms() / step_ms);
+  std::fprintf(stderr, "  %-20s %19.2f ms %6.1f%%\n", "(outside the layers)", step_ms - layers_ms,
                100 * (step_ms - layers_ms) / step_ms);
 }
 
@@ -97,7 +105,6 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     const DeviceChoice dc = choose_device(device, precision, false, 0);
     const bool cuda = dc.device == Device::CUDA;
-    CHECK(!(profiling && cuda), "--profile times CPU layers; on the GPU use nsys");
     const int classes = 1000;
     auto model = build_model(model_name, {.num_classes = classes, .in_channels = 3}, 1);
     model->to(dc.device);
@@ -132,25 +139,37 @@ int main(int argc, char** argv) {
       clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
       return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
     };
+    // The step's work outside the model, in the profile under these names.
+    static const std::string kZeroGrad = "(zero_grad)", kLoss = "(loss forward+backward)",
+                             kStep = "(optimizer step)";
     std::vector<double> times, cpu_times;
     for (int s = 0; s < warmup + steps; ++s) {
       if (s == warmup) {
-        profile::set_enabled(profiling);
+        profile::set_enabled(profiling, cuda);
         profile::reset();
       }
       Timer t;
       const double c0 = cpu_seconds();
       if (mode == "train") {
-        model->params().zero_grad();
-        loss.forward(model->forward(x), targets.data());
-        aux_losses.forward(*model, targets.data());
-        loss.backward(dlogits, targets.data());
+        {
+          profile::Scope timed(kZeroGrad, "(optimizer)");
+          model->params().zero_grad();
+        }
+        const Tensor& logits = model->forward(x);
+        {
+          profile::Scope timed(kLoss, "(loss)");
+          loss.forward(logits, targets.data());
+          aux_losses.forward(*model, targets.data());
+          loss.backward(dlogits, targets.data());
+        }
         model->backward(dlogits, aux_losses.backward(targets.data(), 1));
+        profile::Scope timed(kStep, "(optimizer)");
         opt.step();
       } else {
         model->forward(x);
       }
       if (cuda) gpu::backend().synchronize();
+      profile::collect();
       if (s >= warmup) {
         times.push_back(t.seconds());
         cpu_times.push_back(cpu_seconds() - c0);

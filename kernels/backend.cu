@@ -155,6 +155,21 @@ std::shared_ptr<Event> CudaBackend::event() {
   return ev;
 }
 
+std::shared_ptr<Event> CudaBackend::timing_event() {
+  ctx();
+  auto ev = std::make_shared<Event>();
+  CUDA_CHECK(cudaEventCreate(&ev->e));
+  return ev;
+}
+
+float CudaBackend::elapsed_ms(Event& start, Event& end) {
+  CHECK(start.recorded && end.recorded, "elapsed_ms: an event was never recorded");
+  CUDA_CHECK(cudaEventSynchronize(end.e));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, end.e));
+  return ms;
+}
+
 void CudaBackend::record(Event& e) {
   CUDA_CHECK(cudaEventRecord(e.e, ctx().stream));
   e.recorded = true;

@@ -97,6 +97,8 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Event> event() override;
   void record(Event& e) override;
   void wait(Event& e) override;
+  std::shared_ptr<Event> timing_event() override;
+  float elapsed_ms(Event& start, Event& end) override;
   void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
               int64_t rows) override;
   void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) override;

@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 
 #include "core/device.h"
 #include "core/gpu.h"
+#include "core/profile.h"
+#include "core/timer.h"
 #include "data/transform.h"
 #include "core/rng.h"
 #include "layers/adaptive_avgpool2d.h"
@@ -28,6 +31,7 @@
 #include "models/registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
+#include "profile_rows.h"
 #include "recipes.h"
 #include "testing.h"
 
@@ -476,6 +480,42 @@ TEST_CASE("cuda: a training step allocates no device memory") {
   gpu::backend().synchronize();
   CHECK(gpu::backend().allocation_count() == before);
   CHECK(host_allocation_count() == host_before);
+}
+
+TEST_CASE("cuda: the per-layer profile times every layer's forward and backward on the GPU") {
+  REQUIRE_GPU("profile");
+  ModelOptions mo;
+  mo.num_classes = 10;
+  auto m = build_model("resnet20", mo, 3);
+  m->to(Device::CUDA);
+  m->plan({8, 3, 32, 32});
+  m->set_training(true);
+  const Tensor x = on_gpu_copy(testing::random_tensor({8, 3, 32, 32}, 8));
+  const Tensor dl = on_gpu_copy(testing::random_tensor({8, 10}, 9));
+  m->forward(x);  // first touch, not profiled
+  gpu::backend().synchronize();
+  profile::reset();
+  profile::set_enabled(true, /*gpu=*/true);
+  Timer wall;
+  m->params().zero_grad();
+  m->forward(x);
+  m->backward(dl);
+  gpu::backend().synchronize();
+  const double wall_s = wall.seconds();
+  profile::set_enabled(false);
+  const std::vector<profile::Row> rows = profile::rows();
+  testing::check_profile_rows(rows, *m);
+  double total_s = 0;
+  for (const profile::Row& r : rows) {
+    INFO(r.name);
+    // Every convolution's kernels take GPU time both ways.
+    if (r.kind == "Conv2d") CHECK((r.forward_s > 0 && r.backward_s > 0));
+    total_s += r.forward_s + r.backward_s;
+  }
+  // The layers' GPU times lie within the step (they do not overlap: one stream).
+  CHECK(total_s > 0);
+  CHECK(total_s <= wall_s);
+  profile::reset();
 }
 
 TEST_CASE("cuda: uint8 -> float normalisation with flips matches the formula") {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/profile.h"
+#include "profile_rows.h"
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
 #include "layers/flatten.h"
@@ -740,24 +741,7 @@ TEST_CASE("per-layer profile: every layer of a forward and backward, once each, 
   m->forward(x);
   m->backward(dl);
   profile::set_enabled(false);
-  const std::vector<profile::Row> rows = profile::rows();
-  std::map<std::string, std::string> layers;  // name -> kind, of every layer the model has
-  m->root().for_each_layer([&](Layer& l, const std::string& name) { layers[name] = l.kind(); });
-  // Every layer has its row, except the ReLUs the BatchNorm before them applies
-  // (layers/fusion.h), which do not run on their own.
-  std::set<std::string> profiled;
-  for (const profile::Row& r : rows) profiled.insert(r.name);
-  for (auto& [name, kind] : layers)
-    if (kind != std::string("ReLU")) CHECK_MESSAGE(profiled.count(name) == 1, name, " (", kind, ") has no row");
-  CHECK(rows.front().name == "conv1.");  // first-call order: the network's
-  for (const profile::Row& r : rows) {
-    INFO(r.name);
-    REQUIRE(layers.count(r.name) == 1);
-    CHECK(layers[r.name] == r.kind);
-    CHECK(r.forward_calls == 1);
-    CHECK(r.backward_calls == 1);
-    CHECK((r.forward_s >= 0 && r.backward_s >= 0));
-  }
+  testing::check_profile_rows(profile::rows(), *m);
   profile::reset();
   CHECK(profile::rows().empty());
 }

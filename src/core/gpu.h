@@ -125,6 +125,10 @@ class Backend {
   virtual std::shared_ptr<Event> event() = 0;
   virtual void record(Event& e) = 0;
   virtual void wait(Event& e) = 0;
+  // An event that also keeps the time it is reached (core/profile.h's GPU timing), and the
+  // milliseconds of GPU time between two recorded ones; elapsed_ms waits for `end`.
+  virtual std::shared_ptr<Event> timing_event() = 0;
+  virtual float elapsed_ms(Event& start, Event& end) = 0;
   // Device to device on the compute stream: rows of `width` floats with pitches in floats.
   virtual void copy2d(real* dst, int64_t dst_pitch, const real* src, int64_t src_pitch,
                       int64_t width, int64_t rows) = 0;

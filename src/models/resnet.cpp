@@ -51,6 +51,8 @@ void ResidualBlock::register_state(ParamStore& store, const std::string& prefix)
     bns_[i]->register_state(store, prefix + "bn" + k + ".");
   }
   if (downsample_) downsample_->register_state(store, prefix + "downsample.");
+  relu_name_ = prefix + "relu.";
+  for (auto& r : relus_) r->register_state(store, relu_name_);
 }
 
 void ResidualBlock::for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) {
@@ -132,6 +134,7 @@ const Tensor& ResidualBlock::forward(const Tensor& in) {
   }
   bns_[last]->forward(c);
   Tensor& sum = bns_[last]->output();
+  profile::Scope timed(relu_name_, out_relu_.kind());
   accumulate(sum, residual);
   out_relu_.forward(sum, sum);
   out_ = sum;
@@ -140,7 +143,10 @@ const Tensor& ResidualBlock::forward(const Tensor& in) {
 
 void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
   Tensor g_out = grad_buffer(kGradOut, out_.shape());
-  out_relu_.backward(g_out, dout, out_, out_);
+  {
+    profile::Scope timed(relu_name_, out_relu_.kind(), /*backward=*/true);
+    out_relu_.backward(g_out, dout, out_, out_);
+  }
   const Tensor* g = &g_out;
   Tensor ga, gb;
   for (size_t i = convs_.size(); i-- > 0;) {

@@ -41,6 +41,9 @@ class ResidualBlock : public Module {
   std::unique_ptr<Sequential> downsample_;
   Leaf<Conv2d>* downsample_conv_ = nullptr;  // downsample_'s first child
   ReLU out_relu_;
+  // torchvision's one `relu` of the block ("layer1.0.relu."): the profile's name for the
+  // unfused ReLUs and the residual add + ReLU.
+  std::string relu_name_;
   int out_channels_;
   Tensor in_, out_;  // last forward's input and output (a view of bn_last's)
   // Gradient buffers: the block output's, the conv outputs', the mid inputs', the input's (with
