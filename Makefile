@@ -171,6 +171,17 @@ $(BUILD)/obj/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
 	CCACHE_NOHASHDIR=1 $(CCACHE) $(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# GPU benchmarks that call cuDNN themselves (no library): bench/X.cu -> $(BUILD)/cuda/bench/X,
+# built by cuda-build only.
+GPU_BENCH_SRC := $(sort $(wildcard bench/*.cu))
+GPU_BENCH_BIN := $(GPU_BENCH_SRC:bench/%.cu=$(BUILD)/cuda/bench/%)
+$(GPU_BENCH_SRC:%.cu=$(BUILD)/obj/%.o): $(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	CCACHE_NOHASHDIR=1 $(CCACHE) $(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(GPU_BENCH_BIN): $(BUILD)/cuda/bench/%: $(BUILD)/obj/bench/%.o
+	@mkdir -p $(@D)
+	$(CXX) $< -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcudart -o $@
+
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
@@ -207,11 +218,11 @@ $(APPS): %: $(OUT)/bin/%
 cuda-build:
 	$(MAKE) --no-print-directory CUDA=1 $(BUILD)/cuda/tests/unit_tests $(BUILD)/cuda/tests/mpi_tests \
 	  $(APPS_SRC:src/apps/%.cpp=$(BUILD)/cuda/bin/%) $(BENCH_SRC:bench/%.cpp=$(BUILD)/cuda/bench/%) \
-	  $(TOOLS_SRC:data_tools/%.cpp=$(BUILD)/cuda/bin/%)
+	  $(TOOLS_SRC:data_tools/%.cpp=$(BUILD)/cuda/bin/%) $(GPU_BENCH_BIN)
 
 clean:
 	rm -rf build
 
 include mk/fuzz.mk mk/deps.mk mk/test.mk mk/demo.mk
 
--include $(F64_OBJ:.o=.d) $(F64_TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/src/core/gpu_absent.d $(APPS_SRC:%.cpp=$(BUILD)/obj/%.d) $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)
+-include $(GPU_BENCH_SRC:%.cu=$(BUILD)/obj/%.d) $(F64_OBJ:.o=.d) $(F64_TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/src/core/gpu_absent.d $(APPS_SRC:%.cpp=$(BUILD)/obj/%.d) $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)

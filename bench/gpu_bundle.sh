@@ -19,7 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/release/cuda
-bins=(bin/train bin/pipeline_eval tests/unit_tests tests/mpi_tests bench/train_bench)
+bins=(bin/train bin/pipeline_eval tests/unit_tests tests/mpi_tests bench/train_bench
+      bench/conv_gpu_bench)
 # Runtime libraries of the binaries and of mpiexec that a machine without Debian's packages
 # lacks (CUDA's come from the machine).
 packages=(libopenblas0-openmp libgfortran5 libboost-program-options1.74.0 libopenmpi3
