@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# The GPU machine's checks (issue 21), in one `device` call, each step under its own time limit
-# so that one slow or hung step cannot take the others' time:
+# The GPU machine's checks, in one `device` call, each step under its own time limit so that one
+# slow or hung step cannot take the others' time:
 #   bash bench/gpu_bundle.sh run 'bash bench/gpu_checks.sh'        (carry .gpu)
-# 1. versions: GPU, driver, CUDA, cuDNN, PyTorch;
-# 2. unit_tests -ts=cuda (every layer and model on the GPU against the CPU);
-# 3. the 2-rank GPU gradient sync (both ranks on the one GPU);
-# 4. ./train: LeNet on Fashion-MNIST on the CPU and on the GPU (same accuracy), --deterministic
-#    reruns (same bytes), a GPU checkpoint resumed on the CPU and back, resnet18 on synthetic
-#    data, and ./pipeline_eval --device cuda against --device cpu on the LeNet run;
-# 5. bench/gpu_train.sh [ARGS] (training and inference vs the machine's PyTorch; ARGS: its
-#    MODELS PRECISIONS MODES).
+#   CHECKS="profile conv" bash bench/gpu_bundle.sh run 'bash bench/gpu_checks.sh'   (some groups)
+# Groups (CHECKS, default all, run in this order, measurements first):
+#   info     GPU, driver, CUDA, cuDNN (ours and PyTorch's), PyTorch;
+#   profile  issue 41's "measure first": the GPU profile's own unit test, resnet50 training in
+#            tf32 with per-layer GPU times (train_bench --profile 1), PyTorch's kernel-time split
+#            of the same step (bench/torch_gpu_profile.py, tf32 and fp16);
+#   conv     bench/conv_gpu_bench: ResNet-50's convolution shapes in NCHW fp32/tf32 and NHWC
+#            tf32/bf16/fp16, forward, data and weight gradient;
+#   unit     unit_tests -ts=cuda (every layer against the CPU; the model test last, the longest)
+#            and the 2-rank GPU gradient sync (both ranks on the one GPU);
+#   train    ./train: LeNet on Fashion-MNIST on the CPU and on the GPU (same accuracy),
+#            --deterministic reruns (same bytes), a GPU checkpoint resumed on the CPU and back,
+#            resnet18 on synthetic data, ./pipeline_eval --device cuda against --device cpu;
+#   bench    bench/gpu_train.sh [ARGS] (training and inference vs the machine's PyTorch; ARGS:
+#            its MODELS PRECISIONS MODES).
 # Fashion-MNIST comes from FMNIST (default .gpu/fmnist: copy the Debian package's four .gz
 # files there before packing). Logs go to $OUT (the device tool's folder) or gpu-out/.
 set -u
@@ -19,8 +26,13 @@ mkdir -p "$out"
 fmnist=${FMNIST:-.gpu/fmnist}
 B=build/release/cuda/bin
 T=build/release/cuda/tests
+BENCH=build/release/cuda/bench
 work=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+checks=${CHECKS:-info profile conv unit train bench}
+want() { [[ " $checks " == *" $1 "* ]]; }
+# PyTorch with its own cuDNN: the libraries put on LD_LIBRARY_PATH for our binaries are not its.
+torch_python=(env -u LD_LIBRARY_PATH python3)
 
 # step NAME SECONDS CMD...: runs CMD with its output appended to $out/NAME.log, then prints
 # its status and the log's last lines (the call's output holds only its tail).
@@ -38,22 +50,49 @@ final_accuracy() {
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1] + "/summary.json"))["test_top1"])' "$1" 2>/dev/null
 }
 
-{
+want info && {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -1
   env -u LD_LIBRARY_PATH python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
   nproc
   ldd "$T/unit_tests" | grep -E "cud|cublas|not found"
   which mpiexec
-} >"$out/info.log" 2>&1
-cat "$out/info.log"
+} >"$out/info.log" 2>&1 && cat "$out/info.log"
 
-step unit 170 "$T/unit_tests" -ts=cuda
-tail -n 25 "$out/unit.log"
-step unit 60 mpiexec -n 2 --oversubscribe "$T/mpi_tests" -ts=cuda
-tail -n 8 "$out/unit.log"
+# ---- measure first: per-layer GPU times, ours and PyTorch's; convolutions alone ---------------
+if want profile; then
+  step profile 40 "$T/unit_tests" -tc='cuda: the per-layer profile*'
+  tail -n 4 "$out/profile.log"
+  step profile 90 "$BENCH/train_bench" --model resnet50 --mode train --size 224 --batch 256 \
+    --steps 5 --warmup 3 --device cuda --precision tf32 --profile 1
+  grep -A 16 '^profile:' "$out/profile.log" | head -n 16
+  grep -A 14 '^per kind' "$out/profile.log" | head -n 14
+  grep 'images_per_s' "$out/profile.log" | tail -n 1
+  for p in tf32 fp16; do
+    step profile 60 "${torch_python[@]}" bench/torch_gpu_profile.py --model resnet50 --mode train \
+      --batch 256 --size 224 --precision "$p" --steps 3 --warmup 4
+  done
+  grep -B 2 -A 22 'ategor' "$out/profile.log" | tail -n 60
+fi
+if want conv; then
+  step conv 150 "$BENCH/conv_gpu_bench" --batch 256
+  # Today's path under today's 256 MiB workspace cap (kernels/conv2d.cu), for the cap's cost.
+  step conv 60 "$BENCH/conv_gpu_bench" --batch 256 --configs nchw-tf32 --workspace-mib 256
+  tail -n 60 "$out/conv.log"
+fi
+
+# ---- correctness: every layer and model against the CPU ---------------------------------------
+if want unit; then
+  step unit 90 "$T/unit_tests" -ts=cuda -tce='cuda: every model matches*'
+  tail -n 25 "$out/unit.log"
+  step unit 60 mpiexec -n 2 --oversubscribe "$T/mpi_tests" -ts=cuda
+  tail -n 8 "$out/unit.log"
+  step unit 120 "$T/unit_tests" -tc='cuda: every model matches*'
+  tail -n 25 "$out/unit.log"
+fi
 
 # ---- ./train and ./pipeline_eval --------------------------------------------------------------
+if want train; then
 common=(-d "$fmnist" --dataset fashion-mnist -e 2 --progress plain --seed 3 --workers 2)
 step train 60 "$B/train" "${common[@]}" --device cpu --threads 8 -s "$work/cpu"
 step train 40 "$B/train" "${common[@]}" --device cuda --deterministic -s "$work/gpu"
@@ -85,8 +124,12 @@ if [ -f "$work/eval-cpu/predictions.csv" ] && [ -f "$work/eval-cuda/predictions.
   echo "pipeline_eval predictions cpu vs cuda: $([ "$a" = "$b" ] && echo identical || echo "$n differ")" | tee -a "$out/train.log"
 fi
 
+fi
+
 # ---- speed vs PyTorch -------------------------------------------------------------------------
-step bench 240 bench/gpu_train.sh "$@"  # its MODELS PRECISIONS MODES
-cat "$out/bench.log"
+if want bench; then
+  step bench 240 bench/gpu_train.sh "$@"  # its MODELS PRECISIONS MODES
+  cat "$out/bench.log"
+fi
 rm -rf "$work"
 echo "gpu_checks.sh: done at ${SECONDS}s"
