@@ -3,10 +3,11 @@
 // src/layers/conv2d.cpp. Not a convolution of our own, and not the CPU path (im2col + GEMM).
 //
 // Algorithms: conv_plan measures every forward / backward-data / backward-filter algorithm once
-// at the planned batch d.n (cudnnFind*AlgorithmEx on temporary buffers, with a workspace cap of
-// max(256 MiB, the current workspace)) and keeps the fastest that succeeded (under FP32 never
-// TF32). Under set_deterministic it measures nothing: it takes cuDNN's heuristic order (fixed,
-// unlike timings) and the first deterministic algorithm that fits the cap. A smaller batch
+// at the planned batch d.n (cudnnFind*AlgorithmEx on temporary buffers and a temporary
+// workspace of a quarter of the free memory within [256 MiB, 2 GiB], or the current workspace
+// if larger) and keeps the fastest that succeeded (under FP32 never TF32). Under
+// set_deterministic it measures nothing: it takes cuDNN's heuristic order (fixed,
+// unlike timings) and the first deterministic algorithm that fits 256 MiB. A smaller batch
 // (the last partial batch of an evaluation) gets its descriptors on first use, with algorithms
 // from cuDNN's heuristics that fit the workspace already there: no measuring, no allocation.
 // The search is written once, over a traits struct per direction (Forward, BackwardData,
@@ -74,7 +75,16 @@ struct ConvPlan {
 
 namespace {
 
-constexpr size_t kFindWorkspaceCap = size_t(256) << 20;
+// The workspace the search may give an algorithm: a quarter of the free device memory, within
+// [256 MiB, 2 GiB]. 256 MiB (the old fixed cap) made ResNet-50's NCHW tf32 convolutions 2x
+// slower per training step than 2 GiB (bench/conv_gpu_bench on an H200, bench/RESULTS.md).
+// Only the chosen algorithms' needs stay allocated (the shared workspace).
+constexpr size_t kMinSearchWorkspace = size_t(256) << 20, kMaxSearchWorkspace = size_t(2) << 30;
+size_t search_workspace_cap() {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return std::clamp(free_bytes / 4, kMinSearchWorkspace, kMaxSearchWorkspace);
+}
 
 // The math type conv_plan asks cuDNN for. FP32 forbids TF32 (FMA only). TF32 is cuDNN's default
 // for float tensors. BF16 runs TF32 too: cuDNN has no math mode converting fp32 tensors to bf16
@@ -345,7 +355,9 @@ void choose_measured(const ConvPlan& p, ConvPlan::Shape& s, size_t cap) {
   CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, x_bytes, c.stream));
   CUDA_CHECK(cudaMemsetAsync(yb.get(), 0, y_bytes, c.stream));
   CUDA_CHECK(cudaMemsetAsync(wb.get(), 0, w_bytes, c.stream));
-  void* find_ws = ensure_workspace(cap);
+  // The search's own workspace, freed when this returns.
+  std::shared_ptr<void> find_ws_owner = backend().alloc(cap);
+  void* find_ws = find_ws_owner.get();
   const Operands o{xb.get(), yb.get(), wb.get()};
 
   const auto f = find_fastest<Forward>(p, s, o, find_ws, cap);
@@ -405,7 +417,10 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t 
   CHECK(on == d.n && oc == d.oc && oh == d.oh && ow == d.ow, "conv_plan: cuDNN gives output (",
         on, ", ", oc, ", ", oh, ", ", ow, ") for ", shape_str(d, d.n));
 
-  const size_t cap = std::max(kFindWorkspaceCap, c.workspace_bytes);
+  // Deterministic: a fixed cap, so that the heuristic's choice cannot change with the free
+  // memory from one run to the next.
+  const size_t cap = std::max(p.deterministic ? kMinSearchWorkspace : search_workspace_cap(),
+                              c.workspace_bytes);
   if (p.deterministic) {
     // Bit-identical reruns: Find's timings may rank two deterministic algorithms (which round
     // differently) either way from one run to the next; the heuristics' order is fixed.
