@@ -141,6 +141,8 @@ $(BUILD)/obj/%.o: %.cpp
 # to torch's separate ops as rounding allows, so a*b + c is fused only where the code says
 # std::fma: g++ contracts C++ by default (-ffp-contract=fast, whatever -std says).
 $(BUILD)/obj/src/optim/%.o $(BUILD)/obj-f64/src/optim/%.o: CXXFLAGS += -ffp-contract=off
+# The host side of the GPU's BatchNorm math (layers/batchnorm_math.h) rounds as the device does.
+$(BUILD)/obj/tests/test_batchnorm_math.o: CXXFLAGS += -ffp-contract=off
 
 # httplib's Request holds an SSL pointer only under CPPHTTPLIB_OPENSSL_SUPPORT: serve.o built
 # without the library's defines would read its requests with the wrong layout, so no flags stop

@@ -6,7 +6,8 @@
 # Groups (CHECKS, default all, run in this order, measurements first):
 #   info     GPU, driver, CUDA, cuDNN (ours and PyTorch's), PyTorch;
 #   profile  issue 41's "measure first": the GPU profile's own unit test, resnet50 training in
-#            tf32 with per-layer GPU times (train_bench --profile 1), PyTorch's kernel-time split
+#            tf32 with per-layer GPU times (train_bench --profile 1), unfused and with
+#            MPICNN_GPU_FUSION=1 (and the fusion's bit-for-bit test), PyTorch's kernel-time split
 #            of the same step (bench/torch_gpu_profile.py, tf32 and fp16);
 #   conv     bench/conv_gpu_bench: ResNet-50's convolution shapes in NCHW fp32/tf32 and NHWC
 #            tf32/bf16/fp16, forward, data and weight gradient;
@@ -65,9 +66,13 @@ if want profile; then
   tail -n 4 "$out/profile.log"
   step profile 90 "$BENCH/train_bench" --model resnet50 --mode train --size 224 --batch 256 \
     --steps 5 --warmup 3 --device cuda --precision tf32 --profile 1
-  grep -A 16 '^profile:' "$out/profile.log" | head -n 16
-  grep -A 14 '^per kind' "$out/profile.log" | head -n 14
-  grep 'images_per_s' "$out/profile.log" | tail -n 1
+  # The same step with BatchNorm fused with its ReLU and the residual add (opt-in until the
+  # fusion test of the unit group has passed on a GPU: then make it the default).
+  step profile 90 env MPICNN_GPU_FUSION=1 "$BENCH/train_bench" --model resnet50 --mode train \
+    --size 224 --batch 256 --steps 5 --warmup 3 --device cuda --precision tf32 --profile 1
+  step profile 40 "$T/unit_tests" -tc='cuda: BatchNorm fused*'
+  grep -A 12 '^per kind' "$out/profile.log" | tail -n 26
+  grep -E 'images_per_s|test cases' "$out/profile.log" | tail -n 4
   for p in tf32 fp16; do
     step profile 60 "${torch_python[@]}" bench/torch_gpu_profile.py --model resnet50 --mode train \
       --batch 256 --size 224 --precision "$p" --steps 3 --warmup 4

@@ -1,9 +1,15 @@
 // BatchNorm2d of the CUDA backend: batch statistics, running-stat update, normalisation and
 // backward, with the math of src/layers/batchnorm.cpp (double accumulators, the same rounding
-// points and the FMAs GCC forms there). Own kernels, deterministic; not cuDNN's batch norm.
+// points and the FMAs GCC forms there; the per-element math in layers/batchnorm_math.h, which a
+// CPU test checks against the CPU layer). Own kernels, deterministic; not cuDNN's batch norm.
+// Fused (layers/fusion.h): the apply pass also adds the residual and applies the ReLU, and the
+// backward passes mask the gradient with the ReLU's output as they read it.
 // Each channel's sums are split over several blocks (partial sums in the context's scratch,
 // added in a fixed order by a finishing kernel), so small-channel layers fill the GPU.
+#include <type_traits>
+
 #include "common.cuh"
+#include "layers/batchnorm_math.h"
 
 namespace mpicnn::gpu {
 
@@ -139,37 +145,52 @@ __global__ void bn_eval_stats_kernel(float* save_mean, float* save_invstd,
 }
 
 // y (N, C, HW) = x * scale + shift with scale = weight * invstd, shift = bias - mean * scale
-// (both FMAs as GCC forms them on the CPU). y may alias x: one thread reads then writes.
-// I: the index type, uint32_t when the whole tensor has fewer than 2^31 elements (64-bit
-// division is emulated and would dominate these memory-bound loops), else int64_t.
-template <typename I>
-__global__ void bn_apply_kernel(float* y, const float* x, const float* save_mean,
+// (bn_math::apply), + residual r (kResidual), then the ReLU (kRelu). y may alias x: one thread
+// reads then writes. I: the index type, uint32_t when the whole tensor has fewer than 2^31
+// elements (64-bit division is emulated and would dominate these memory-bound loops), else
+// int64_t.
+template <typename I, bool kResidual, bool kRelu>
+__global__ void bn_apply_kernel(float* y, const float* x, const float* r, const float* save_mean,
                                 const float* save_invstd, const float* weight,
                                 const float* bias, I C, I HW, I total) {
   for (I k = I(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += I(gridDim.x) * blockDim.x) {
     const I c = (k / HW) % C;
-    const float scale = __fmul_rn(weight[c], save_invstd[c]);
-    const float shift = fmaf(-save_mean[c], scale, bias[c]);
-    y[k] = fmaf(x[k], scale, shift);
+    const float scale = bn_math::scale(weight[c], save_invstd[c]);
+    const float shift = bn_math::shift(bias[c], save_mean[c], scale);
+    y[k] = bn_math::apply<kResidual, kRelu>(x[k], scale, shift, kResidual ? r[k] : 0.f);
   }
 }
 
-// Grid (S, cnt): block (s, j) sums dy and dy * xhat over its share of channel c0 + j in
-// double (dy * xhat rounded to float first, as on the CPU), into a[j * S + s], b[j * S + s].
+// Calls f(a', b') with a' and b' std::bool_constant<a> and <b>: a kernel's compile-time flags
+// from run-time ones.
+template <typename F>
+void with_flags(bool a, bool b, F f) {
+  if (a) {
+    if (b) f(std::true_type{}, std::true_type{});
+    else f(std::true_type{}, std::false_type{});
+  } else {
+    if (b) f(std::false_type{}, std::true_type{});
+    else f(std::false_type{}, std::false_type{});
+  }
+}
+
+// Grid (S, cnt): block (s, j) sums g and g * xhat over its share of channel c0 + j in double
+// (g * xhat rounded to float first, as on the CPU), into a[j * S + s], b[j * S + s]; g is dy,
+// masked by the fused ReLU's output y > 0 with kRelu (bn_math::grad).
+template <bool kRelu>
 __global__ void __launch_bounds__(kStatThreads)
-    bn_backward_partial_kernel(double* a_part, double* b_part, const float* dy, const float* x,
-                               const float* save_mean, const float* save_invstd, int64_t N,
-                               int64_t C, int64_t HW, int64_t c0) {
+    bn_backward_partial_kernel(double* a_part, double* b_part, const float* dy, const float* y,
+                               const float* x, const float* save_mean, const float* save_invstd,
+                               int64_t N, int64_t C, int64_t HW, int64_t c0) {
   __shared__ double buf_a[kStatThreads];
   __shared__ double buf_b[kStatThreads];
   const int64_t j = blockIdx.y, c = c0 + j;
   const float mean = save_mean[c], invstd = save_invstd[c];
   double a = 0, b = 0;
   for_channel(c, N, C, HW, [&](int64_t k) {
-    const float d = dy[k];
-    const float xhat = __fmul_rn(__fsub_rn(x[k], mean), invstd);
+    const float d = bn_math::grad<kRelu>(dy[k], kRelu ? y[k] : 0.f);
     a += double(d);
-    b += double(__fmul_rn(d, xhat));
+    b += double(bn_math::mul(d, bn_math::xhat(x[k], mean, invstd)));
   });
   // Both trees in one pass of barriers.
   const int t = threadIdx.x;
@@ -206,12 +227,12 @@ __global__ void bn_backward_finish_kernel(float* dweight, float* dbias, float* m
   }
 }
 
-// dx (N, C, HW) for channels [c0, c0 + cnt) = weight * invstd * (dy - mdy - xhat * mdyx)
-// ('='), the inner a - b*c as the FMA GCC makes of it. dx may alias dy: one thread reads then
-// writes each element, and the reductions over dy finished in the previous kernel.
+// dx (N, C, HW) for channels [c0, c0 + cnt) = weight * invstd * (g - mdy - xhat * mdyx)
+// ('=', bn_math::dx), g as in bn_backward_partial_kernel. dx may alias dy: one thread reads
+// then writes each element, and the reductions over dy finished in the previous kernel.
 // I as in bn_apply_kernel (uint32_t when N * C * HW < 2^31).
-template <typename I>
-__global__ void bn_backward_dx_kernel(float* dx, const float* dy, const float* x,
+template <typename I, bool kRelu>
+__global__ void bn_backward_dx_kernel(float* dx, const float* dy, const float* y, const float* x,
                                       const float* weight, const float* save_mean,
                                       const float* save_invstd, const float* mstats, I N, I C,
                                       I HW, I c0, I cnt) {
@@ -221,11 +242,10 @@ __global__ void bn_backward_dx_kernel(float* dx, const float* dy, const float* x
     const I j = r % cnt, n = r / cnt;
     const I c = c0 + j;
     const I k = (n * C + c) * HW + i;
-    const float mean = save_mean[c], invstd = save_invstd[c];
-    const float kk = __fmul_rn(weight[c], invstd);
-    const float mdy = mstats[j], mdyx = mstats[cnt + j];
-    const float xhat = __fmul_rn(__fsub_rn(x[k], mean), invstd);
-    dx[k] = __fmul_rn(kk, fmaf(-xhat, mdyx, __fsub_rn(dy[k], mdy)));
+    const float invstd = save_invstd[c];
+    const float g = bn_math::grad<kRelu>(dy[k], kRelu ? y[k] : 0.f);
+    dx[k] = bn_math::dx(g, bn_math::xhat(x[k], save_mean[c], invstd),
+                        bn_math::mul(weight[c], invstd), mstats[j], mstats[cnt + j]);
   }
 }
 
@@ -233,10 +253,10 @@ __global__ void bn_backward_dx_kernel(float* dx, const float* dy, const float* x
 
 void CudaBackend::batchnorm_forward(float* y, float* save_mean, float* save_invstd,
                                     float* running_mean, float* running_var, const float* x,
-                                    const float* weight, const float* bias, int64_t N,
-                                    int64_t C, int64_t HW, float eps, float momentum,
-                                    bool training) {
-  // y, x: (N, C, HW); save_*, running_*, weight, bias: (C)
+                                    const float* weight, const float* bias,
+                                    const float* residual, bool relu, int64_t N, int64_t C,
+                                    int64_t HW, float eps, float momentum, bool training) {
+  // y, x, residual: (N, C, HW); save_*, running_*, weight, bias: (C)
   if (C <= 0) return;
   const cudaStream_t st = ctx().stream;
   if (training) {
@@ -264,20 +284,24 @@ void CudaBackend::batchnorm_forward(float* y, float* save_mean, float* save_invs
   }
   const int64_t total = N * C * HW;
   if (total == 0) return;
-  if (total < kIndex32)
-    bn_apply_kernel<uint32_t><<<blocks_for(total), kThreads, 0, st>>>(
-        y, x, save_mean, save_invstd, weight, bias, uint32_t(C), uint32_t(HW), uint32_t(total));
-  else
-    bn_apply_kernel<int64_t><<<blocks_for(total), kThreads, 0, st>>>(
-        y, x, save_mean, save_invstd, weight, bias, C, HW, total);
+  with_flags(residual != nullptr, relu, [&](auto res, auto rl) {
+    constexpr bool kRes = decltype(res)::value, kRelu = decltype(rl)::value;
+    if (total < kIndex32)
+      bn_apply_kernel<uint32_t, kRes, kRelu><<<blocks_for(total), kThreads, 0, st>>>(
+          y, x, residual, save_mean, save_invstd, weight, bias, uint32_t(C), uint32_t(HW),
+          uint32_t(total));
+    else
+      bn_apply_kernel<int64_t, kRes, kRelu><<<blocks_for(total), kThreads, 0, st>>>(
+          y, x, residual, save_mean, save_invstd, weight, bias, C, HW, total);
+  });
   KERNEL_CHECK();
 }
 
 void CudaBackend::batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy,
-                                     const float* x, const float* weight,
+                                     const float* y, const float* x, const float* weight,
                                      const float* save_mean, const float* save_invstd,
                                      int64_t N, int64_t C, int64_t HW, bool training) {
-  // dx, dy, x: (N, C, HW); dweight, dbias, weight, save_*: (C)
+  // dx, dy, y, x: (N, C, HW); dweight, dbias, weight, save_*: (C)
   if (C <= 0 || N * HW <= 0) return;  // no elements: every sum is 0
   Context& cx = ctx();
   const cudaStream_t st = cx.stream;
@@ -290,20 +314,27 @@ void CudaBackend::batchnorm_backward(float* dx, float* dweight, float* dbias, co
     double* b_part = a_part + cnt * S;                        // (cnt, S)
     float* mstats = dx ? reinterpret_cast<float*>(b_part + cnt * S) : nullptr;  // (2, cnt)
     const dim3 grid(static_cast<unsigned>(S), static_cast<unsigned>(cnt));
-    bn_backward_partial_kernel<<<grid, kStatThreads, 0, st>>>(a_part, b_part, dy, x, save_mean,
-                                                              save_invstd, N, C, HW, c0);
+    if (y)
+      bn_backward_partial_kernel<true><<<grid, kStatThreads, 0, st>>>(
+          a_part, b_part, dy, y, x, save_mean, save_invstd, N, C, HW, c0);
+    else
+      bn_backward_partial_kernel<false><<<grid, kStatThreads, 0, st>>>(
+          a_part, b_part, dy, y, x, save_mean, save_invstd, N, C, HW, c0);
     KERNEL_CHECK();
     bn_backward_finish_kernel<<<blocks_for(cnt), kThreads, 0, st>>>(
         dweight, dbias, mstats, a_part, b_part, S, c0, cnt, M, training);
     KERNEL_CHECK();
     if (!dx) continue;
-    if (N * C * HW < kIndex32)
-      bn_backward_dx_kernel<uint32_t><<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(
-          dx, dy, x, weight, save_mean, save_invstd, mstats, uint32_t(N), uint32_t(C),
-          uint32_t(HW), uint32_t(c0), uint32_t(cnt));
-    else
-      bn_backward_dx_kernel<int64_t><<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(
-          dx, dy, x, weight, save_mean, save_invstd, mstats, N, C, HW, c0, cnt);
+    with_flags(N * C * HW < kIndex32, y != nullptr, [&](auto small, auto rl) {
+      constexpr bool kRelu = decltype(rl)::value;
+      if constexpr (decltype(small)::value)
+        bn_backward_dx_kernel<uint32_t, kRelu><<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(
+            dx, dy, y, x, weight, save_mean, save_invstd, mstats, uint32_t(N), uint32_t(C),
+            uint32_t(HW), uint32_t(c0), uint32_t(cnt));
+      else
+        bn_backward_dx_kernel<int64_t, kRelu><<<blocks_for(N * cnt * HW), kThreads, 0, st>>>(
+            dx, dy, y, x, weight, save_mean, save_invstd, mstats, N, C, HW, c0, cnt);
+    });
     KERNEL_CHECK();
   }
 }

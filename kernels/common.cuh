@@ -142,10 +142,12 @@ class CudaBackend final : public Backend {
   // kernels/batchnorm.cu
   void batchnorm_forward(float* y, float* save_mean, float* save_invstd, float* running_mean,
                          float* running_var, const float* x, const float* weight,
-                         const float* bias, int64_t N, int64_t C, int64_t HW, float eps,
-                         float momentum, bool training) override;
+                         const float* bias, const float* residual, bool relu, int64_t N,
+                         int64_t C, int64_t HW, float eps, float momentum,
+                         bool training) override;
   void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy,
-                          const float* x, const float* weight, const float* save_mean,
+                          const float* y, const float* x, const float* weight,
+                          const float* save_mean,
                           const float* save_invstd, int64_t N, int64_t C, int64_t HW,
                           bool training) override;
 

@@ -23,6 +23,7 @@
 #include "layers/conv2d.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/maxpool2d.h"
 #include "layers/relu.h"
@@ -400,6 +401,47 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
     }
   }
   set_precision(Precision::FP32);
+}
+
+TEST_CASE("cuda: BatchNorm fused with its ReLU and the residual add gives the unfused bits") {
+  REQUIRE_GPU("fusion");
+  set_precision(Precision::FP32);
+  // A training step, then an evaluation forward (an inference plan: BatchNorm in place), of
+  // models with BatchNorm-ReLU pairs in a Sequential, residual blocks (BasicBlock, Bottleneck)
+  // and dense blocks: unfused, then fused (MPICNN_GPU_FUSION's switch).
+  for (const std::string name : {"resnet18", "resnet50", "densenet121"}) {
+    const int hw = std::max(32, model_spec(name).min_size);
+    std::vector<Tensor> got[2];  // logits, gradients, running stats, eval logits
+    for (int fused = 0; fused < 2; ++fused) {
+      set_gpu_fusion(fused == 1);
+      ModelOptions mo;
+      mo.num_classes = 10;
+      auto m = build_model(name, mo, 5);
+      m->to(Device::CUDA);
+      m->plan({2, 3, hw, hw});
+      m->set_training(true);
+      const Tensor x = on_gpu_copy(testing::random_tensor({2, 3, hw, hw}, 11));
+      const Tensor dl = on_gpu_copy(testing::random_tensor({2, 10}, 12));
+      m->params().zero_grad();
+      got[fused].push_back(host_copy(m->forward(x)));
+      m->backward(dl);
+      got[fused].push_back(host_copy(m->params().grads()));
+      got[fused].push_back(host_copy(m->params().buffers()));
+      auto e = build_model(name, mo, 5);
+      e->to(Device::CUDA);
+      e->plan({2, 3, hw, hw}, PlanFor::kInference);
+      e->set_training(false);
+      got[fused].push_back(host_copy(e->forward(x)));
+    }
+    set_gpu_fusion(false);
+    const char* what[] = {"logits", "gradients", "running stats", "eval logits"};
+    for (size_t i = 0; i < got[0].size(); ++i) {
+      INFO(name, " ", what[i]);
+      REQUIRE(got[0][i].numel() == got[1][i].numel());
+      CHECK(std::memcmp(got[0][i].data(), got[1][i].data(),
+                        size_t(got[0][i].numel()) * sizeof(real)) == 0);
+    }
+  }
 }
 
 TEST_CASE("cuda: resnet18 in fp16 and bf16 stays near fp32") {

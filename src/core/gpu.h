@@ -207,15 +207,19 @@ class Backend {
   // ---- BatchNorm2d (kernels/batchnorm.cu) -----------------------------------------------------
   // Training: batch statistics (biased variance to normalise), running_mean/var updated with
   // momentum and the unbiased variance; save_mean/save_invstd (C) keep the batch's mean and
-  // 1/sqrt(var + eps). Eval: running statistics, and save_* get them for backward.
+  // 1/sqrt(var + eps). Eval: running statistics, and save_* get them for backward. Fused
+  // (layers/fusion.h), in the same pass: + residual (when non-null), then relu.
   virtual void batchnorm_forward(real* y, real* save_mean, real* save_invstd,
                                  real* running_mean, real* running_var, const real* x,
-                                 const real* weight, const real* bias, int64_t N, int64_t C,
-                                 int64_t HW, float eps, float momentum, bool training) = 0;
+                                 const real* weight, const real* bias, const real* residual,
+                                 bool relu, int64_t N, int64_t C, int64_t HW, float eps,
+                                 float momentum, bool training) = 0;
   // dx '=' (may alias dy; skipped when null), dweight and dbias '+=' (skipped when null: frozen
-  // parameters). training: through the batch statistics; eval: the affine map only.
+  // parameters). training: through the batch statistics; eval: the affine map only. With y
+  // (the output of a fused ReLU; else null), dy is that ReLU's output gradient, masked by y > 0.
   virtual void batchnorm_backward(real* dx, real* dweight, real* dbias, const real* dy,
-                                  const real* x, const real* weight, const real* save_mean,
+                                  const real* y, const real* x, const real* weight,
+                                  const real* save_mean,
                                   const real* save_invstd, int64_t N, int64_t C, int64_t HW,
                                   bool training) = 0;
 

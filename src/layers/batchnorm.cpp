@@ -90,12 +90,11 @@ void BatchNorm2d::forward_impl(Tensor& out, const Tensor& in, const Tensor* resi
   const bool train = training_ && !use_running_stats_;
   if (train) CHECK(M > 1, "BatchNorm2d: training needs more than one value per channel, got input ", in.shape().str());
   if (on_gpu("BatchNorm2d", {&out, &in, &weight, &saved_mean_, residual})) {
-    CHECK(!fused_relu_, "BatchNorm2d: a fused ReLU is a CPU path (layers/fusion.h)");
     gpu::backend().batchnorm_forward(out.data(), saved_mean_.data(), saved_invstd_.data(),
                                      running_mean.data(), running_var.data(), in.data(),
-                                     weight.data(), bias.data(), N, C, HW, eps_, momentum_, train);
-    if (residual) gpu::backend().accumulate(out.data(), residual->data(), out.numel());
-    if (relu) gpu::backend().relu_forward(out.data(), out.data(), out.numel());
+                                     weight.data(), bias.data(),
+                                     residual ? residual->data() : nullptr, relu, N, C, HW, eps_,
+                                     momentum_, train);
     if (train) ++num_batches_tracked;
     saved_training_ = train;
     return;
@@ -220,10 +219,10 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
   const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3), M = N * HW;
   if (frozen_ && !din.defined()) return;
   if (on_gpu("BatchNorm2d backward", {&din, &dout, &in, &weight})) {
-    CHECK(!fused_relu_, "BatchNorm2d: a fused ReLU is a CPU path (layers/fusion.h)");
     gpu::backend().batchnorm_backward(din.defined() ? din.data() : nullptr,
                                       frozen_ ? nullptr : grad_weight.data(),
-                                      frozen_ ? nullptr : grad_bias.data(), dout.data(), in.data(), weight.data(),
+                                      frozen_ ? nullptr : grad_bias.data(), dout.data(),
+                                      fused_relu_ ? out.data() : nullptr, in.data(), weight.data(),
                                       saved_mean_.data(), saved_invstd_.data(), N, C, HW,
                                       saved_training_);
     return;

@@ -28,12 +28,16 @@ class BatchNorm2d : public UnaryLayer {
   // gradient of the ReLU's output (masked here by out > 0).
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
 
-  // Fusion (CPU only): forward applies the ReLU that follows this layer (out = relu(bn(in)))
-  // and backward takes that ReLU's output gradient, so the ReLU layer itself is skipped.
+  // Fusion (layers/fusion.h): forward applies the ReLU that follows this layer (out =
+  // relu(bn(in))) and backward takes that ReLU's output gradient, so the ReLU layer itself is
+  // skipped.
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
 
   int channels() const { return channels_; }
+  // The statistics of the last forward, which backward uses (tests of the GPU's math).
+  const Tensor& saved_mean() const { return saved_mean_; }
+  const Tensor& saved_invstd() const { return saved_invstd_; }
   real eps() const { return eps_; }
   real momentum() const { return momentum_; }
   // --freeze-bn: normalise with the running statistics and leave them as they are, also in

@@ -1,14 +1,16 @@
-// Whether CPU models fuse neighbouring layers into one pass: BatchNorm + the ReLU after it
+// Whether models fuse neighbouring layers into one pass: BatchNorm + the ReLU after it
 // (forward and backward), and a residual block's last BatchNorm + its add + its ReLU. Fused and
 // unfused runs give bit-identical results (tests/test_fusion.cpp); fusion only saves passes over
-// the activations. On by default; MPICNN_FUSION=0 in the environment or set_fusion(false)
-// turns it off (the reference path for tests and benchmarks). Never on the GPU, whose layers
-// run cuDNN's and our kernels one by one. Read by the modules when they plan.
+// the activations. On the CPU on by default; MPICNN_FUSION=0 in the environment or
+// set_fusion(false) turns it off (the reference path for tests and benchmarks). On the GPU
+// (kernels/batchnorm.cu) off until it has passed the GPU checks on a real GPU: opt in with
+// MPICNN_GPU_FUSION=1 or set_gpu_fusion(true). Read by the modules when they plan.
 #pragma once
 
 namespace mpicnn {
 
-bool fusion_enabled();  // the switch, and the model's device is the CPU
+bool fusion_enabled();  // the switch, and for a model on the GPU the GPU opt-in
 void set_fusion(bool on);
+void set_gpu_fusion(bool on);
 
 }  // namespace mpicnn
