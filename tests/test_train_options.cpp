@@ -450,6 +450,16 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
                      "--augment: detection supports none or flip");
   expect_parse_error({"--task", "detection", "-d", "x", "--freeze-bn"},
                      "--freeze-bn: not supported with --task detection yet");
+  // The classifier's loop options the detection trainer has no use for (issue 40: they were
+  // silently ignored): refused until the one Trainer runs both tasks.
+  for (const std::vector<std::string>& flag :
+       std::vector<std::vector<std::string>>{{"--scale-lr"}, {"--distribute-data", "0"},
+                                             {"--check-sync", "10"}, {"--workers", "4"},
+                                             {"--val-split", "0.2"}}) {
+    std::vector<std::string> args{"--task", "detection", "-d", "x"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    expect_parse_error(args, flag[0] + ": not supported with --task detection yet");
+  }
   expect_parse_error({"--task", "detection", "-d", "x", "--dataset", "csv"},
                      "--dataset: --task detection reads Pascal VOC folders (voc) or COCO JSON (coco), not csv");
   expect_parse_error({"--min-size", "300"}, "--min-size: only with --task detection");

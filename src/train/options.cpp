@@ -306,7 +306,11 @@ void check_detection_options(TrainOptions& o, const Values& v) {
   CHECK(o.augment == "none" || o.augment == "flip", v.label("augment"), ": detection supports "
         "none or flip, not ", o.augment);
   // By value, not by presence: a resumed run's recorded configuration holds every key.
+  const TrainOptions defaults;
   const std::pair<const char*, bool> unsupported[] = {
+      {"scale-lr", o.scale_lr}, {"distribute-data", !o.distribute_data},
+      {"check-sync", o.check_sync != 0}, {"workers", o.workers != defaults.workers},
+      {"val-split", o.val_split != defaults.val_split},
       {"image-size", o.image_size != 0},
       {"mean", !o.mean.empty()}, {"std", !o.std.empty()}, {"freeze", !o.freeze.empty()},
       {"freeze-backbone", o.freeze_backbone}, {"freeze-bn", o.freeze_bn},
