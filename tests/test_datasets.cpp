@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "core/rng.h"
 #include "data/cifar.h"
@@ -16,6 +17,8 @@
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
+#include "data/preprocess.h"
+#include "data/registry.h"
 #include "data/synthetic.h"
 #include "testing.h"
 
@@ -592,6 +595,45 @@ TEST_CASE("dataset synthetic: deterministic, split-dependent, learnable") {
   spec.split = "test";
   auto ds = open_dataset(spec);
   CHECK((ds->size() == 200 && ds->load(3, 1).channels == 1 && ds->source(3) == "synthetic-test#3"));
+}
+
+TEST_CASE("dataset registry: one row per kind that every list reads") {
+  std::set<int> orders;
+  std::vector<std::string> names{"auto"};
+  for (const data::DatasetKind& k : data::dataset_kinds()) {
+    INFO(k.name);
+    names.push_back(k.name);
+    CHECK(data::find_dataset_kind(k.name) == &k);
+    if (k.detect_order > 0) {
+      CHECK(bool(k.recognise));
+      CHECK(orders.insert(k.detect_order).second);  // auto-detection tries one kind at a time
+    }
+    if (k.task == data::DatasetTask::Detection) {
+      CHECK(!k.open);  // data/detection.h opens these
+      continue;
+    }
+    REQUIRE(bool(k.open));
+    CHECK((k.mean.size() == 1 || k.mean.size() == 3));
+    CHECK(k.mean.size() == k.stddev.size());
+    for (int channels : {1, 3}) CHECK(!data::kind_normalization(k.name, channels).mean.empty());
+  }
+  CHECK(data::dataset_choices() == names);
+  CHECK(data::kinds_without_path() == "fashion-mnist and synthetic");
+  CHECK(data::find_dataset_kind("auto") == nullptr);
+  // Kinds without a path open without one; an unknown or detection kind names the kinds.
+  data::DatasetSpec spec;
+  spec.kind = "synthetic";
+  CHECK(data::open_dataset(spec)->size() == spec.synthetic.train_size);
+  spec.kind = "voc";
+  spec.path = ".";
+  std::string message;
+  try {
+    data::open_dataset(spec);
+  } catch (const Error& e) {
+    message = e.message();
+  }
+  CHECK(message == "unknown dataset kind 'voc' (auto, fashion-mnist, mnist, idx, imagefolder, csv, "
+                   "cifar10, cifar100, synthetic)");
 }
 
 TEST_CASE("dataset auto-detection fails with one clear line") {

@@ -1,19 +1,12 @@
-// The two dataset building blocks (in-memory samples, file lists), their byte serialisation
-// for MPI, and open_dataset() with format auto-detection.
-// Not the format readers themselves (idx.cpp, cifar.cpp, image_folder.cpp, csv_dataset.cpp).
+// The two dataset building blocks (in-memory samples, file lists) and their byte serialisation
+// for MPI. Not opening a dataset by kind (registry.cpp) or the format readers (idx.cpp, ...).
 #include "data/dataset.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <filesystem>
 
 #include "core/check.h"
-#include "data/cifar.h"
-#include "data/csv_dataset.h"
-#include "data/idx.h"
-#include "data/image_folder.h"
-#include "data/synthetic.h"
 
 namespace fs = std::filesystem;
 
@@ -303,110 +296,6 @@ FileListData deserialize_file_list(std::span<const uint8_t> bytes) {
   r.done();
   validate(d);
   return d;
-}
-
-// ---- open_dataset -----------------------------------------------------------------------------
-
-const std::vector<std::string>& fashion_mnist_classes() {
-  static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                                 "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-  return names;
-}
-
-namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool has_idx_images(const fs::path& dir) {
-  std::error_code ec;
-  for (const char* n : {"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte",
-                        "t10k-images-idx3-ubyte.gz"})
-    if (fs::is_regular_file(dir / n, ec)) return true;
-  return false;
-}
-
-bool has_visible_subfolder(const fs::path& dir) {
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (!it->path().filename().string().starts_with('.') && fs::is_directory(it->path(), ec)) return true;
-  return false;
-}
-
-// A CSV dataset given as a folder (create_dataset's output): SPLIT.csv, read whole, else
-// data.csv, whose split column selects the rows. A file path is taken as it is. Returns the
-// file and the split to read it with.
-std::pair<std::string, std::string> csv_file(const std::string& path, const std::string& split) {
-  std::error_code ec;
-  const fs::path p(path);
-  if (!fs::is_directory(p, ec)) return {path, split};
-  if (split != "all" && fs::is_regular_file(p / (split + ".csv"), ec))
-    return {(p / (split + ".csv")).string(), "all"};
-  if (fs::is_regular_file(p / "data.csv", ec)) return {(p / "data.csv").string(), split};
-  FAIL(path, ": a CSV dataset folder without ", split == "all" ? "" : split + ".csv or ",
-       "data.csv (split '", split, "')");
-}
-
-}  // namespace
-
-std::string detect_dataset_kind(const std::string& path) {
-  CHECK(!path.empty(), "no dataset path given");
-  std::error_code ec;
-  const fs::path p(path);
-  CHECK(fs::exists(p, ec), path, ": no such file or folder");
-  // Debian's dataset-fashion-mnist and the usual download folders are named after it.
-  const bool fashion = lower(fs::absolute(p, ec).string()).find("fashion") != std::string::npos;
-  if (fs::is_regular_file(p, ec)) {
-    const std::string name = lower(p.filename().string());
-    if (name.ends_with(".csv")) return "csv";
-    if (name.find("images-idx3") != std::string::npos) return fashion ? "fashion-mnist" : "idx";
-    if (name.ends_with(".bin")) FAIL(path, ": a CIFAR .bin file; give the folder that holds it");
-    FAIL(path, ": cannot tell the dataset format of this file (a .csv file or an IDX images file is expected); "
-         "name the kind");
-  }
-  CHECK(fs::is_directory(p, ec), path, ": neither a file nor a folder");
-  // create_dataset's output folder (train.csv, test.csv or data.csv next to images/).
-  for (const char* f : {"train.csv", "test.csv", "data.csv"})
-    if (fs::is_regular_file(p / f, ec)) return "csv";
-  if (has_idx_images(p)) return fashion ? "fashion-mnist" : "idx";
-  if (!find_cifar_folder(path, 10).empty()) return "cifar10";
-  if (!find_cifar_folder(path, 100).empty()) return "cifar100";
-  if (has_visible_subfolder(p)) return "imagefolder";
-  FAIL(path, ": cannot tell the dataset format (no IDX files, CIFAR .bin files or class subfolders); name the kind");
-}
-
-std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
-  std::string kind = spec.kind, path = spec.path;
-  const std::string& split = spec.split;
-  if (kind == "synthetic") return std::make_unique<SyntheticDataset>(spec.synthetic, split);
-  if (kind == "fashion-mnist" && path.empty()) path = kFashionMnistDefaultPath;
-  CHECK(!path.empty(), "no dataset path given (kind ", kind, ")");
-  if (kind == "auto") kind = detect_dataset_kind(path);
-
-  if (kind == "fashion-mnist" || kind == "mnist" || kind == "idx") {
-    std::vector<std::string> names;
-    int classes = spec.idx_num_classes;
-    if (kind == "fashion-mnist") names = fashion_mnist_classes();
-    if (kind != "idx") classes = 10;
-    const IdxFiles files = find_idx_files(path, split);
-    const std::string name = kind + " " + (split == "train" ? "train" : "test");
-    return std::make_unique<InMemoryDataset>(read_idx(files, classes, names, name));
-  }
-  if (kind == "cifar10" || kind == "cifar100")
-    return std::make_unique<InMemoryDataset>(read_cifar(path, kind == "cifar10" ? 10 : 100, split));
-  if (kind == "imagefolder") {
-    auto ds = std::make_unique<FileListDataset>(scan_image_folder(path, split));
-    if (spec.check_files) ds->check_files_exist();
-    return ds;
-  }
-  if (kind == "csv") {
-    const auto [file, rows] = csv_file(path, split);
-    return std::make_unique<FileListDataset>(read_csv_dataset(file, rows, spec.check_files));
-  }
-  FAIL("unknown dataset kind '", kind,
-       "' (auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100, synthetic)");
 }
 
 }  // namespace mpicnn::data

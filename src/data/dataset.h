@@ -1,8 +1,8 @@
 // The Dataset interface (indexed, labelled samples with thread-safe const access), its two
 // concrete building blocks (samples held in one flat buffer; a list of image files) and
-// open_dataset(), which picks the format. Not a loader: batching, threads and transforms are
-// in loader.h; the formats themselves are in idx.h, cifar.h, image_folder.h, csv_dataset.h,
-// synthetic.h.
+// open_dataset(), which opens a kind of data/registry.h (registry.cpp). Not a loader:
+// batching, threads and transforms are in loader.h; the formats themselves are in idx.h,
+// cifar.h, image_folder.h, csv_dataset.h, synthetic.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -153,9 +153,8 @@ struct SyntheticSpec {
 inline constexpr const char* kFashionMnistDefaultPath = "/usr/share/datasets/fashion-mnist";
 
 struct DatasetSpec {
-  // "auto", "fashion-mnist", "mnist", "idx", "imagefolder", "csv", "cifar10", "cifar100",
-  // "synthetic". "auto" looks at the path: IDX file names, a .csv file, CIFAR .bin files,
-  // class subfolders.
+  // A classification kind of data/registry.h, or "auto": the kind whose files the path holds
+  // (IDX file names, a .csv file, CIFAR .bin files, class subfolders).
   std::string kind = "auto";
   std::string path;  // empty for fashion-mnist means kFashionMnistDefaultPath
   // "train" or "test". "val" is test's other name for IDX, CIFAR and synthetic data, and an

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "data/registry.h"
 
 namespace mpicnn::data {
 
@@ -54,13 +55,12 @@ Normalization kind_normalization(const std::string& kind, int channels) {
     for (int c = 0; c < 3; ++c) m += kLuma[size_t(c)] * mean[size_t(c)], s += kLuma[size_t(c)] * stddev[size_t(c)];
     return Normalization{{float(m)}, {float(s)}};
   };
+  const DatasetKind* k = find_dataset_kind(kind);
+  CHECK(k && !k->mean.empty(), "preprocessing: no default normalisation for dataset kind '",
+        kind, "'");
   // Gray datasets keep their own measured statistics (replicated over 3 channels if need be).
-  if (kind == "fashion-mnist") return {{kFashionMnistMean}, {kFashionMnistStd}};
-  if (kind == "mnist") return {{kMnistMean}, {kMnistStd}};
-  if (kind == "cifar10" || kind == "cifar100") return rgb(kCifar10Mean, kCifar10Std);
-  if (kind == "imagefolder" || kind == "csv") return rgb(kImageNetMean, kImageNetStd);
-  if (kind == "idx" || kind == "synthetic") return {{0.5f}, {0.5f}};  // unknown data: x / 255 to [-1, 1]
-  FAIL("preprocessing: no default normalisation for dataset kind '", kind, "'");
+  if (k->mean.size() == 1) return {k->mean, k->stddev};
+  return rgb({k->mean[0], k->mean[1], k->mean[2]}, {k->stddev[0], k->stddev[1], k->stddev[2]});
 }
 
 int eval_resize(int crop) { return int(std::lround(crop * 256.0 / 224.0)); }

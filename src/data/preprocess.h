@@ -49,9 +49,9 @@ struct Normalization {
   std::vector<float> mean, stddev;  // 1 value (any model) or 3 (a 3-channel model)
 };
 
-// The normalisation a dataset kind ("fashion-mnist", "mnist", "idx", "cifar10", "cifar100",
-// "imagefolder", "csv", "synthetic"; not "auto") is trained with, for a model of `channels`
-// channels. Kinds with RGB statistics give a 1-channel model the luma of them (see the .cpp).
+// The normalisation a dataset kind (data/registry.h; not "auto") is trained with, for a model
+// of `channels` channels. Kinds with RGB statistics give a 1-channel model the luma of them
+// (see the .cpp).
 Normalization kind_normalization(const std::string& kind, int channels);
 
 // ---- the default recipes ----------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include "core/cli.h"
 #include "core/gpu.h"
 #include "data/dataset.h"
+#include "data/registry.h"
 #include "io/checkpoint.h"
 #include "detect/faster_rcnn.h"
 #include "models/registry.h"
@@ -34,6 +35,25 @@ using cli::to_int32;
 using cli::to_uint64;
 
 namespace {
+
+// The kinds --dataset takes: "auto" and data/registry.h's classification kinds.
+const std::vector<std::string>& datasets() {
+  static const data::DatasetTask classify = data::DatasetTask::Classify;
+  static const std::vector<std::string> names = data::dataset_choices(&classify);
+  return names;
+}
+
+// --dataset's help, from the registry: "auto, fashion-mnist, ... or synthetic; ...".
+const char* dataset_help() {
+  static const std::string help = [] {
+    const std::vector<std::string>& names = datasets();
+    std::string s;
+    for (size_t i = 0; i < names.size(); ++i)
+      s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return s + "; auto detects the format from --data";
+  }();
+  return help.c_str();
+}
 
 const cli::Program& program() {
   static const cli::Program p{"./pipeline_eval", {
@@ -55,9 +75,7 @@ const cli::Program& program() {
        "Debian package's files, /usr/share/datasets/fashion-mnist); with --checkpoint and "
        "neither -d nor --dataset: the run's evaluation data (its data's test split, else "
        "exactly the validation images it held out, or its --test-data)"},
-      {"dataset", "", "KIND", cli::Kind::Value,
-       "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100 or synthetic; auto "
-       "detects the format from --data"},
+      {"dataset", "", "KIND", cli::Kind::Value, dataset_help()},
       {"split", "", "NAME", cli::Kind::Value,
        "auto (test if the dataset has one, else all), train, test, val or all"},
       {"limit", "", "N", cli::Kind::Value, "evaluate the first N samples only (0 = all)"},
@@ -107,8 +125,6 @@ const cli::Program& program() {
 
 std::string flag(const std::string& key) { return cli::flag_name(cli::find_option(program(), key)); }
 
-const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
-                                            "csv", "cifar10", "cifar100", "synthetic"};
 
 // The defaults the help shows, taken from EvalOptions itself so the two cannot drift. Options
 // whose default is "decided later" (0 / empty) say so in their own help text instead.
@@ -168,8 +184,9 @@ void check_across_options(const EvalOptions& o, const po::variables_map& cmd) {
   // which with_run_data fills in from its record. An empty --data= counts as none.
   if (o.data.empty() && (given("dataset") || !has_checkpoint)) {
     CHECK(given("dataset"), "-d/--data: no dataset given (a path, or --dataset fashion-mnist)");
-    CHECK(o.dataset == "fashion-mnist" || o.dataset == "synthetic", "--dataset: '", o.dataset,
-          "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
+    const data::DatasetKind* k = data::find_dataset_kind(o.dataset);
+    CHECK(k && (k->no_path || !k->default_path.empty()), "--dataset: '", o.dataset,
+          "' needs -d/--data PATH (only ", data::kinds_without_path(), " have no path)");
   }
 }
 
@@ -216,7 +233,7 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
     return int(c);
   });
   set("data", o.data, text);
-  set("dataset", o.dataset, [](const Given& g) { return to_choice(g, kDatasets); });
+  set("dataset", o.dataset, [](const Given& g) { return to_choice(g, datasets()); });
   set("split", o.split,
       [](const Given& g) { return to_choice(g, {"auto", "train", "test", "val", "all"}); });
   set("limit", o.limit, to_uint64);
@@ -256,7 +273,7 @@ EvalOptions with_run_data(EvalOptions o, const TrainerState& st, const std::stri
   const auto kind = st.config.find("dataset");
   CHECK(kind != st.config.end() && !kind->second.empty(), "--checkpoint: ", record,
         " does not record the dataset its run trained on", pass);
-  CHECK(std::find(kDatasets.begin(), kDatasets.end(), kind->second) != kDatasets.end(),
+  CHECK(std::find(datasets().begin(), datasets().end(), kind->second) != datasets().end(),
         "--checkpoint: ", record, " records dataset '", kind->second, "', which ./pipeline_eval ",
         "does not know", pass);
   o.dataset = kind->second;

@@ -15,6 +15,7 @@
 #include "core/cli.h"
 #include "core/gpu.h"
 #include "data/dataset.h"
+#include "data/registry.h"
 #include "detect/faster_rcnn.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
@@ -32,17 +33,28 @@ using cli::to_uint64;
 
 namespace {
 
+// --dataset's help, from the registry: "auto, fashion-mnist, ..., synthetic, or voc or coco
+// (--task detection); ...".
+const char* dataset_help() {
+  static const std::string help = [] {
+    std::string classify = "auto", detection;
+    for (const data::DatasetKind& k : data::dataset_kinds()) {
+      if (k.task == data::DatasetTask::Classify) classify += ", " + k.name;
+      else detection += (detection.empty() ? "" : " or ") + k.name;
+    }
+    return classify + ", or " + detection + " (--task detection); auto detects the format from "
+           "--data. Without --data and --dataset: fashion-mnist; with --data only: auto";
+  }();
+  return help.c_str();
+}
+
 const cli::Program& program() {
   static const cli::Program p{"./train", {
       {"model", "m", "NAME", cli::Kind::Value, "model to train (see the list below)"},
       {"data", "d", "PATH", cli::Kind::Value,
        "dataset path: IDX folder, image folder (class subfolders, optional train/ and test/), "
        "CSV file, CIFAR binary folder; fashion-mnist defaults to the Debian package's files"},
-      {"dataset", "", "KIND", cli::Kind::Value,
-       "auto, fashion-mnist, mnist, idx, imagefolder, csv, cifar10, cifar100, synthetic, or voc "
-       "or coco (--task detection); "
-       "auto detects the format from --data. Without --data and --dataset: fashion-mnist; "
-       "with --data only: auto"},
+      {"dataset", "", "KIND", cli::Kind::Value, dataset_help()},
       {"task", "", "NAME", cli::Kind::Value,
        "classify, or detection: Faster R-CNN (--model fasterrcnn_resnet18_fpn, "
        "fasterrcnn_resnet34_fpn or fasterrcnn_resnet50_fpn) on -d PATH: a Pascal VOC folder "
@@ -282,15 +294,17 @@ std::string join_names(const std::vector<std::string>& names) {
   return s;
 }
 
-const std::vector<std::string> kDatasets = {"auto", "fashion-mnist", "mnist", "idx", "imagefolder",
-                                            "csv", "cifar10", "cifar100", "synthetic", "voc", "coco"};
+bool detection_kind(const std::string& kind) {
+  const data::DatasetKind* k = data::find_dataset_kind(kind);
+  return k && k->task == data::DatasetTask::Detection;
+}
 
 // --task detection: a VOC folder, a detector, sizes in order; the classifiers' options that
 // mean nothing here are refused rather than ignored.
 void check_detection_options(TrainOptions& o, const Values& v) {
   CHECK(!o.data.empty(), v.label("task"), " detection: needs -d/--data PATH, a Pascal VOC folder "
         "or a COCO instances JSON");
-  CHECK(!v.get("dataset") || o.dataset == "auto" || o.dataset == "voc" || o.dataset == "coco",
+  CHECK(!v.get("dataset") || o.dataset == "auto" || detection_kind(o.dataset),
         v.label("dataset"), ": --task detection reads Pascal VOC folders (voc) or COCO JSON (coco), not ",
         o.dataset);
   if (!v.get("dataset")) o.dataset = "auto";
@@ -336,7 +350,7 @@ void check_across_options(TrainOptions& o, const Values& v) {
         {"rpn-post-nms-top-n-test", o.rpn_post_nms_top_n_test != defaults.rpn_post_nms_top_n_test}};
     for (const auto& [flag, given] : detection_only)
       CHECK(!given, v.label(flag), ": only with --task detection");
-    CHECK(o.dataset != "voc" && o.dataset != "coco", v.label("dataset"), ": ", o.dataset,
+    CHECK(!detection_kind(o.dataset), v.label("dataset"), ": ", o.dataset,
           " needs --task detection");
   }
   // Fashion-MNIST is the default only when the user named no data at all; a path alone means
@@ -344,11 +358,10 @@ void check_across_options(TrainOptions& o, const Values& v) {
   const bool data_given = !o.data.empty(), kind_given = v.get("dataset").has_value();
   if (!kind_given && o.task != "detection") o.dataset = data_given ? "auto" : "fashion-mnist";
   if (!data_given) {
-    if (o.dataset == "fashion-mnist")
-      o.data = data::kFashionMnistDefaultPath;
-    else
-      CHECK(o.dataset == "synthetic", v.label("dataset"), ": '", o.dataset,
-            "' needs -d/--data PATH (only fashion-mnist and synthetic have no path)");
+    const data::DatasetKind* k = data::find_dataset_kind(o.dataset);
+    CHECK(k && (k->no_path || !k->default_path.empty()), v.label("dataset"), ": '", o.dataset,
+          "' needs -d/--data PATH (only ", data::kinds_without_path(), " have no path)");
+    o.data = k->default_path;
   }
   if (o.image_size > 0 && o.task != "detection") {
     const ModelSpec& m = model_spec(o.model);
@@ -422,7 +435,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
     }
   });
   set("data", o.data, text);
-  set("dataset", o.dataset, [](const Given& g) { return to_choice(g, kDatasets); });
+  set("dataset", o.dataset, [](const Given& g) { return to_choice(g, data::dataset_choices()); });
   set("val-split", o.val_split, [](const Given& g) {
     return to_double(g, [](double x) { return x >= 0 && x < 1; }, "a fraction in [0, 1)");
   });
