@@ -2,10 +2,13 @@
 # phase took (.ci/run repeats them in its summary). `make coverage`: line coverage of src/.
 .PHONY: test test-build cpu-build test-cuda-build coverage
 
+# The build's output also goes to $(BUILD)/test-build.log, where tests/run_all.sh counts the
+# compiler warnings (a fresh clone replays every compile's from ccache, so CI sees them all).
 test:
 	@t=$$(date +%s); $(MAKE) --no-print-directory deps || exit 1; \
-	echo "make test: deps took $$(($$(date +%s) - t)) s"; t=$$(date +%s); \
-	$(MAKE) --no-print-directory -j$$(nproc) test-build || exit 1; \
+	echo "make test: deps took $$(($$(date +%s) - t)) s"; t=$$(date +%s); mkdir -p $(BUILD); \
+	{ $(MAKE) --no-print-directory -j$$(nproc) test-build; echo $$? > $(BUILD)/test-build.rc; } 2>&1 | \
+	  tee $(BUILD)/test-build.log; [ "$$(cat $(BUILD)/test-build.rc)" = 0 ] || exit 1; \
 	echo "make test: build took $$(($$(date +%s) - t)) s"; \
 	PYTHON=$(PYTHON) bash tests/run_all.sh $(BUILD)
 

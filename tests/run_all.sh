@@ -121,6 +121,24 @@ skip_suite() {
   skipped=$((skipped + 1))
 }
 
+# ---- the build's own check: no compiler warnings -----------------------------------------------
+# `make test` keeps its build's output in $build/test-build.log; a warning there (ours, or a
+# third-party header's that we did not silence where it arises) fails this check.
+if [ -f "$build/test-build.log" ]; then
+  warnings=$(grep -E '(^|: )warning: ' "$build/test-build.log" | sort -u)
+  if [ -z "$warnings" ]; then
+    echo "PASS: build: no compiler warnings ($build/test-build.log)"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: build: $(echo "$warnings" | wc -l) compiler warnings ($build/test-build.log):"
+    echo "$warnings" | head -n 20
+    failed=$((failed + 1))
+    failures+=("build: compiler warnings, first: $(echo "$warnings" | head -n 1 | cut -c1-200)")
+  fi
+else
+  skip_suite "build warnings: no $build/test-build.log (make test writes it)"
+fi
+
 # ---- the suites, longest first so that the short ones fill the other slot ----------------------
 # The unit tests in two processes, so that the two longest suites share the cores: the PyTorch
 # parity tests (a reference server in Python beside the checks) and the rest.

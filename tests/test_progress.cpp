@@ -68,11 +68,11 @@ TEST_CASE("progress plain lines: timed, one per epoch end, no control characters
   t = 20.5;
   p.step(20, 0.25, 512.25);
   t = 100;
-  p.end_epoch({.train_loss = 0.3, .seconds = 100, .images_per_s = 640});
+  p.end_epoch({.train_loss = 0.3, .seconds = 100, .images_per_s = 640, .detail = ""});
   p.begin_epoch(3, 10, 100);
   t = 130;
   p.step(100, 0.2, 700);
-  p.end_epoch({.train_loss = 0.2, .test_loss = 0.4, .top1 = 0.9125, .seconds = 30, .images_per_s = 700});
+  p.end_epoch({.train_loss = 0.2, .test_loss = 0.4, .top1 = 0.9125, .seconds = 30, .images_per_s = 700, .detail = ""});
   const std::string want =
       "epoch 2/10 step 10/100 loss 0.5000 640.0 img/s ETA 1:30\n"
       "epoch 2/10 step 20/100 loss 0.2500 512.2 img/s ETA 1:22\n"
@@ -96,7 +96,7 @@ TEST_CASE("progress bar redraws one line with carriage returns and blanks leftov
   p.step(3, 0.5, 100);
   t = 3.01;
   p.step(4, 0.25, 100);  // the last step is always drawn
-  p.end_epoch({.train_loss = 0.25, .seconds = 3.01, .images_per_s = 100});
+  p.end_epoch({.train_loss = 0.25, .seconds = 3.01, .images_per_s = 100, .detail = ""});
   const std::string want =
       "\repoch 1/3 [#####...............] 1/4 loss 10.0000 100.0 img/s ETA 0:03"
       "\repoch 1/3 [###############.....] 3/4 loss 0.5000 100.0 img/s ETA 0:01 "

@@ -93,8 +93,8 @@ TEST_CASE("tracking writes metrics.jsonl, summary.json and an MLflow file store"
     CHECK(meta["end_time"] == "null");
 
     for (int s = 1; s <= 3; ++s) t.log_step({s, 0, 2.5 - 0.5 * s, 0.1, 1000.0 + s, 0.25 * s});
-    t.log_epoch({0, 1.75, 1.5, 0.5, 0.875, 10.0, 0.125, 0.5, 5000});
-    t.log_epoch({1, 1.25, NAN, 0.625, 0.9375, 6.0, 0.25, 1.0, 5000});
+    t.log_epoch({0, 1.75, 1.5, 0.5, 0.875, 10.0, 0.125, 0.5, 5000, {}});
+    t.log_epoch({1, 1.25, NAN, 0.625, 0.9375, 6.0, 0.25, 1.0, 5000, {}});
     t.set_summary("note", "hello");
     t.finish(RunStatus::Finished);
   }
@@ -251,7 +251,7 @@ TEST_CASE("tracking marks an unfinished run FAILED and resume continues the same
   try {
     RunTracker t(dir.path.string(), info());
     id = t.run_id();
-    t.log_epoch({0, 1.0, 1.0, 0.5, 0.75, 2.0, 0.0, 0.0, 100});
+    t.log_epoch({0, 1.0, 1.0, 0.5, 0.75, 2.0, 0.0, 0.0, 100, {}});
     throw std::runtime_error("boom");
   } catch (const std::runtime_error&) {
   }
@@ -263,7 +263,7 @@ TEST_CASE("tracking marks an unfinished run FAILED and resume continues the same
   RunTracker t(dir.path.string(), again);
   CHECK(t.run_id() == id);
   CHECK(yaml_map(dir.path / "mlruns" / "0" / id / "meta.yaml")["status"] == "1");
-  t.log_epoch({1, 0.5, 0.5, 0.75, 0.875, 3.0, 0.0, 0.0, 100});
+  t.log_epoch({1, 0.5, 0.5, 0.75, 0.875, 3.0, 0.0, 0.0, 100, {}});
   t.finish(RunStatus::Killed);
   const json s = json::parse(read_text(dir.path / "summary.json"));
   CHECK(s["epochs_done"] == 2);

@@ -5,7 +5,13 @@
 
 #include <cblas.h>
 
+// GCC 12 warns -Wmaybe-uninitialized inside Eigen's AVX-512 transpose (ptranspose's
+// _mm512_undefined_ps, inlined into Eigen's GEMM packing): Eigen's code, not ours, silenced
+// for its header and the GEMM instantiated from it in this file only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
+#pragma GCC diagnostic pop
 #include <atomic>
 #include <cstdlib>
 

@@ -131,10 +131,11 @@ void Watchdog::loop() {
 bool Watchdog::check() {
   const int64_t start = g_start.load(std::memory_order_acquire);
   if (start == 0 || g_paused.load() > 0) return false;
-  const char* op = g_op.load(std::memory_order_relaxed);
-  const char* what = g_what.load(std::memory_order_relaxed);
-  const int64_t index = g_index.load(std::memory_order_relaxed), count = g_count.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  // Acquire loads (not relaxed loads and a fence, which TSan does not model): the re-read of
+  // g_start below cannot move above them.
+  const char* op = g_op.load(std::memory_order_acquire);
+  const char* what = g_what.load(std::memory_order_acquire);
+  const int64_t index = g_index.load(std::memory_order_acquire), count = g_count.load(std::memory_order_acquire);
   if (g_start.load(std::memory_order_relaxed) != start) return false;  // changed while read
   const double waited = double(monotonic_ns() - start) * 1e-9;
   if (waited <= o_.timeout_s) return false;
