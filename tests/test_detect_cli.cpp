@@ -106,6 +106,7 @@ TEST_CASE("train CLI detection: two ranks train, evaluate mAP, checkpoint; --res
   REQUIRE_MESSAGE(resumed.rc == 0, resumed.output);
   CHECK(resumed.output.find("epoch 2/2 done in ") != std::string::npos);
   CHECK(resumed.output.find("epoch 1/2") == std::string::npos);
+  CHECK(resumed.output.find("done: " + run + ": test mAP@0.5 (VOC) ") != std::string::npos);
   CHECK(fs::exists(fs::path(run) / "checkpoints/epoch-0002/model.safetensors"));
   const nlohmann::json s2 = read_json(fs::path(run) / "summary.json");
   REQUIRE(s2["per_epoch"].size() == 2);  // the first epoch's record kept, with its own metrics

@@ -42,6 +42,15 @@ TEST_CASE("progress mode parsing and auto detection") {
   env.clear();
   env["SLURM_JOB_ID"] = "456";
   CHECK(resolve_progress_mode(ProgressMode::Auto, true, getenv_fn) == ProgressMode::Plain);
+  // Under mpiexec a rank's stdout is Open MPI's pseudo-terminal whatever mpiexec's own output
+  // is: the launcher's stdout decides.
+  CHECK(output_reaches_terminal(true, false, ""));
+  CHECK_FALSE(output_reaches_terminal(false, false, "/dev/pts/3"));
+  CHECK(output_reaches_terminal(true, true, "/dev/pts/3"));
+  CHECK(output_reaches_terminal(true, true, "/dev/tty1"));
+  CHECK_FALSE(output_reaches_terminal(true, true, "pipe:[1087654]"));
+  CHECK_FALSE(output_reaches_terminal(true, true, "/tmp/make-demo.log"));
+  CHECK_FALSE(output_reaches_terminal(true, true, ""));  // another node's daemon: unknown
   // Explicit choices are kept, even under a scheduler.
   CHECK(resolve_progress_mode(ProgressMode::Bar, false, getenv_fn) == ProgressMode::Bar);
   CHECK(resolve_progress_mode(ProgressMode::None, true, getenv_fn) == ProgressMode::None);

@@ -112,3 +112,37 @@ TEST_CASE("train CLI: a run writes its run directory, and --resume continues it"
   // A resume that contradicts the checkpoint is one line naming the problem.
   expect_cli_error("train", {"--resume", run, "--model", "alexnet", "--epochs", "4"}, "alexnet");
 }
+
+TEST_CASE("train CLI: under mpiexec with its output in a pipe, --progress auto draws no bar") {
+  // Open MPI gives each rank a pseudo-terminal; mpiexec's own output (here this test's pipe) is
+  // what the user sees, so the lines must be plain: no '\r' frames (make demo > log).
+  TempDir dir;
+  std::vector<std::string> args = kSmall;
+  args.resize(args.size() - 2);  // no --progress: auto
+  const auto r = testing::run_mpi(2, "train", with(args, {"--epochs", "1", "-s", dir / "run"}));
+  INFO(r.output);
+  REQUIRE(r.rc == 0);
+  CHECK(r.output.find("epoch 1/1 done") != std::string::npos);
+  CHECK(r.output.find('\r') == std::string::npos);
+}
+
+TEST_CASE("train CLI: --progress none prints no epoch lines, but the closing line has the result") {
+  TempDir dir;
+  const std::string run = dir / "run";
+  std::vector<std::string> args = kSmall;
+  args.back() = "none";  // --progress none
+  const auto r = run_program("train", with(args, {"--epochs", "1", "-s", run}));
+  INFO(r.output);
+  REQUIRE(r.rc == 0);
+  CHECK(r.output.find("epoch 1/1") == std::string::npos);
+  const json s = read_json(run + "/summary.json");
+  char want[96];
+  std::snprintf(want, sizeof want, "test top-1 %.2f%% (", 100 * s["test_top1"].get<double>());
+  CHECK(r.output.find("done: " + run + ": " + want) != std::string::npos);
+  // Without evaluation the line says so.
+  const auto quiet = run_program("train", with(args, {"--epochs", "1", "--eval-every", "0",
+                                                      "-s", dir / "run2"}));
+  INFO(quiet.output);
+  REQUIRE(quiet.rc == 0);
+  CHECK(quiet.output.find("done: " + (dir / "run2") + ": no test evaluation (") != std::string::npos);
+}

@@ -360,6 +360,14 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   }
   result.images_per_s = trained_images / std::max(train_seconds, 1e-9);
   if (tracker) tracker->finish(result.stopped ? RunStatus::Killed : RunStatus::Finished);
+  if (comm.root() && !result.stopped) {  // the run's result, whatever --progress printed
+    char line[128] = "no test evaluation";
+    if (!std::isnan(result.eval.map50_voc))
+      std::snprintf(line, sizeof line, "test mAP@0.5 (VOC) %.4f, mAP@[.5:.95] (COCO) %.4f",
+                    result.eval.map50_voc, result.eval.map_coco);
+    out << "done: " << run_dir << ": " << line << " (" << Progress::format_eta(train_seconds)
+        << " training, " << int64_t(result.images_per_s) << " images/s)\n" << std::flush;
+  }
   return result;
 }
 

@@ -32,7 +32,28 @@ ProgressMode resolve_progress_mode(ProgressMode mode, bool stdout_is_tty,
   return ProgressMode::Bar;
 }
 
-bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
+bool output_reaches_terminal(bool own_tty, bool under_launcher, const std::string& parent_stdout) {
+  if (!own_tty) return false;
+  if (!under_launcher) return true;
+  return parent_stdout.starts_with("/dev/pts/") || parent_stdout.starts_with("/dev/tty") ||
+         parent_stdout == "/dev/console";
+}
+
+bool stdout_is_terminal() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  const bool launcher = env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK") || env("PMI_RANK");
+  std::string parent;
+  if (launcher) {
+    char buf[256];
+    const std::string link = "/proc/" + std::to_string(::getppid()) + "/fd/1";
+    const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+    if (n > 0) parent.assign(buf, size_t(n));
+  }
+  return output_reaches_terminal(::isatty(STDOUT_FILENO) == 1, launcher, parent);
+}
 
 Progress::Progress(std::ostream& out, ProgressMode mode, double plain_every_s, Clock clock)
     : out_(out), mode_(mode), every_(plain_every_s), clock_(std::move(clock)) {

@@ -14,13 +14,22 @@ enum class ProgressMode { Auto, Bar, Plain, None };
 
 // "auto", "bar", "plain", "none"; anything else is an error naming --progress.
 ProgressMode parse_progress_mode(const std::string& text);
-// Auto becomes Bar when stdout is a terminal and no batch scheduler job is visible
-// (PBS_JOBID, SLURM_JOB_ID), else Plain: a scheduler's log file must not fill with '\r'
-// redraws even when it is attached to a pseudo-terminal. Other modes pass through.
+// Auto becomes Bar when stdout is a terminal the user sees and no batch scheduler job is
+// visible (PBS_JOBID, SLURM_JOB_ID), else Plain: a scheduler's log file must not fill with
+// '\r' redraws even when it is attached to a pseudo-terminal. Other modes pass through.
 // `getenv_fn` is injectable for tests (default std::getenv).
 ProgressMode resolve_progress_mode(ProgressMode mode, bool stdout_is_tty,
                                    const std::function<const char*(const char*)>& getenv_fn = {});
+// Whether this process's output reaches a terminal the user sees. isatty alone does not say it
+// under mpiexec: Open MPI gives every rank a pseudo-terminal whatever mpiexec's own output is
+// (a file, a pipe). So under an MPI launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK set)
+// the answer is whether the launcher's stdout is one: the parent process's, from /proc (mpiexec
+// itself for the ranks it starts on its own node, where rank 0 runs); no when /proc cannot
+// say (a rank started by a daemon on another node).
 bool stdout_is_terminal();
+// The rule of stdout_is_terminal, given what it reads: this process's isatty, whether an MPI
+// launcher started it, and the parent's stdout as /proc/PPID/fd/1 names it ("" if unknown).
+bool output_reaches_terminal(bool own_tty, bool under_launcher, const std::string& parent_stdout);
 
 struct EpochSummary {
   double train_loss = NAN;

@@ -146,7 +146,9 @@ const cli::Program& program() {
        "checkpoint every N epochs (0 = only at the end)"},
       {"keep-checkpoints", "", "N", cli::Kind::Value, "newest checkpoints kept (0 = all)"},
       {"progress", "", "MODE", cli::Kind::Value,
-       "auto (bar on a terminal, plain lines in batch logs), bar, plain or none"},
+       "auto (a bar when the output reaches a terminal: under mpiexec, mpiexec's own; plain "
+       "lines in batch logs and redirected output), bar, plain or none (no progress lines; the "
+       "closing done: line still gives the result)"},
       {"check-sync", "", "N", cli::Kind::Value,
        "every N steps check that all ranks hold the same weights (0 = off)"},
       {"bucket-mb", "", "MB", cli::Kind::Value,

@@ -3,6 +3,7 @@
 // The setup is in trainer.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/fault.h"
 #include "dist/watchdog.h"
@@ -256,7 +257,12 @@ TrainResult Trainer::finish() {
     if (fp16_) tracker_->set_summary("fp16_skipped_steps", scaler_.skipped_steps());
     tracker_->set_summary("resumed_from", resumed_from_);
     tracker_->finish(RunStatus::Finished);
-    out_ << "done: " << run_dir_ << " (" << Progress::format_eta(train_seconds_) << " training, "
+    // The run's result, whatever --progress printed before it.
+    char top1[48] = "no test evaluation";
+    if (!std::isnan(result_.top1))
+      std::snprintf(top1, sizeof top1, "test top-1 %.2f%%", 100 * result_.top1);
+    out_ << "done: " << run_dir_ << ": " << top1 << " (" << Progress::format_eta(train_seconds_)
+         << " training, "
          << int64_t(train_seconds_ > 0 ? double(images_this_process_) / train_seconds_ : 0)
          << " images/s, " << int(std::lround(100 * comm_share))
          << "% of step time waiting on gradient communication)\n";
