@@ -385,7 +385,6 @@ void dry_run(const Settings& s, const std::vector<PointPlan>& plans) {
     done += d;
     std::cout << p.name << (d ? "  [done: skipped]" : "") << "\n  " << show_command(point_command(s, p, dir.string()))
               << "\n";
-    if (!p.parse_error.empty()) std::cout << "  (./train will refuse it: " << p.parse_error << ")\n";
   }
   std::cout << "sweep: " << plans.size() << " points, " << done << " already done (dry run: nothing run)"
             << std::endl;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -22,9 +23,36 @@ namespace {
 using Values = std::vector<std::string>;
 struct Section {
   std::string name;
-  int line = 0;
+  std::string where;  // "FILE:LINE" of its [name] line
   std::vector<std::pair<std::string, Values>> keys;  // in file order
+  std::map<std::string, std::string> key_where;      // "FILE:LINE" of each key's line
 };
+
+// Edit distance (insertions, deletions, substitutions) of a and b.
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The option name nearest `key`: one that starts with it (batch -> batch-size), else the
+// fewest edits.
+std::string nearest(const std::string& key, const std::vector<std::string>& names) {
+  for (const std::string& n : names)
+    if (n.starts_with(key)) return n;
+  return *std::min_element(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+    return distance(key, a) < distance(key, b);
+  });
+}
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r");
@@ -57,6 +85,12 @@ void add_key_line(Section& sec, const std::string& text, const std::string& wher
     throw GridError{where + ": '" + key + "' is not an option name (letters, digits and '-')"};
   if (key == "save-dir" || key == "resume" || key == "progress" || key == "help")
     throw GridError{where + ": " + key + " is set by the sweep (each point's run directory, plain progress)"};
+  // The sweep's own key, and ./train's options: the table ./train parses with.
+  std::vector<std::string> names = train::option_names();
+  names.push_back("ranks");
+  if (std::find(names.begin(), names.end(), key) == names.end())
+    throw GridError{where + ": '" + key + "' is not an option of ./train or the sweep (did you mean " +
+                    nearest(key, names) + "?)"};
   std::istringstream in(text.substr(eq + 1));
   Values values;
   for (std::string v; in >> v;) values.push_back(v);
@@ -66,6 +100,7 @@ void add_key_line(Section& sec, const std::string& text, const std::string& wher
       if (!positive_int(v)) throw GridError{where + ": ranks '" + v + "' is not a positive integer"};
   for (const auto& [k, _] : sec.keys)
     if (k == key) throw GridError{where + ": " + key + " is given twice in this section"};
+  sec.key_where[key] = where;
   sec.keys.emplace_back(key, std::move(values));
 }
 
@@ -73,6 +108,7 @@ std::vector<Section> read_sections(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw GridError{path + ": cannot read the grid file"};
   std::vector<Section> sections(1);  // [0]: the lines before any [block]
+  sections[0].where = path;
   std::set<std::string> names;
   int n = 0;
   for (std::string line; std::getline(in, line);) {
@@ -85,7 +121,7 @@ std::vector<Section> read_sections(const std::string& path) {
       if (!valid_word(name, "-_."))
         throw GridError{where + ": a block header is '[name]' (letters, digits, '-', '_', '.'), got '" + text + "'"};
       if (!names.insert(name).second) throw GridError{where + ": block [" + name + "] is given twice"};
-      sections.push_back({name, n, {}});
+      sections.push_back({name, where, {}, {}});
       continue;
     }
     add_key_line(sections.back(), text, where);
@@ -94,13 +130,15 @@ std::vector<Section> read_sections(const std::string& path) {
   return sections;
 }
 
-// The cartesian product of `keys` (the last key varies fastest).
+// The cartesian product of `keys` (the last key varies fastest); `where` locates the keys'
+// lines and, under "[block]", the block's.
 void product(const std::vector<std::pair<std::string, Values>>& keys, const std::string& block,
-             std::vector<GridPoint>& out) {
+             const std::map<std::string, std::string>& where, std::vector<GridPoint>& out) {
   std::vector<size_t> idx(keys.size(), 0);
   for (;;) {
     GridPoint p;
     p.block = block;
+    p.where = where;
     for (size_t k = 0; k < keys.size(); ++k) {
       const std::string& v = keys[k].second[idx[k]];
       if (keys[k].first == "ranks") p.ranks = std::stoi(v);
@@ -183,23 +221,35 @@ std::vector<GridPoint> read_grid(const std::string& path) {
   std::vector<GridPoint> points;
   if (sections.size() == 1) {
     if (sections[0].keys.empty()) throw GridError{path + ": no configurations (no 'key = values' lines)"};
-    product(sections[0].keys, "", points);
+    auto where = sections[0].key_where;
+    where["[block]"] = path;
+    product(sections[0].keys, "", where, points);
     return points;
   }
   for (size_t s = 1; s < sections.size(); ++s) {
     const Section& b = sections[s];
-    if (b.keys.empty())
-      throw GridError{path + ":" + std::to_string(b.line) + ": block [" + b.name + "] has no 'key = values' lines"};
+    if (b.keys.empty()) throw GridError{b.where + ": block [" + b.name + "] has no 'key = values' lines"};
     auto keys = sections[0].keys;  // the top section's keys, overridden or extended by the block's
+    auto where = sections[0].key_where;
     for (const auto& kv : b.keys) {
       auto it = std::find_if(keys.begin(), keys.end(), [&](const auto& x) { return x.first == kv.first; });
       if (it != keys.end()) it->second = kv.second;
       else keys.push_back(kv);
+      where[kv.first] = b.key_where.at(kv.first);
     }
-    product(keys, b.name, points);
+    where["[block]"] = b.where;
+    product(keys, b.name, where, points);
   }
   return points;
 }
+
+namespace {
+std::string plan_args_text(const std::vector<std::string>& args) {
+  std::string s;
+  for (const std::string& a : args) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+}  // namespace
 
 std::vector<PointPlan> plan_points(const std::vector<GridPoint>& points) {
   const auto defaults = train::to_config(train::TrainOptions{});
@@ -212,10 +262,16 @@ std::vector<PointPlan> plan_points(const std::vector<GridPoint>& points) {
     try {
       plan.options = train::to_config(train::parse_train_options(plan.train_args));
     } catch (const Error& e) {
-      // ./train will refuse this point (and the sweep records why); name it from what was asked.
-      plan.parse_error = e.message();
-      plan.options = defaults;
-      for (const auto& [k, v] : p.options) plan.options[k] = v;
+      // ./train would refuse this point: name the line of the key its error names ("--KEY: ..."
+      // or "-K/--KEY: ..."), else the block's.
+      const std::string m = e.message();
+      const size_t dash = m.find("--"), end = m.find_first_of(": =", dash == std::string::npos ? 0 : dash);
+      const std::string flag = dash == std::string::npos || end == std::string::npos ? "" : m.substr(dash + 2, end - dash - 2);
+      const auto key = std::find_if(p.options.begin(), p.options.end(), [&](const auto& kv) { return kv.first == flag; });
+      if (key != p.options.end())
+        throw GridError{p.where.at(flag) + ": " + flag + " = " + key->second + ": ./train refuses it: " + m};
+      throw GridError{p.where.at("[block]") + ": " + (p.block.empty() ? "" : "[" + p.block + "] ") +
+                      "./train refuses the point " + plan_args_text(plan.train_args) + ": " + m};
     }
     plan.options.erase("save-dir");
     plan.name = point_name(plan, defaults);

@@ -386,6 +386,12 @@ void check_across_options(TrainOptions& o, const Values& v) {
 
 }  // namespace
 
+std::vector<std::string> option_names() {
+  std::vector<std::string> names;
+  for (const cli::OptionDef& d : program().options) names.push_back(d.name);
+  return names;
+}
+
 std::string TrainOptions::schedule_spec() const {
   return warmup_epochs > 0 ? "warmup:" + std::to_string(warmup_epochs) + "+" + schedule : schedule;
 }

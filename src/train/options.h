@@ -108,6 +108,10 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
 // The --help text: every option with its default, the config file format, examples.
 std::string train_help();
 
+// The long name of every option ./train takes (what --config files and sweep grids use as keys),
+// in --help order; help and config included.
+std::vector<std::string> option_names();
+
 // Every effective option (keys = long option names, values as the command line takes them;
 // help and config left out), for checkpoints and summary.json. Passing each pair back as
 // "--key=value" (or as config file lines) gives the same TrainOptions.
