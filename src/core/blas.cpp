@@ -5,11 +5,13 @@
 
 #include <cblas.h>
 
-// GCC 12 warns -Wmaybe-uninitialized inside Eigen's AVX-512 transpose (ptranspose's
-// _mm512_undefined_ps, inlined into Eigen's GEMM packing): Eigen's code, not ours, silenced
-// for its header and the GEMM instantiated from it in this file only.
+// GCC 12 warns -W(maybe-)uninitialized inside Eigen's AVX-512 transpose (GCC's own
+// _mm512_undefined_ps, GCC bug 105593, inlined into Eigen's GEMM packing): not our code,
+// silenced for Eigen's and the intrinsics' headers (and the GEMM instantiated from them) only.
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 #include <atomic>

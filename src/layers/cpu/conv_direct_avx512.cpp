@@ -1,7 +1,14 @@
 // The direct convolution's AVX-512 kernels: 16 channels per block, up to 28 accumulators a tile
 // of the 32 vector registers. Compiled with AVX-512 flags on any x86-64 build machine (Makefile);
 // conv_direct.cpp calls them only on a CPU that has AVX-512F.
+// GCC 12's own AVX-512 intrinsics (_mm512_undefined_ps's `__m512 __Y = __Y;`, inlined into
+// _mm512_unpacklo_ps and friends) trip -W(maybe-)uninitialized: GCC's header, not our code
+// (GCC bug 105593), silenced for that header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <cstdint>
 
