@@ -17,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "core/rng.h"
 #include "data/csv_dataset.h"
 #include "data/detection.h"
@@ -505,6 +507,39 @@ TEST_CASE("data tools: export_images of Fashion-MNIST reads back as an image fol
   opt.limit = 3;
   expect_error([&] { export_images({{"test", test.get()}}, opt); }, "has no sample among the first 3 (raise --limit)");
   CHECK_FALSE(fs::exists(dir.path / "tiny"));
+}
+
+TEST_CASE("data tools: a LeNet pretrained on Fashion-MNIST fine-tunes on its exported gray PNGs with --in-channels 1, and pipeline_eval -c reads them so") {
+  require_fashion_mnist();
+  TempDir dir;
+  const std::string pre = dir / "pre", png = dir / "png", ft = dir / "ft", ev = dir / "eval";
+  const std::vector<std::string> quick = {"-m", "lenet", "-e", "1", "--threads", "2", "--workers", "1",
+                                          "--progress", "none"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  // LeNet on the IDX files (1 channel), then the same kind of images as PNG files.
+  RunResult r = testing::run_program("train", with(quick, {"-b", "128", "-s", pre}));
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  r = testing::run_program("export_images", {"-o", png, "--limit", "500", "--threads", "2"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  // Image folders load as RGB (torchvision's loader): the 1-channel weights say what to pass.
+  const std::vector<std::string> tune = with(quick, {"-d", png, "-b", "32", "--init-weights",
+                                                      pre + "/latest/model.safetensors"});
+  testing::expect_cli_error("train", with(tune, {"-s", dir / "rgb"}),
+                            "the weights take 1-channel input; pass --in-channels 1");
+  r = testing::run_program("train", with(tune, {"--in-channels", "1", "-s", ft}));
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  const auto json_of = [](const std::string& path) { return nlohmann::json::parse(std::ifstream(path)); };
+  // The checkpoint records the 1-channel input; ./pipeline_eval -c decodes the PNGs that way
+  // and gets the run's own test top-1 (the pretrained weights carried over: well above chance).
+  CHECK(json_of(ft + "/latest/trainer.json")["input"]["channels"] == 1);
+  const double top1 = json_of(ft + "/summary.json")["test_top1"];
+  CHECK(top1 > 0.4);
+  r = testing::run_mpi(3, "pipeline_eval", {"-c", ft, "-o", ev, "--threads", "1"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  CHECK(std::fabs(json_of(ev + "/report.json")["top1"].get<double>() - top1) <= 0.01);
 }
 
 // ---- dataset_stats ----------------------------------------------------------------------------

@@ -357,6 +357,10 @@ TEST_CASE("train options: value errors") {
   expect_parse_error({"--mean", "0.5,x"}, "--mean: 'x' in '0.5,x' is not a number");
   expect_parse_error({"--mean", "0.1,0.2"}, "--mean: '0.1,0.2' is not a list of 1 or 3 numbers");
   expect_parse_error({"--std", "0.2,0,0.2"}, "--std: '0.2,0,0.2' is not a list of numbers > 0");
+  expect_parse_error({"--in-channels", "2"}, "--in-channels: '2' is not 0 (the data's own), 1 or 3");
+  CHECK(parse({"--in-channels", "1"}).in_channels == 1);
+  expect_parse_error({"--task", "detection", "-d", "x", "--in-channels", "1"},
+                     "--in-channels: not supported with --task detection yet");
   expect_parse_error({"--image-size", "8"},
                      "--image-size: '8' is below lenet's smallest input (expected 0 = auto, or "
                      ">= 12)");

@@ -60,8 +60,15 @@ InitWeightsReport load_init_weights(Model& model, const std::string& path,
     } else if (part || model.in_head(e.name)) {
       (part ? rep.kept_fresh : rep.new_head).push_back(e.name);
     } else {
+      // A first convolution that differs only in its input channels: the data's channel count
+      // against the weights' (a gray model on RGB-loaded images, or the reverse).
+      const bool channels_only = got.size() == 4 && want.size() == 4 && got[1] != want[1] &&
+                                 got[0] == want[0] && got[2] == want[2] && got[3] == want[3];
       FAIL("--init-weights: ", f, ": tensor '", e.name, "' has shape ", dims_str(got), ", model ",
-           model.name(), " has ", dims_str(want));
+           model.name(), " has ", dims_str(want),
+           channels_only ? detail::concat(": the weights take ", got[1], "-channel input; pass --in-channels ",
+                                          got[1], " to train on the images that way")
+                         : std::string());
     }
   }
   for (const TensorInfo& t : r.tensors()) {

@@ -98,6 +98,10 @@ const cli::Program& program() {
       {"image-size", "", "N", cli::Kind::Value,
        "model input height and width; 0 = the dataset's size for fixed-size datasets, else "
        "the model's default size"},
+      {"in-channels", "", "N", cli::Kind::Value,
+       "model input channels: 1 (every image converted to gray with PIL's convert(\"L\") "
+       "rule, e.g. grayscale image folders) or 3 (gray images replicated); 0 = the data's own "
+       "(IDX 1, CIFAR 3, image folders and CSV sets 3, as torchvision's loader)"},
       {"skip-bad", "", "[=BOOL]", cli::Kind::Switch,
        "skip images that cannot be read or decoded (counted and reported) instead of stopping"},
       {"distribute-data", "", "[=BOOL]", cli::Kind::Switch,
@@ -327,7 +331,7 @@ void check_detection_options(TrainOptions& o, const Values& v) {
       {"scale-lr", o.scale_lr}, {"distribute-data", !o.distribute_data},
       {"check-sync", o.check_sync != 0}, {"workers", o.workers != defaults.workers},
       {"val-split", o.val_split != defaults.val_split},
-      {"image-size", o.image_size != 0},
+      {"image-size", o.image_size != 0}, {"in-channels", o.in_channels != 0},
       {"mean", !o.mean.empty()}, {"std", !o.std.empty()}, {"freeze", !o.freeze.empty()},
       {"freeze-backbone", o.freeze_backbone}, {"freeze-bn", o.freeze_bn},
       {"init-weights-partial", !o.init_weights_partial.empty()},
@@ -470,6 +474,11 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
   set("augment", o.augment,
       [](const Given& g) { return to_choice(g, {"none", "flip", "crop-flip", "imagenet"}); });
   set("image-size", o.image_size, int32_from(0));
+  set("in-channels", o.in_channels, [](const Given& g) {
+    const int64_t c = to_int(g, 0, 3);
+    if (c == 2) bad(g, "0 (the data's own), 1 or 3 (grey or RGB input)");
+    return int(c);
+  });
   set("skip-bad", o.skip_bad, to_bool);
   set("distribute-data", o.distribute_data, to_bool);
   set("min-size", o.min_size, int32_from(32));
@@ -552,6 +561,7 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"std", cli::format_float_list(o.std)},
       {"augment", o.augment},
       {"image-size", i(o.image_size)},
+      {"in-channels", i(o.in_channels)},
       {"skip-bad", b(o.skip_bad)},
       {"distribute-data", b(o.distribute_data)},
       {"min-size", i(o.min_size)},

@@ -44,6 +44,9 @@ struct TrainOptions {
   std::vector<float> mean, std;  // empty = the dataset's standard values
   std::string augment = "none";  // none | flip | crop-flip | imagenet
   int image_size = 0;            // 0 = the dataset's own size, else the model's default size
+  // The model's input channels: 1 (images converted to luma as PIL's convert("L")) or 3 (gray
+  // replicated); 0 = the data's own (IDX 1, CIFAR 3, image files 3 as torchvision's loader).
+  int in_channels = 0;
   bool skip_bad = false;         // skip undecodable samples instead of stopping
   bool distribute_data = true;   // false: every rank trains on the whole dataset
 

@@ -73,7 +73,7 @@ InputPlan plan_input(const TrainOptions& o, const SplitInfo& info) {
   const ModelSpec& spec = model_spec(o.model);
   data::PreprocessQuery q;
   q.kind = info.kind;
-  q.channels = info.channels > 0 ? info.channels : 3;
+  q.channels = o.in_channels > 0 ? o.in_channels : info.channels > 0 ? info.channels : 3;
   q.data_height = info.height;
   q.data_width = info.width;
   q.image_size = o.image_size;
