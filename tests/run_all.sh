@@ -125,7 +125,7 @@ skip_suite() {
 # `make test` keeps its build's output in $build/test-build.log; a warning there (ours, or a
 # third-party header's that we did not silence where it arises) fails this check.
 if [ -f "$build/test-build.log" ]; then
-  warnings=$(grep -E '(^|: )warning: ' "$build/test-build.log" | sort -u)
+  warnings=$(grep -E '(^|: )warning( #[0-9A-Za-z-]+)?: ' "$build/test-build.log" | sort -u)
   if [ -z "$warnings" ]; then
     echo "PASS: build: no compiler warnings ($build/test-build.log)"
     passed=$((passed + 1))
