@@ -4,6 +4,8 @@
 // towards the next rank, which grants credits for them. A detection plan sends other items
 // through the same loop (eval/detect_stages.h): the image's bytes with its annotated size, the
 // normalised and resized floats, padded batches with their per-image sizes, per-image boxes.
+// Over 500 lines: the layout, the stage loop and the credit flow are one protocol between the
+// ranks, read together.
 #include "eval/pipeline.h"
 
 #include <algorithm>

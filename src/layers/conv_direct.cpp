@@ -2,6 +2,8 @@
 // threads the kernels of layers/cpu/ over images and units. See conv_direct.h. The float64
 // test build (real = double) has no direct kernels: fits() is false there, Conv2d stays on
 // im2col, and the rest of this file is left out of it.
+// Over 500 lines: the plan's layouts, the packing that follows them and the threading that
+// walks them are one algorithm's invariants; split, each half would restate the other's.
 #include "layers/conv_direct.h"
 
 #include <omp.h>

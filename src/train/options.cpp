@@ -1,6 +1,8 @@
 // `./train` option parsing: Boost.ProgramOptions does the tokenising (command line and config
 // file); every value is taken as a string and converted here, so each bad value gets one line
 // naming the flag (or file:line: key) and what is accepted. Not the trainer and not its main.
+// Over 500 lines: ./train's whole flag table (about 70 flags with their help texts) is a third
+// of it, and each flag's conversion, cross-checks and to_config line are here beside it.
 #include "train/options.h"
 
 #include <cerrno>
