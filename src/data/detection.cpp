@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/text.h"
 
 namespace mpicnn::data {
 
@@ -361,12 +362,6 @@ DetectionSet read_coco_json(const std::string& json_path, const std::string& ima
 
 namespace {
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 // The COCO file open_detection_set reads at `p`, or "" for a VOC folder (see there).
 std::string coco_json_of(const fs::path& p) {
   std::error_code ec;
@@ -396,7 +391,7 @@ OpenedDetectionSet open_detection_set(const std::string& path, const std::vector
     out.description = "COCO JSON " + json;
     out.set = read_coco_json(json, fs::path(json).parent_path().string(), skip_bad);
     CHECK(classes.empty() || out.set.classes == classes, flag, ": ", json, ": its categories (",
-          joined(out.set.classes), ") are not ", whose, " classes (", joined(classes), ")");
+          join(out.set.classes, ", "), ") are not ", whose, " classes (", join(classes, ", "), ")");
     return out;
   }
   CHECK(fs::is_directory(path, ec), flag, ": ", path, " is neither a Pascal VOC folder nor a COCO instances .json file");
@@ -410,7 +405,7 @@ OpenedDetectionSet open_detection_set(const std::string& path, const std::vector
     const std::string given = "is not one of the given classes";
     const size_t at = m.find(given);
     if (at == std::string::npos) throw;
-    m.replace(at, given.size(), "is not one of " + whose + " classes (" + joined(classes) + ")");
+    m.replace(at, given.size(), "is not one of " + whose + " classes (" + join(classes, ", ") + ")");
     FAIL(flag, ": ", m);
   }
   return out;

@@ -14,6 +14,7 @@
 #include <tinyxml2.h>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "core/rng.h"
 #include "data/detection.h"
 #include "data/tools.h"
@@ -328,9 +329,7 @@ std::vector<std::string> parse_shape_list(const std::string& text, const std::st
   while (start <= text.size()) {
     const size_t comma = std::min(text.find(',', start), text.size());
     const std::string name = text.substr(start, comma - start);
-    std::string known;
-    for (const std::string& s : synthetic_shapes()) known += (known.empty() ? "" : ", ") + s;
-    CHECK(shape_index(name) >= 0, flag, ": '", name, "' is not a shape (", known, ")");
+    CHECK(shape_index(name) >= 0, flag, ": '", name, "' is not a shape (", join(synthetic_shapes(), ", "), ")");
     CHECK(std::find(out.begin(), out.end(), name) == out.end(), flag, ": '", name, "' is listed twice");
     out.push_back(name);
     start = comma + 1;

@@ -8,6 +8,7 @@
 #include <cctype>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "data/cifar.h"
 #include "data/csv_dataset.h"
 #include "data/idx.h"
@@ -201,9 +202,7 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
   }
   if (!k || !k->open) {
     const DatasetTask classify = DatasetTask::Classify;
-    std::string known;
-    for (const std::string& n : dataset_choices(&classify)) known += (known.empty() ? "" : ", ") + n;
-    FAIL("unknown dataset kind '", spec.kind, "' (", known, ")");
+    FAIL("unknown dataset kind '", spec.kind, "' (", join(dataset_choices(&classify), ", "), ")");
   }
   return k->open(spec, path);
 }

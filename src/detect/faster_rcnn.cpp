@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "io/safetensors.h"
 #include "layers/add.h"
 
@@ -162,9 +163,7 @@ const std::vector<std::string>& detection_model_names() {
 std::string detection_body(const std::string& name) {
   const auto& names = detection_model_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    std::string known;
-    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-    FAIL("unknown detection model '", name, "' (", known, ")");
+    FAIL("unknown detection model '", name, "' (", join(names, ", "), ")");
   }
   return name.substr(11, name.size() - 15);  // fasterrcnn_<body>_fpn
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "detect/batch.h"
@@ -38,12 +39,6 @@ struct Data {
   std::string kind;                   // "voc" or "coco" (the training set's)
   bool has_test = false;
 };
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
 
 // One set through data::open_detection_set, with its counts in the description.
 data::DetectionSet open_set(const fs::path& path, const std::vector<std::string>& classes, bool skip_bad,
@@ -209,7 +204,7 @@ DetectionTrainResult run_detection_training(const train::TrainOptions& o, const 
   ProgressMode progress_mode = ProgressMode::None;
   if (comm.root()) {
     out << "task: detection, " << o.model << ", " << data.train.classes.size() << " classes ("
-        << joined(data.train.classes) << ")\n  train: " << data.train_text << "\n"
+        << join(data.train.classes, ", ") << ")\n  train: " << data.train_text << "\n"
         << (data.has_test ? "  test: " + data.test_text + "\n" : std::string())
         << "  " << K << " rank" << (K > 1 ? "s" : "") << " x " << num_threads() << " threads, "
         << B << " images a rank a step, " << plan.steps << " steps an epoch, images resized to "

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "recommend/sweep.h"
 #include "train/options.h"
 
@@ -243,14 +244,6 @@ std::vector<GridPoint> read_grid(const std::string& path) {
   return points;
 }
 
-namespace {
-std::string plan_args_text(const std::vector<std::string>& args) {
-  std::string s;
-  for (const std::string& a : args) s += (s.empty() ? "" : " ") + a;
-  return s;
-}
-}  // namespace
-
 std::vector<PointPlan> plan_points(const std::vector<GridPoint>& points) {
   const auto defaults = train::to_config(train::TrainOptions{});
   std::vector<PointPlan> plans;
@@ -271,7 +264,7 @@ std::vector<PointPlan> plan_points(const std::vector<GridPoint>& points) {
       if (key != p.options.end())
         throw GridError{p.where.at(flag) + ": " + flag + " = " + key->second + ": ./train refuses it: " + m};
       throw GridError{p.where.at("[block]") + ": " + (p.block.empty() ? "" : "[" + p.block + "] ") +
-                      "./train refuses the point " + plan_args_text(plan.train_args) + ": " + m};
+                      "./train refuses the point " + join(plan.train_args, " ") + ": " + m};
     }
     plan.options.erase("save-dir");
     plan.name = point_name(plan, defaults);

@@ -1,5 +1,6 @@
 // --init-weights loading and the frozen / head-lr marks of a fine-tuning run (finetune.h).
 #include "train/finetune.h"
+#include "core/text.h"
 
 #include <filesystem>
 #include <sstream>
@@ -12,12 +13,6 @@ namespace mpicnn::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string join(const std::vector<std::string>& names, const char* sep) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : sep) + n;
-  return s;
-}
 
 Dims entry_dims(const StateEntry& e) { return e.kind == StateKind::BufferI64 ? Dims{} : dims_of(e.shape); }
 

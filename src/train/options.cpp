@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "core/cli.h"
 #include "core/gpu.h"
 #include "data/dataset.h"
@@ -296,12 +297,6 @@ std::vector<std::string> to_name_list(const Given& g) {
   return out;
 }
 
-std::string join_names(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
-  return s;
-}
-
 bool detection_kind(const std::string& kind) {
   const data::DatasetKind* k = data::find_dataset_kind(kind);
   return k && k->task == data::DatasetTask::Detection;
@@ -572,8 +567,8 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
       {"box-batch-size-per-image", i(o.box_batch_size_per_image)},
       {"rpn-post-nms-top-n-test", i(o.rpn_post_nms_top_n_test)},
       {"init-weights", o.init_weights},
-      {"init-weights-partial", join_names(o.init_weights_partial)},
-      {"freeze", join_names(o.freeze)},
+      {"init-weights-partial", join(o.init_weights_partial, ",")},
+      {"freeze", join(o.freeze, ",")},
       {"freeze-backbone", b(o.freeze_backbone)},
       {"freeze-bn", b(o.freeze_bn)},
       {"head-lr-mult", cli::format_double(o.head_lr_mult)},
