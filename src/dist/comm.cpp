@@ -250,6 +250,12 @@ void Comm::broadcast_raw(void* data, size_t bytes) const {
 
 bool Comm::all(bool mine) const { return allreduce_min(int(mine)) == 1; }
 
+int Comm::node_sum(int x) const {
+  WaitGuard wait("MPI_Allreduce", "a sum over the node's ranks");
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, MPI_SUM, node_));
+  return x;
+}
+
 bool Comm::agree(const std::string& s) const {
   std::string root_value = s;
   broadcast(root_value);

@@ -170,6 +170,8 @@ class Comm {
   bool agree(const std::string& s) const;
   // Whether `mine` holds on every rank (a logical and), the same answer on every rank.
   bool all(bool mine) const;
+  // The sum of `x` over the ranks of this node (a collective of the node's ranks).
+  int node_sum(int x) const;
 
   // Every rank's value, in rank order, on every rank.
   std::vector<uint64_t> allgather(uint64_t x) const;

@@ -111,9 +111,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const bool predicts = (pipeline && layout.last(r) == kPredict) || (baseline && comm.root());
   // The predicting ranks share the node's cores: the other stages are light and nap while they
   // wait, so counting them (as Comm::threads_per_rank would) leaves cores idle.
-  int predictors_here = pipeline && layout.last(r) == kPredict ? 1 : 0;
-  dist::WaitGuard wait("MPI_Allreduce", "predictors per node");
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &predictors_here, 1, MPI_INT, MPI_SUM, comm.node()));
+  const int predictors_here = comm.node_sum(pipeline && layout.last(r) == kPredict ? 1 : 0);
   const int threads = dist::threads_per_rank(o.threads, comm.node_cpus(), std::max(1, predictors_here),
                                              comm.own_cpus());
   const int alone_threads = dist::threads_per_rank(o.threads, comm.node_cpus(), 1, comm.own_cpus());
