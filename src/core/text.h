@@ -10,9 +10,9 @@ namespace mpicnn {
 // The parts with `sep` between them: join({"a", "b", "c"}, ", ") == "a, b, c"; "" for none.
 inline std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   std::string s;
-  for (const std::string& p : parts) {
-    if (!s.empty() || &p != &parts.front()) s += sep;
-    s += p;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) s += sep;
+    s += parts[i];
   }
   return s;
 }

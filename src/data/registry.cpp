@@ -153,7 +153,7 @@ const DatasetKind* find_dataset_kind(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> dataset_choices(const DatasetTask* task) {
+std::vector<std::string> dataset_choices(std::optional<DatasetTask> task) {
   std::vector<std::string> names{"auto"};
   for (const DatasetKind& k : dataset_kinds())
     if (!task || k.task == *task) names.push_back(k.name);
@@ -201,8 +201,7 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
     return open_dataset(detected);
   }
   if (!k || !k->open) {
-    const DatasetTask classify = DatasetTask::Classify;
-    FAIL("unknown dataset kind '", spec.kind, "' (", join(dataset_choices(&classify), ", "), ")");
+    FAIL("unknown dataset kind '", spec.kind, "' (", join(dataset_choices(DatasetTask::Classify), ", "), ")");
   }
   return k->open(spec, path);
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,9 @@ struct DatasetKind {
 const std::vector<DatasetKind>& dataset_kinds();
 // The kind named `name`, or null.
 const DatasetKind* find_dataset_kind(const std::string& name);
-// "auto" then the names of the kinds of `task` (every task when null), in table order: the
+// "auto" then the names of the kinds of `task` (every task when none), in table order: the
 // choices of a --dataset flag.
-std::vector<std::string> dataset_choices(const DatasetTask* task = nullptr);
+std::vector<std::string> dataset_choices(std::optional<DatasetTask> task = std::nullopt);
 // The names of the kinds that need no -d/--data ("fashion-mnist and synthetic"), for messages.
 std::string kinds_without_path();
 

@@ -38,8 +38,7 @@ namespace {
 
 // The kinds --dataset takes: "auto" and data/registry.h's classification kinds.
 const std::vector<std::string>& datasets() {
-  static const data::DatasetTask classify = data::DatasetTask::Classify;
-  static const std::vector<std::string> names = data::dataset_choices(&classify);
+  static const std::vector<std::string> names = data::dataset_choices(data::DatasetTask::Classify);
   return names;
 }
 
