@@ -608,7 +608,7 @@ TEST_CASE("dataset registry: one row per kind that every list reads") {
       CHECK(bool(k.recognise));
       CHECK(orders.insert(k.detect_order).second);  // auto-detection tries one kind at a time
     }
-    if (k.task == data::DatasetTask::Detection) {
+    if (k.task == Task::Detection) {
       CHECK(!k.open);  // data/detection.h opens these
       continue;
     }

@@ -315,7 +315,7 @@ TEST_CASE("eval report: more than 20 classes lists the most confused pairs") {
 TEST_CASE("eval report: detection report, JSON and one CSV row per box") {
   TempDir dir;
   Report r;
-  r.task = "detection";
+  r.task = Task::Detection;
   r.mode = "pipeline";
   r.ranks = 2;
   r.model = "fasterrcnn_resnet18_fpn";

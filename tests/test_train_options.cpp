@@ -405,12 +405,12 @@ TEST_CASE("train options: fine-tuning defaults and errors") {
 
 TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
   const TrainOptions c = parse({});
-  CHECK(c.task == "classify");
+  CHECK(c.task == mpicnn::Task::Classify);
   CHECK(c.min_size == 800);
   CHECK(c.max_size == 1333);
   CHECK(c.trainable_layers == 3);
   const TrainOptions o = parse({"--task", "detection", "-d", "data/shapes"});
-  CHECK(o.task == "detection");
+  CHECK(o.task == mpicnn::Task::Detection);
   CHECK(o.model == "fasterrcnn_resnet50_fpn");
   CHECK(o.dataset == "auto");  // the trainer tells VOC folders from COCO JSON
   CHECK(o.trainable_layers == 5);  // from random weights everything trains (torchvision)

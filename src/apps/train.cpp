@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     }
     // --timeout: a rank stuck waiting on another ends the job (dist/watchdog.h).
     const auto watchdog = dist::Watchdog::start(options.timeout, comm.rank(), comm.host());
-    if (options.task == "detection")
+    if (options.task == Task::Detection)
       detect::run_detection_training(options, comm, std::cout);
     else
       train::run_training(options, comm, std::cout);

@@ -126,7 +126,7 @@ std::vector<float> v(const std::array<float, 3>& a) { return {a.begin(), a.end()
 }  // namespace
 
 const std::vector<DatasetKind>& dataset_kinds() {
-  using T = DatasetTask;
+  using T = Task;
   // name, task, default path, no path, detect order, recognise, open, mean, std
   static const std::vector<DatasetKind> kinds = {
       {"fashion-mnist", T::Classify, kFashionMnistDefaultPath, false, 2, is_fashion_mnist, open_idx,
@@ -153,7 +153,7 @@ const DatasetKind* find_dataset_kind(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> dataset_choices(std::optional<DatasetTask> task) {
+std::vector<std::string> dataset_choices(std::optional<Task> task) {
   std::vector<std::string> names{"auto"};
   for (const DatasetKind& k : dataset_kinds())
     if (!task || k.task == *task) names.push_back(k.name);
@@ -201,7 +201,7 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
     return open_dataset(detected);
   }
   if (!k || !k->open) {
-    FAIL("unknown dataset kind '", spec.kind, "' (", join(dataset_choices(DatasetTask::Classify), ", "), ")");
+    FAIL("unknown dataset kind '", spec.kind, "' (", join(dataset_choices(Task::Classify), ", "), ")");
   }
   return k->open(spec, path);
 }

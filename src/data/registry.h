@@ -11,15 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "core/task.h"
 #include "data/dataset.h"
 
 namespace mpicnn::data {
 
-enum class DatasetTask { Classify, Detection };
-
 struct DatasetKind {
   std::string name;
-  DatasetTask task = DatasetTask::Classify;
+  Task task = Task::Classify;
   // The path a missing -d/--data means ("" = none); no_path: the kind reads no files at all.
   std::string default_path;
   bool no_path = false;
@@ -40,7 +39,7 @@ const std::vector<DatasetKind>& dataset_kinds();
 const DatasetKind* find_dataset_kind(const std::string& name);
 // "auto" then the names of the kinds of `task` (every task when none), in table order: the
 // choices of a --dataset flag.
-std::vector<std::string> dataset_choices(std::optional<DatasetTask> task = std::nullopt);
+std::vector<std::string> dataset_choices(std::optional<Task> task = std::nullopt);
 // The names of the kinds that need no -d/--data ("fashion-mnist and synthetic"), for messages.
 std::string kinds_without_path();
 

@@ -120,7 +120,7 @@ MapResult evaluate(const dist::Comm& comm, Model& model, const data::DetectionSe
 
 DetectionTrainResult run_detection_training(const train::TrainOptions& o, const dist::Comm& comm,
                                             std::ostream& out) {
-  CHECK(o.task == "detection", "run_detection_training: --task is ", o.task);
+  CHECK(o.task == Task::Detection, "run_detection_training: --task is ", task_name(o.task));
   set_num_threads(comm.threads_per_rank(o.threads));
   Data data;
   comm.on_all([&] {

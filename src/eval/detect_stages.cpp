@@ -81,7 +81,7 @@ bool is_detection_checkpoint(const EvalOptions& o) {
   if (o.checkpoint.empty()) return false;
   const TrainerState st = read_trainer_state(resolve_checkpoint(o.checkpoint).trainer);
   const auto task = st.config.find("task");
-  if (task != st.config.end() && task->second == "detection") return true;
+  if (task != st.config.end() && parse_task(task->second) == Task::Detection) return true;
   const auto& names = detect::detection_model_names();
   return std::find(names.begin(), names.end(), st.model) != names.end();
 }
@@ -108,7 +108,7 @@ EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std:
   const TrainerState st = read_trainer_state(ck.trainer);
   refuse_classifier_flags(o, ck.dir);
   EvalPlan p;
-  p.task = "detection";
+  p.task = Task::Detection;
   p.model = st.model;
   (void)detect::detection_body(p.model);  // an Error listing the detectors for another name
   p.weights_file = ck.model;
@@ -215,7 +215,7 @@ DetectionInputBatch batch_detection_windows(const std::vector<DetectionWindow>& 
 
 DetectionPredictor::DetectionPredictor(const EvalPlan& plan)
     : batch_size_(plan.batch_size), min_size_(plan.min_size) {
-  CHECK(plan.task == "detection", "DetectionPredictor: the plan is for task ", plan.task);
+  CHECK(plan.task == Task::Detection, "DetectionPredictor: the plan is for task ", task_name(plan.task));
   detect::FasterRcnnOptions fo;
   fo.num_classes = plan.num_classes;
   fo.trainable_layers = plan.trainable_layers;

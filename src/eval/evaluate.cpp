@@ -102,7 +102,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   });
   comm.broadcast(text);
   if (!comm.root()) plan = plan_from_json(text);
-  const bool detection = plan.task == "detection";
+  const bool detection = plan.task == Task::Detection;
 
   // Who predicts: the pipeline's predicting ranks, and rank 0 for the sequential baseline.
   const Layout layout = layout_for(K);

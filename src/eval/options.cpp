@@ -38,7 +38,7 @@ namespace {
 
 // The kinds --dataset takes: "auto" and data/registry.h's classification kinds.
 const std::vector<std::string>& datasets() {
-  static const std::vector<std::string> names = data::dataset_choices(data::DatasetTask::Classify);
+  static const std::vector<std::string> names = data::dataset_choices(Task::Classify);
   return names;
 }
 

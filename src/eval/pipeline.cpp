@@ -231,7 +231,7 @@ class RankLoop {
   RankLoop(const EvalPlan& plan, const Layout& layout, int rank, const data::Dataset* dataset,
            Predictor* predictor, const data::DetectionSet* boxes, DetectionPredictor* detector,
            dist::Messenger* messenger, const PipelineOptions& o)
-      : plan_(plan), detection_(plan.task == "detection"), layout_(layout), rank_(rank),
+      : plan_(plan), detection_(plan.task == Task::Detection), layout_(layout), rank_(rank),
         lo_(layout.first(rank)), hi_(layout.last(rank)), dataset_(dataset), predictor_(predictor),
         boxes_(boxes), detector_(detector), msg_(messenger), o_(o) {
     if (!detection_) tf_.emplace(plan.preprocess);

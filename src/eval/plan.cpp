@@ -184,7 +184,7 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
 
 std::string plan_to_json(const EvalPlan& p) {
   const data::Preprocess& pre = p.preprocess;
-  return json{{"task", p.task},
+  return json{{"task", task_name(p.task)},
               {"model", p.model},
               {"num_classes", p.num_classes},
               {"in_channels", p.in_channels},
@@ -210,7 +210,7 @@ std::string plan_to_json(const EvalPlan& p) {
 EvalPlan plan_from_json(const std::string& text) {
   const json j = json::parse(text);
   EvalPlan p;
-  p.task = j["task"];
+  p.task = parse_task(j["task"].get<std::string>()).value();
   p.model = j["model"];
   p.num_classes = j["num_classes"];
   p.in_channels = j["in_channels"];

@@ -21,7 +21,7 @@
 namespace mpicnn::eval {
 
 struct EvalPlan {
-  std::string task = "classify";  // or "detection": a Faster R-CNN run (eval/detect_stages.h)
+  Task task = Task::Classify;  // Detection: a Faster R-CNN run (eval/detect_stages.h)
   std::string model;         // registry name (detection: fasterrcnn_*)
   int num_classes = 0, in_channels = 3;
   std::string weights_file;  // the safetensors state dict every predicting rank loads

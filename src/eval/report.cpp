@@ -124,7 +124,7 @@ double percentile(std::vector<double> values, double q) {
   return values[lo] + (values[hi] - values[lo]) * (pos - double(lo));
 }
 
-uint64_t Report::images() const { return task == "detection" ? detections.size() : predictions.size(); }
+uint64_t Report::images() const { return task == Task::Detection ? detections.size() : predictions.size(); }
 
 double Report::images_per_s() const { return wall_s > 0 ? double(images()) / wall_s : 0.0; }
 
@@ -146,7 +146,7 @@ std::string header_section(const Report& r) {
        ", " + plural(uint64_t(r.threads), "thread") + " per predictor\n";
   if (!r.dataset.empty()) o += "  data: " + r.dataset + "\n";
   if (!r.layout.empty()) o += "  layout: " + r.layout + "\n";
-  if (r.task == "detection") {
+  if (r.task == Task::Detection) {
     uint64_t boxes = 0;
     for (const ImageDetections& d : r.detections) boxes += d.scores.size();
     if (!r.resize.empty()) o += "  detector input: " + r.resize + "\n";
@@ -278,7 +278,7 @@ std::string speedup_section(const Report& r) {
 }  // namespace
 
 std::string format_report(const Report& r) {
-  if (r.task == "detection") {
+  if (r.task == Task::Detection) {
     // The trainer's table (detect/map_eval.h), indented as the report's other sections.
     std::string table = "\n", line;
     std::istringstream in(detect::format_map_table(r.map, background_and(r.class_names)));
@@ -299,7 +299,7 @@ std::string format_report(const Report& r) {
 std::string report_json(const Report& r) {
   const Metrics& m = r.metrics;
   ojson j;
-  if (r.task != "classify") j["task"] = r.task;  // classifier reports keep their keys
+  if (r.task != Task::Classify) j["task"] = task_name(r.task);  // classifier reports keep their keys
   j["mode"] = r.mode;
   j["ranks"] = r.ranks;
   j["layout"] = r.layout;
@@ -309,13 +309,13 @@ std::string report_json(const Report& r) {
   j["batch_size"] = r.batch_size;
   j["threads"] = r.threads;
   j["classes"] = r.class_names;
-  j["evaluated"] = r.task == "detection" ? uint64_t(r.detections.size()) : m.evaluated;
+  j["evaluated"] = r.task == Task::Detection ? uint64_t(r.detections.size()) : m.evaluated;
   ojson skipped = ojson::array();
   for (const Skipped& s : r.skipped)
     skipped.push_back({{"index", s.index}, {"source", source_of(r, s.index)}, {"reason", s.reason}});
   j["skipped"] = std::move(skipped);
   ojson per_class = ojson::array();
-  if (r.task == "detection") {
+  if (r.task == Task::Detection) {
     uint64_t boxes = 0;
     for (const ImageDetections& d : r.detections) boxes += d.scores.size();
     j["resize"] = r.resize;
@@ -398,7 +398,7 @@ void write_detections_csv(const std::string& path, const Report& r) {
 }  // namespace
 
 void write_predictions_csv(const std::string& path, const Report& r) {
-  if (r.task == "detection") return write_detections_csv(path, r);
+  if (r.task == Task::Detection) return write_detections_csv(path, r);
   std::string o = "index,path,label,prediction,score,top5\n";
   char score[32];
   for (const Prediction& p : r.predictions) {

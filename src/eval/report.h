@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/task.h"
 #include "detect/map_eval.h"
 
 namespace mpicnn::eval {
@@ -68,7 +69,7 @@ double percentile(std::vector<double> values, double q);
 
 struct Report {
   // what ran
-  std::string task = "classify";  // "classify" or "detection" (a Faster R-CNN checkpoint)
+  Task task = Task::Classify;  // Detection: a Faster R-CNN checkpoint
   std::string mode;    // "pipeline" or "sequential"
   int ranks = 1;
   std::string layout;  // "rank 0: read | rank 1: decode+resize | ..." (from the stage plan)

@@ -42,7 +42,7 @@ const char* dataset_help() {
   static const std::string help = [] {
     std::string classify = "auto", detection;
     for (const data::DatasetKind& k : data::dataset_kinds()) {
-      if (k.task == data::DatasetTask::Classify) classify += ", " + k.name;
+      if (k.task == Task::Classify) classify += ", " + k.name;
       else detection += (detection.empty() ? "" : " or ") + k.name;
     }
     return classify + ", or " + detection + " (--task detection); auto detects the format from "
@@ -299,7 +299,7 @@ std::vector<std::string> to_name_list(const Given& g) {
 
 bool detection_kind(const std::string& kind) {
   const data::DatasetKind* k = data::find_dataset_kind(kind);
-  return k && k->task == data::DatasetTask::Detection;
+  return k && k->task == Task::Detection;
 }
 
 // --task detection: a VOC folder, a detector, sizes in order; the classifiers' options that
@@ -342,7 +342,7 @@ void check_detection_options(TrainOptions& o, const Values& v) {
 // image size against the model, Nesterov, warmup and the schedule. Errors name the option as
 // `v` does (flag, or config file line).
 void check_across_options(TrainOptions& o, const Values& v) {
-  if (o.task == "detection") {
+  if (o.task == Task::Detection) {
     check_detection_options(o, v);
   } else {
     const TrainOptions defaults;
@@ -359,14 +359,14 @@ void check_across_options(TrainOptions& o, const Values& v) {
   // Fashion-MNIST is the default only when the user named no data at all; a path alone means
   // "detect its format". An empty --data= (as to_config writes for synthetic) counts as none.
   const bool data_given = !o.data.empty(), kind_given = v.get("dataset").has_value();
-  if (!kind_given && o.task != "detection") o.dataset = data_given ? "auto" : "fashion-mnist";
+  if (!kind_given && o.task != Task::Detection) o.dataset = data_given ? "auto" : "fashion-mnist";
   if (!data_given) {
     const data::DatasetKind* k = data::find_dataset_kind(o.dataset);
     CHECK(k && (k->no_path || !k->default_path.empty()), v.label("dataset"), ": '", o.dataset,
           "' needs -d/--data PATH (only ", data::kinds_without_path(), " have no path)");
     o.data = k->default_path;
   }
-  if (o.image_size > 0 && o.task != "detection") {
+  if (o.image_size > 0 && o.task != Task::Detection) {
     const ModelSpec& m = model_spec(o.model);
     CHECK(o.image_size >= m.min_size, v.label("image-size"), ": '", o.image_size,
           "' is below ", m.name, "'s smallest input (expected 0 = auto, or >= ", m.min_size, ")");
@@ -424,8 +424,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
 
   // One set() per option, in help order: a flat table, kept in one piece so that each option's
   // conversion and accepted range read on one line.
-  set("task", o.task, [](const Given& g) { return to_choice(g, {"classify", "detection"}); });
-  const bool detection = o.task == "detection";
+  set("task", o.task, [](const Given& g) { return *parse_task(to_choice(g, task_names())); });
+  const bool detection = o.task == Task::Detection;
   if (detection) {  // Faster R-CNN's defaults, before the options that may override them
     o.batch_size = 2;
     o.learning_rate = 0.01;
@@ -537,7 +537,7 @@ std::map<std::string, std::string> to_config(const TrainOptions& o) {
   auto b = [](bool x) { return std::string(x ? "true" : "false"); };
   auto i = [](auto x) { return std::to_string(x); };
   return {
-      {"task", o.task},
+      {"task", task_name(o.task)},
       {"model", o.model},
       {"data", o.data},
       {"dataset", o.dataset},

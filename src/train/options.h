@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/task.h"
+
 namespace mpicnn::train {
 
 // Every field holds its effective value after parsing. The defaults are a Fashion-MNIST run:
@@ -14,9 +16,9 @@ namespace mpicnn::train {
 struct TrainOptions {
   bool help = false;  // -h/--help was given: the caller prints train_help() and exits
 
-  // task: "classify" (the models of models/registry.h) or "detection" (Faster R-CNN,
-  // detect/trainer.h, on Pascal VOC folders)
-  std::string task = "classify";
+  // Classify (the models of models/registry.h) or Detection (Faster R-CNN on Pascal VOC folders
+  // or COCO JSON)
+  Task task = Task::Classify;
   // model and data
   std::string model = "lenet";            // registry.h's, or fasterrcnn_<resnet>_fpn (detection)
   std::string data;                       // dataset path; the Debian package's for fashion-mnist
