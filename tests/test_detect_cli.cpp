@@ -72,10 +72,11 @@ TEST_CASE("train CLI detection: two ranks train, evaluate mAP, checkpoint; --res
                                          "--box-batch-size-per-image", "128", "--rpn-post-nms-top-n-test", "300"};
   const auto r = run_mpi(2, "train", args);
   REQUIRE_MESSAGE(r.rc == 0, r.output);
-  CHECK(r.output.find("task: detection, fasterrcnn_resnet18_fpn, 3 classes (circle, square, triangle)\n"
-                      "  train: Pascal VOC folder " + (dir / "shapes/train") + " (6 images, ") != std::string::npos);
-  CHECK(r.output.find("  test: Pascal VOC folder " + (dir / "shapes/test") + " (3 images, ") != std::string::npos);
-  CHECK(r.output.find("2 ranks x 1 threads, 1 images a rank a step, 3 steps an epoch") != std::string::npos);
+  CHECK(r.output.find("mpicnn train: fasterrcnn_resnet18_fpn (") != std::string::npos);
+  CHECK(r.output.find(" parameters) on Pascal VOC folder " + (dir / "shapes/train") + " (6 images, ") != std::string::npos);
+  CHECK(r.output.find("\n  3 classes (circle, square, triangle), images resized to 96...128\n") != std::string::npos);
+  CHECK(r.output.find("\n  test data: Pascal VOC folder " + (dir / "shapes/test") + " (3 images, ") != std::string::npos);
+  CHECK(r.output.find("2 ranks on 1 node, 1 thread per rank; batch 1 per rank, 2 global; 3 steps per epoch") != std::string::npos);
   CHECK(r.output.find("epoch 1/1 done in ") != std::string::npos);
   CHECK(r.output.find(": train loss ") != std::string::npos);
   CHECK(r.output.find(" (classifier ") != std::string::npos);
@@ -124,9 +125,9 @@ TEST_CASE("train CLI detection: a COCO JSON trains, a VOC folder is its --test-d
                                        "--min-size", "96", "--max-size", "128", "-e", "1", "-b", "1",
                                        "--threads", "1", "-s", dir / "run"});
   REQUIRE_MESSAGE(r.rc == 0, r.output);
-  CHECK(r.output.find("  train: COCO JSON " + (dir / "train/images/instances.json") + " (3 images, ") !=
+  CHECK(r.output.find(" parameters) on COCO JSON " + (dir / "train/images/instances.json") + " (3 images, ") !=
         std::string::npos);
-  CHECK(r.output.find("  test: Pascal VOC folder " + (dir / "test") + " (2 images, ") != std::string::npos);
+  CHECK(r.output.find("  test data: Pascal VOC folder " + (dir / "test") + " (2 images, ") != std::string::npos);
   CHECK(r.output.find("test: mAP@0.5 (VOC) ") != std::string::npos);
   // A folder holding one JSON and no annotations/ is that COCO set; its kind is checked.
   expect_cli_error("train", {"--task", "detection", "-d", dir / "train/images", "--dataset", "voc",

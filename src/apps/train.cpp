@@ -1,10 +1,8 @@
 // ./train: data-parallel training over the ranks of `mpiexec -n K ./train [options]` (also
-// runs alone as one rank). Thin main: options (train/options.h), the loop (train/trainer.h, or
-// detect/trainer.h for --task detection).
+// runs alone as one rank). Thin main: options (train/options.h), the loop (train/trainer.h).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "detect/trainer.h"
 #include "dist/comm.h"
 #include "dist/watchdog.h"
 #include "io/checkpoint.h"
@@ -52,10 +50,7 @@ int main(int argc, char** argv) {
     }
     // --timeout: a rank stuck waiting on another ends the job (dist/watchdog.h).
     const auto watchdog = dist::Watchdog::start(options.timeout, comm.rank(), comm.host());
-    if (options.task == Task::Detection)
-      detect::run_detection_training(options, comm, std::cout);
-    else
-      train::run_training(options, comm, std::cout);
+    train::run_training(options, comm, std::cout);
     return 0;
   } catch (const dist::SharedError& e) {  // every rank has it: report once, exit normally
     if (comm.root()) std::cerr << "train: " << e.message() << std::endl;

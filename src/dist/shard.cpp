@@ -44,6 +44,15 @@ std::vector<uint64_t> rank_shard(const std::vector<uint64_t>& padded_order, int 
   return shard;
 }
 
+std::vector<uint64_t> local_epoch_order(size_t num_samples, int ranks, int rank, uint64_t seed,
+                                        uint64_t epoch, bool distribute, bool shuffle) {
+  if (distribute) return rank_shard(padded_epoch_order(num_samples, ranks, seed, epoch, shuffle), ranks, rank);
+  if (shuffle) return data::shuffled_order(num_samples, seed, epoch * uint64_t(ranks) + uint64_t(rank));
+  std::vector<uint64_t> order(num_samples);
+  for (size_t i = 0; i < num_samples; ++i) order[i] = i;
+  return order;
+}
+
 namespace {
 
 // Rank 0: serialize each rank's shard; everyone: receive its own bytes by Scatterv. Errors on

@@ -36,6 +36,12 @@ std::vector<uint64_t> padded_epoch_order(size_t num_samples, int ranks, uint64_t
 // Rank r's shard of a padded order: order[r], order[r + K], ... (per_rank entries).
 std::vector<uint64_t> rank_shard(const std::vector<uint64_t>& padded_order, int ranks, int rank);
 
+// Rank r's order of an epoch over a split of N samples that every rank holds whole (synthetic
+// data, a broadcast split, detection sets): its shard of the padded order; with `distribute`
+// false, all N samples in the rank's own order (shuffled_order(N, seed, epoch * K + r)).
+std::vector<uint64_t> local_epoch_order(size_t num_samples, int ranks, int rank, uint64_t seed,
+                                        uint64_t epoch, bool distribute, bool shuffle = true);
+
 // This rank's shard for the epoch: rank 0 passes the whole dataset (the others pass nullptr,
 // which is ignored), builds the order, and scatters serialized shards (MPI_Scatterv).
 // Collective. Sample i of the shard has id() = its global index.

@@ -71,14 +71,7 @@ SplitData::SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distr
 std::pair<const data::Dataset*, std::vector<uint64_t>> SplitData::epoch(uint64_t seed, uint64_t epoch,
                                                                         bool shuffle) {
   const int K = comm_.size(), r = comm_.rank();
-  if (local_) {
-    if (!distribute_) {  // the whole split, in this rank's own order
-      std::vector<uint64_t> order = shuffle ? data::shuffled_order(info_.size, seed, epoch * K + r)
-                                            : identity(info_.size);
-      return {local_.get(), std::move(order)};
-    }
-    return {local_.get(), rank_shard(padded_epoch_order(info_.size, K, seed, epoch, shuffle), K, r)};
-  }
+  if (local_) return {local_.get(), local_epoch_order(info_.size, K, r, seed, epoch, distribute_, shuffle)};
   if (scatter_in_memory_)
     shard_ = std::make_unique<data::InMemoryDataset>(
         scatter_in_memory(comm_, mem_ ? &*mem_ : nullptr, seed, epoch, shuffle));
@@ -88,10 +81,6 @@ std::pair<const data::Dataset*, std::vector<uint64_t>> SplitData::epoch(uint64_t
   return {shard_.get(), identity(shard_->size())};
 }
 
-EpochPlan SplitData::plan(int64_t batch) const {
-  if (!distribute_) return epoch_plan(int64_t(info_.size), 1, batch);
-  return epoch_plan(int64_t(info_.size), comm_.size(), batch);
-}
 
 void SplitData::share_info() {
   using json = nlohmann::json;

@@ -53,9 +53,6 @@ class SplitData {
   std::pair<const data::Dataset*, std::vector<uint64_t>> epoch(uint64_t seed, uint64_t epoch,
                                                                bool shuffle);
 
-  // Samples per rank and steps per epoch at this per-rank batch size.
-  EpochPlan plan(int64_t batch) const;
-
  private:
   void share_info();
 

@@ -1,7 +1,7 @@
 // run_training and the setup of its Trainer (trainer_detail.h, Caffe's Solver): threads, one
-// device for all ranks, the data of each rank and its preprocessing, the model replica and its
-// optimizer, resume or fresh start, gradient sync, the run directory. The epochs, the step,
-// evaluation and checkpoints are step.cpp's.
+// device for all ranks, the task's data and model replica (task.h), the optimizer, resume or
+// fresh start, gradient sync, the run directory. The epochs, the step, evaluation and
+// checkpoints are step.cpp's.
 #include "train/trainer.h"
 
 #include <algorithm>
@@ -58,37 +58,6 @@ void check_run_dir_writable(const std::string& dir, const char* flag) {
 }
 
 
-// ---- data of this rank ------------------------------------------------------------------------
-
-using dist::SplitData;  // dist/split_data.h
-using dist::SplitInfo;
-
-// ---- preprocessing ------------------------------------------------------------------------------
-
-// The model's input size and the train / eval preprocessing for this split: data::default_preprocess,
-// the recipe ./pipeline_eval also defaults to, with this run's choices.
-using InputPlan = data::InputPreprocess;
-
-InputPlan plan_input(const TrainOptions& o, const SplitInfo& info) {
-  const ModelSpec& spec = model_spec(o.model);
-  data::PreprocessQuery q;
-  q.kind = info.kind;
-  q.channels = o.in_channels > 0 ? o.in_channels : info.channels > 0 ? info.channels : 3;
-  q.data_height = info.height;
-  q.data_width = info.width;
-  q.image_size = o.image_size;
-  q.default_size = spec.default_size;
-  q.mean = o.mean;
-  q.stddev = o.std;
-  q.augment = o.augment;
-  q.seed = o.seed;
-  if (o.image_size == 0 && info.height > 0)
-    CHECK(std::min(info.height, info.width) >= spec.min_size, "--image-size: ", info.kind, "'s ",
-          info.height, "x", info.width, " images are below ", spec.name, "'s smallest input ",
-          spec.min_size, "; pass --image-size N (N >= ", spec.min_size, ") to resize them");
-  return data::default_preprocess(q);
-}
-
 // ---- the pieces of a run ------------------------------------------------------------------------
 
 
@@ -107,8 +76,6 @@ std::string describe_sync(const dist::GradSync& s) {
          (fp32 ? "fp32" : dist::to_string(o.compression)) + ", " + std::to_string(s.buckets().size()) +
          " bucket" + (s.buckets().size() > 1 ? "s" : "") + " of " + size + " in all";
 }
-
-}  // namespace
 
 // The hosts of the job's ranks, each once, in rank order.
 std::vector<std::string> job_hosts(const dist::Comm& comm) {
@@ -152,6 +119,8 @@ std::string utc_now(const char* format) {
 }
 
 
+}  // namespace
+
 // ---- the trainer's setup ------------------------------------------------------------------------
 
 Trainer::Trainer(const TrainOptions& o, const dist::Comm& comm, std::ostream& out,
@@ -159,8 +128,10 @@ Trainer::Trainer(const TrainOptions& o, const dist::Comm& comm, std::ostream& ou
     : o_(o), comm_(comm), out_(out), hooks_(hooks), grad_average_factor_(1.0f / float(comm.size())) {
   threads_ = comm.threads_per_rank(o.threads);
   set_num_threads(threads_);
+  task_ = o.task == Task::Detection ? make_detection_task(o, comm) : make_classify_task(o, comm);
+  loss_parts_ = task_->loss_parts();
   choose_same_device();
-  open_data();
+  task_->open_data(state_);
   build_replica();
   resume_or_start();
   start_gradient_sync();
@@ -171,7 +142,8 @@ Trainer::Trainer(const TrainOptions& o, const dist::Comm& comm, std::ostream& ou
 // cannot fails the job with one line.
 void Trainer::choose_same_device() {
   comm_.on_all([&] {
-    dev_ = choose_device(o_.device, o_.precision, o_.deterministic, comm_.local_rank());
+    const std::string device = task_->cpu_only() && o_.device == "auto" ? "cpu" : o_.device;
+    dev_ = choose_device(device, o_.precision, o_.deterministic, comm_.local_rank());
   });
   // --device auto decides per rank: a rank without a visible GPU would train on the CPU in
   // fp32 while the others use the GPU, and the replicas would drift apart unnoticed.
@@ -181,116 +153,20 @@ void Trainer::choose_same_device() {
   fp16_ = dev_.device == Device::CUDA && dev_.precision == gpu::Precision::FP16;
 }
 
-// --test-data: its test split, or all of it when it holds one split only; its classes must be the
-// training data's, in the same order.
-void Trainer::open_test_data() {
-  data::DatasetSpec ts;
-  ts.kind = "auto";
-  ts.path = o_.test_data;
-  bool whole = false;
-  comm_.on_root([&] {
-    try {
-      whole = data::holds_one_split(ts);
-    } catch (const Error& e) {
-      FAIL("--test-data: ", e.message());
-    }
-  });
-  comm_.broadcast(whole);
-  ts.split = whole ? "all" : "test";
-  try {
-    test_.emplace(comm_, ts, /*distribute=*/true);
-  } catch (const dist::SharedError& e) {
-    throw dist::SharedError("--test-data: " + e.message());
-  }
-  const std::vector<std::string>& a = test_->info().class_names;
-  const std::vector<std::string>& b = train_->info().class_names;
-  if (a != b) {  // known to every rank
-    size_t k = 0;
-    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
-    throw dist::SharedError(detail::concat(
-        "--test-data: ", o_.test_data, " has ", a.size(), " classes, the training data ", b.size(),
-        k < a.size() && k < b.size() ? detail::concat("; class ", k, " is '", a[k], "' there, '", b[k], "' here")
-                                     : std::string("; the class names must be the same, in the same order")));
-  }
-}
-
-// The train split and the evaluation data (unless --eval-every 0) and their preprocessing. The
-// evaluation data is --test-data, else the data's test split, else (data of one split only) a
-// stratified validation split of --val-split held out of it, which the training side never sees.
-void Trainer::open_data() {
-  data::DatasetSpec spec;
-  spec.kind = o_.dataset;
-  spec.path = o_.data;
-  spec.synthetic.seed = o_.seed;
-  spec.split = "train";
-  bool one_split = false;
-  if (o_.test_data.empty() && o_.val_split > 0 && o_.dataset != "synthetic")
-    comm_.on_root([&] { one_split = data::holds_one_split(spec); });
-  comm_.broadcast(one_split);
-  std::optional<dist::Holdout> holdout;
-  if (one_split) holdout = dist::Holdout{o_.val_split, o_.seed, false};
-  train_.emplace(comm_, spec, o_.distribute_data, holdout);
-  if (holdout) {
-    state_.val_fraction = o_.val_split;
-    state_.val_held_out = train_->info().held_out;
-  }
-  if (!o_.test_data.empty()) {
-    state_.test_data_path = fs::absolute(o_.test_data).lexically_normal().string();
-    if (o_.eval_every > 0) open_test_data();
-  } else if (o_.eval_every > 0) {
-    spec.split = "test";
-    spec.kind = train_->info().kind;
-    if (holdout) holdout->held_out_side = true, spec.split = "train";
-    try {
-      test_.emplace(comm_, spec, /*distribute=*/true, holdout);
-    } catch (const dist::SharedError& e) {
-      throw dist::SharedError(e.message() + " (--eval-every 0 trains without a test split; --val-split F "
-                              "holds out a validation split, --test-data PATH names one)");
-    }
-  }
-  const SplitInfo& info = train_->info();
-  InputPlan input;
-  comm_.on_root([&] { input = plan_input(o_, info); });
-  input = plan_input(o_, info);  // the same on every rank now that rank 0 found no error
-  if (test_ && test_->info().class_names.size() != info.class_names.size())  // known to every rank
-    throw dist::SharedError(detail::concat("test split of ", o_.data, " has ", test_->info().class_names.size(),
-                                           " classes, the train split ", info.class_names.size()));
-  input_ = {input.channels, input.height, input.width};
-  train_tf_.emplace(input.train);
-  eval_tf_.emplace(input.eval);
-  lopt_.batch_size = int(o_.batch_size);
-  lopt_.workers = o_.workers;
-  lopt_.skip_bad = o_.skip_bad;
-  lopt_.channels = input.channels;
-}
-
-// The model replica on its device, planned for the batch, its loss, schedule and optimizer.
+// The task's model replica on the device, the schedule and the optimizer.
 void Trainer::build_replica() {
-  ModelOptions mopt;
-  mopt.num_classes = int(train_->info().class_names.size());
-  mopt.in_channels = input_.channels;
-  result_.model = build_model(o_.model, mopt, o_.seed);
+  result_.model = task_->build_model(dev_.device);
   model_ = result_.model.get();
-  comm_.on_all([&] { apply_finetune(*model_, o_); });  // before the optimizer and gradient sync
   const int64_t b = o_.batch_size;
-  model_->to(dev_.device);
-  model_->plan(Shape{b, input_.channels, input_.height, input_.width});
-  model_->set_training(true);
-  xent_.plan(b, mopt.num_classes, dev_.device);
-  aux_losses_.plan(*model_, b, xent_.label_smoothing(), dev_.device);
-  stage_ = InputStage(dev_.device, b, Shape{input_.channels, input_.height, input_.width});
-  model_->root().for_each_layer([&](Layer& l, const std::string&) {
-    if (auto* d = dynamic_cast<Dropout*>(&l)) dropouts_.push_back(d);
-  });
-  dlogits_ = Tensor::zeros(Shape{b, mopt.num_classes}, dev_.device);
+  const uint64_t N = task_->train_size();
 
   // Fewer samples than ranks: some rank would train only on copies of the others' samples,
   // which is a launch mistake (mpiexec -n too big for the data), not a plan.
-  if (o_.distribute_data && train_->info().size < uint64_t(comm_.size()))
-    throw dist::SharedError(detail::concat("-d: ", train_->info().description, ": fewer training samples than the ",
-                                           comm_.size(), " ranks; run at most ", train_->info().size,
+  if (o_.distribute_data && N < uint64_t(comm_.size()))
+    throw dist::SharedError(detail::concat("-d: ", task_->data_description(), ": fewer training samples than the ",
+                                           comm_.size(), " ranks; run at most ", N,
                                            " (mpiexec -n) or pass --distribute-data=false"));
-  plan_ = train_->plan(b);
+  plan_ = dist::epoch_plan(int64_t(N), o_.distribute_data ? comm_.size() : 1, b);
   const int64_t global_batch = b * comm_.size();
   base_lr_ = o_.scale_lr ? scale_lr(o_.learning_rate, global_batch) : o_.learning_rate;
   schedule_.emplace(parse_lr_schedule(o_.schedule_spec(), base_lr_, o_.epochs));
@@ -304,9 +180,8 @@ void Trainer::resume_or_start() {
   state_.ranks = comm_.size();
   state_.config = to_config(o_);
   if (!o_.data.empty()) state_.data_path = fs::absolute(o_.data).lexically_normal().string();
-  const data::Preprocess& eval = eval_tf_->spec();
-  state_.input = {data::geometry_name(eval.geometry), input_.channels, input_.height, input_.width,
-                  eval.resize, eval.mean, eval.stddev, train_->info().class_names};
+  if (!o_.test_data.empty()) state_.test_data_path = fs::absolute(o_.test_data).lexically_normal().string();
+  task_->record(state_);
   state_.run_started = utc_now("%Y-%m-%dT%H:%M:%SZ");
   run_dir_ = o_.save_dir;
   ResumePoint at;
@@ -316,9 +191,7 @@ void Trainer::resume_or_start() {
       if (!o_.init_weights.empty()) init_line_ = "init weights: not reloaded (the checkpoint's weights continue)";
     } else {
       // Fine-tuning starts from --init-weights; a resume continues from its checkpoint instead.
-      if (!o_.init_weights.empty())
-        init_line_ = describe(load_init_weights(*model_, o_.init_weights, o_.init_weights_partial),
-                              model_->options().num_classes);
+      if (!o_.init_weights.empty()) init_line_ = task_->load_init_weights();
       if (run_dir_.empty()) run_dir_ = "runs/" + o_.model + "-" + utc_now("%Y%m%d-%H%M%S");
       CHECK(!fs::exists(fs::path(run_dir_) / "summary.json") && !fs::exists(fs::path(run_dir_) / "checkpoints"),
             "--save-dir: ", run_dir_, " already holds a run; continue it with --resume ", run_dir_,
@@ -408,7 +281,7 @@ void Trainer::start_gradient_sync() {
   sopt.compression = dist::parse_grad_compression(o_.grad_compression, "--grad-compression");
   sopt.average = false;  // 1/K is in the loss gradient (grad_average_factor_)
   sync_.emplace(comm_, model_->params(), sopt);
-  sync_->attach(*model_);
+  if (task_->sync_during_backward()) sync_->attach(*model_);
 }
 
 // The run directory's tracker and the header lines (rank 0), and progress output.
@@ -419,7 +292,7 @@ void Trainer::open_run() {
     RunInfo ri;
     ri.run_name = fs::path(run_dir_).filename().string();
     ri.model = o_.model;
-    ri.dataset = train_->info().description;
+    ri.dataset = task_->data_description();
     ri.ranks = comm_.size();
     ri.nodes = comm_.nodes();
     ri.threads_per_rank = threads_;
@@ -447,22 +320,17 @@ void Trainer::open_run() {
 // What the configuration amounts to (RunInfo::facts): what `recommend` learns from.
 nlohmann::json Trainer::run_facts() const {
   const bool gpu = dev_.device == Device::CUDA;
-  const SplitInfo& info = train_->info();
-  return {{"cpus_per_node", int(std::thread::hardware_concurrency())},
-          {"gpus_per_node", gpu ? gpu::backend().device_count() : 0},
-          {"gpu_model", gpu ? gpu::backend().device_name() : std::string()},
-          {"workers", o_.workers},
-          {"distribute_data", o_.distribute_data},
-          {"dataset_kind", info.kind},
-          {"input_shape", {input_.channels, input_.height, input_.width}},
-          {"num_classes", info.class_names.size()},
-          {"train_samples", info.size},
-          {"test_samples", test_ ? test_->info().size : uint64_t(0)},
-          {"model_params", model_->params().num_params()},
-          {"model_macs", model_->forward_macs()},
-          {"allreduce", dist::to_string(sync_->options().algo)},
-          {"overlap", dist::to_string(sync_->options().mode)},
-          {"grad_compression", dist::to_string(sync_->options().compression)}};
+  nlohmann::json facts = {{"cpus_per_node", int(std::thread::hardware_concurrency())},
+                          {"gpus_per_node", gpu ? gpu::backend().device_count() : 0},
+                          {"gpu_model", gpu ? gpu::backend().device_name() : std::string()},
+                          {"distribute_data", o_.distribute_data},
+                          {"train_samples", task_->train_size()},
+                          {"model_params", model_->params().num_params()},
+                          {"allreduce", dist::to_string(sync_->options().algo)},
+                          {"overlap", dist::to_string(sync_->options().mode)},
+                          {"grad_compression", dist::to_string(sync_->options().compression)}};
+  facts.update(task_->facts());
+  return facts;
 }
 
 void Trainer::print_header() const {
@@ -470,14 +338,13 @@ void Trainer::print_header() const {
   const int64_t b = o_.batch_size;
   const std::string frozen_line = describe_frozen(*model_);
   out_ << "mpicnn train: " << o_.model << " (" << model_->params().num_params() << " parameters) on "
-       << train_->info().description << "\n  " << K << " rank" << (K > 1 ? "s" : "") << " on " << nodes
+       << task_->data_description() << task_->header_lines() << "\n  " << K << " rank" << (K > 1 ? "s" : "") << " on " << nodes
        << " node" << (nodes > 1 ? "s" : "") << ", " << threads_ << " thread"
        << (threads_ > 1 ? "s" : "") << " per rank; batch " << b << " per rank, " << b * K
        << " global; " << plan_.steps << " steps per epoch"
        << (plan_.padded > 0 ? " (" + std::to_string(plan_.padded) + " samples repeated to even out the ranks)" : "")
        << (state_.val_held_out > 0 ? "\n  validation: " + data::describe_holdout(state_.val_fraction, state_.val_held_out)
                                    : std::string())
-       << (o_.test_data.empty() || !test_ ? std::string() : "\n  test data: " + test_->info().description)
        << (init_line_.empty() ? std::string() : "\n  " + init_line_)
        << (frozen_line.empty() ? std::string() : "\n  " + frozen_line)
        << (K > 1 ? "\n  gradient sync: " + describe_sync(*sync_) : std::string())

@@ -43,6 +43,8 @@ struct TrainResult {
   int stop_signal = 0;
   double train_loss = NAN;       // mean over the last epoch's samples, over all ranks
   double test_loss = NAN, top1 = NAN, top5 = NAN;  // the last evaluation; NaN if none
+  std::vector<std::pair<std::string, double>> metrics;  // the last evaluation's own figures (mAP)
+  std::string result;                                   // "test top-1 91.10%"; empty if none
   double train_seconds = 0;      // step loops of this process's epochs, without evaluation
   double images_per_s = 0;       // training images over all ranks per train_seconds
   double comm_share = 0;         // share of step time blocked on gradient communication
@@ -55,16 +57,6 @@ struct TrainResult {
 // job (Comm::fail_job).
 TrainResult run_training(const TrainOptions& options, const dist::Comm& comm, std::ostream& out,
                          const TrainHooks& hooks = {});
-
-// Pieces of a run the detection trainer (detect/trainer.h) shares: the optimizer --optimizer
-// names over `store`, and everything rank 0 holds (weights, buffers, optimizer state) made
-// equal on all ranks (collective).
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& store, double lr);
-void replicate_from_root(const dist::Comm& comm, Model& model, Optimizer& opt);
-// The current UTC time in strftime's `format` (run names, run_started).
-std::string utc_now(const char* format);
-// The hosts of the job's ranks, each once, in rank order (collective).
-std::vector<std::string> job_hosts(const dist::Comm& comm);
 
 // The options a resume continues with: the checkpoint's recorded configuration, overridden by
 // whatever `args` (the command line after the program name, holding --resume) set

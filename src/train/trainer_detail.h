@@ -1,6 +1,7 @@
-// The Trainer behind run_training (trainer.h), shared by trainer.cpp (the setup: device, data,
-// model replica, optimizer, resume, run directory) and step.cpp (epochs, the step, evaluation,
-// checkpoints, the end of a run). Internal to src/train: nothing else includes it.
+// The Trainer behind run_training (trainer.h), shared by trainer.cpp (the setup: device, the
+// task's data and model replica, optimizer, resume, run directory) and step.cpp (epochs, the
+// step, evaluation, checkpoints, the end of a run). What the run learns is its TrainTask's
+// (task.h). Internal to src/train: nothing else includes it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,24 +14,17 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "core/timer.h"
-#include "data/loader.h"
-#include "data/transform.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
-#include "dist/split_data.h"
+#include "dist/shard.h"
 #include "io/checkpoint.h"
 #include "io/progress.h"
 #include "io/tracking.h"
-#include "layers/softmax_xent.h"
-#include "models/aux_loss.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/fp16_scaler.h"
+#include "train/task.h"
 #include "train/trainer.h"
-
-namespace mpicnn {
-class Dropout;
-}  // namespace mpicnn
 
 namespace mpicnn::train {
 
@@ -41,22 +35,18 @@ struct ResumePoint {
   FP16LossScaler::State scaler;
 };
 
-// What the ranks add up after every step.
+// What the ranks add up after every step (one allreduce).
 struct StepTotals {
-  using reduce_as = double;  // Comm::allreduce_sum adds it member by member
-  double loss_sum = 0;       // loss x samples
+  double loss_sum = 0;             // loss x samples
   double samples = 0;
-  double stop_votes = 0;     // ranks asked to stop (a signal)
-};
-
-// The model's input (C, H, W).
-struct InputSize {
-  int channels = 3, height = 0, width = 0;
+  double stop_votes = 0;           // ranks asked to stop (a signal)
+  std::vector<double> part_sums;   // each part of the loss x samples (TrainTask::loss_parts)
 };
 
 // The current epoch's training, over all ranks, for its log line.
 struct EpochTotals {
   double seconds = 0, loss_sum = 0, samples = 0;
+  std::vector<double> part_sums;
   double loader_wait = 0;  // this rank's seconds waiting for batches
 };
 
@@ -78,8 +68,6 @@ class Trainer {
 
  private:
   void choose_same_device();
-  void open_data();
-  void open_test_data();
   void build_replica();
   void resume_or_start();
   ResumePoint load_resume_point();
@@ -89,8 +77,7 @@ class Trainer {
   nlohmann::json run_facts() const;
   void print_header() const;
 
-  double train_step(const data::Batch& batch);
-  void seed_dropout();
+  StepTotals train_step();
   void advance(int batch_size);
   void log_step(int64_t step, const StepTotals& totals, double seconds);
   void check_replicas_in_sync() const;
@@ -107,18 +94,10 @@ class Trainer {
   DeviceChoice dev_;
   bool fp16_ = false;
 
-  std::optional<dist::SplitData> train_, test_;
-  InputSize input_;
-  std::optional<data::Transform> train_tf_, eval_tf_;
-  data::LoaderOptions lopt_;
-
+  std::unique_ptr<TrainTask> task_;
+  std::vector<LossPart> loss_parts_;
   TrainResult result_;  // result_.model is this rank's replica
   Model* model_ = nullptr;
-  SoftmaxCrossEntropy xent_;
-  AuxLosses aux_losses_;  // the auxiliary heads' share of the loss (Inception v3, GoogLeNet)
-  InputStage stage_;
-  std::vector<Dropout*> dropouts_;
-  Tensor dlogits_;  // (b, classes)
   dist::EpochPlan plan_;
   double base_lr_ = 0;
   std::optional<LrSchedule> schedule_;
