@@ -12,6 +12,8 @@
 #include "data/detection.h"
 #include "detect/evaluate.h"
 #include "detect/faster_rcnn.h"
+#include "io/safetensors.h"
+#include "io/trainer_record.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -252,6 +254,48 @@ TEST_CASE("pipeline eval detection: without -d the run's test split; COCO JSON g
   check_csv(dir / "coco/predictions.csv", test, want);
   CHECK(json::parse(slurp(dir / "coco/report.json"))["map50"] ==
         json::parse(slurp(dir / "out/report.json"))["map50"]);
+}
+
+// The run's trainer.json records the detector it built (format version 3), and evaluation
+// builds it from that record; a version-2 checkpoint, which recorded only the flags (and the
+// sizes in the input record), still evaluates to the same boxes.
+TEST_CASE("pipeline eval detection: the detector from the checkpoint's record; a version-2 checkpoint still evaluates") {
+  Fixture& fx = fixture();
+  TempDir dir;
+  const json rec = json::parse(slurp(fx.run + "/latest/trainer.json"));
+  CHECK(rec["format_version"] == 3);
+  const detect::FasterRcnnOptions built = detect::options_from_record(rec["model_options"], "trainer.json");
+  CHECK(built.transform.min_size == kMin);
+  CHECK(built.transform.max_size == kMax);
+  CHECK(built.num_classes == int(kClasses.size()) + 1);
+  CHECK(built.trainable_layers == 5);
+  CHECK_FALSE(built.frozen_batchnorm);  // from random weights: ordinary BatchNorm
+  CHECK(rec["input"]["height"] == 0);   // the detector resizes: no input size of its own
+
+  const data::DetectionSet test = data::read_voc_folder(fx.shapes + "/test", kClasses);
+  const std::vector<detect::Detections> want = reference(test);
+  const std::string old_ck = dir / "v2";
+  fs::copy(fx.run + "/latest/", old_ck, fs::copy_options::recursive);
+  json v2 = json::parse(slurp(old_ck + "/trainer.json"));
+  v2.erase("model_options");
+  v2.erase("crc32");
+  v2["format_version"] = 2;
+  v2["input"]["height"] = kMin, v2["input"]["width"] = kMax;  // as version 2 wrote them
+  v2["crc32"] = crc32_hex(trainer_record::own_crc(v2));
+  std::ofstream(old_ck + "/trainer.json") << v2.dump(2);
+  const auto r = run_mpi(1, "pipeline_eval", {"-c", old_ck, "-d", fx.shapes + "/test", "-b", "2", "--threads", "1",
+                                              "-o", dir / "out"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  check_csv(dir / "out/predictions.csv", test, want);
+
+  // A record that is no detector's is one line naming the file.
+  v2["format_version"] = 3;
+  v2["model_options"] = {{"body", "resnet18"}};
+  v2.erase("crc32");
+  v2["crc32"] = crc32_hex(trainer_record::own_crc(v2));
+  std::ofstream(old_ck + "/trainer.json") << v2.dump(2);
+  testing::expect_cli_error("pipeline_eval", {"-c", old_ck, "-d", fx.shapes + "/test", "-o", dir / "bad"},
+                            "trainer.json: model_options: not a Faster R-CNN record");
 }
 
 TEST_CASE("pipeline eval detection: other classes and classifier flags are one line") {

@@ -9,11 +9,31 @@
 
 namespace mpicnn::detect {
 
+std::vector<Detections> predict_batch(Model& model, const Tensor& images, const std::vector<Size2>& resized,
+                                      const std::vector<Size2>& original, int64_t plan_batch) {
+  const int64_t n = images.size(0);
+  CHECK(int64_t(resized.size()) == n && int64_t(original.size()) == n, "predict: ", n, " images with ",
+        resized.size(), " sizes");
+  FasterRcnnNet& net = faster_rcnn_net(model);
+  model.set_training(false);
+  const Shape& planned = model.planned_input();
+  if (planned.ndim != 4 || planned[0] < n || planned[2] != images.size(2) || planned[3] != images.size(3))
+    model.plan({std::max(plan_batch, n), 3, images.size(2), images.size(3)});
+  net.set_batch(resized);
+  model.forward(images);
+  std::vector<Detections> out;
+  for (size_t i = 0; i < size_t(n); ++i) {
+    Detections d = net.detections()[i];
+    resize_boxes(d.boxes.data(), int64_t(d.scores.size()), resized[i], original[i]);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 std::vector<Detections> predict(Model& model, const data::DetectionSet& set,
                                 const std::vector<int64_t>& indices, int batch,
                                 const ResizeOptions& o) {
   CHECK(batch >= 1, "predict: batch must be >= 1, got ", batch);
-  FasterRcnnNet& net = faster_rcnn_net(model);
   std::vector<Detections> out;
   DetectionBatch b;
   model.set_training(false);
@@ -21,17 +41,7 @@ std::vector<Detections> predict(Model& model, const data::DetectionSet& set,
     const size_t last = std::min(indices.size(), first + size_t(batch));
     const std::vector<int64_t> part(indices.begin() + int64_t(first), indices.begin() + int64_t(last));
     make_detection_batch(b, set, part, {}, o);
-    const Shape& planned = model.planned_input();
-    if (planned.ndim != 4 || planned[0] < b.images.size(0) || planned[2] != b.images.size(2) ||
-        planned[3] != b.images.size(3))
-      model.plan({std::max<int64_t>(batch, b.images.size(0)), 3, b.images.size(2), b.images.size(3)});
-    net.set_batch(b.resized);
-    model.forward(b.images);
-    for (size_t i = 0; i < part.size(); ++i) {
-      Detections d = net.detections()[i];
-      resize_boxes(d.boxes.data(), int64_t(d.scores.size()), b.resized[i], b.original[i]);
-      out.push_back(std::move(d));
-    }
+    for (Detections& d : predict_batch(model, b.images, b.resized, b.original, batch)) out.push_back(std::move(d));
   }
   return out;
 }

@@ -13,6 +13,14 @@
 
 namespace mpicnn::detect {
 
+// One padded batch of images (n, 3, PH, PW) through the detector `model` in eval mode, each
+// image's boxes scaled back to its original size (torchvision's postprocess). The model is
+// re-planned, for max(plan_batch, n) images, when the padded size differs from the planned one
+// or n exceeds it: every caller (training's evaluation, ./pipeline_eval) predicts by this rule,
+// so the same batches give the same bits.
+std::vector<Detections> predict_batch(Model& model, const Tensor& images, const std::vector<Size2>& resized,
+                                      const std::vector<Size2>& original, int64_t plan_batch);
+
 // The detector `model` (make_faster_rcnn) in eval mode on set.samples[indices], `batch` images
 // at a time, each batch padded as GeneralizedRCNNTransform does; boxes scaled back to the
 // original images (torchvision's postprocess). The model is re-planned when a batch's padded

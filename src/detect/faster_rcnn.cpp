@@ -154,6 +154,49 @@ void FasterRcnnNet::backward(Tensor& /*din*/, const Tensor& dout) {
   backbone_.backward(none, dfeat);
 }
 
+// The record's layout: one object per options struct, every field by its own name.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ResizeOptions, min_size, max_size, size_divisible, mean, std)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RpnOptions, pre_nms_top_n_train, pre_nms_top_n_test, post_nms_top_n_train,
+                                   post_nms_top_n_test, nms_thresh, fg_iou_thresh, bg_iou_thresh,
+                                   batch_size_per_image, positive_fraction, score_thresh, min_size)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RoiHeadsOptions, fg_iou_thresh, bg_iou_thresh, batch_size_per_image,
+                                   positive_fraction, score_thresh, nms_thresh, detections_per_img,
+                                   sampling_ratio, canonical_scale)
+
+nlohmann::json options_record(const FasterRcnnOptions& o) {
+  return {{"body", o.body},
+          {"num_classes", o.num_classes},
+          {"trainable_layers", o.trainable_layers},
+          {"frozen_batchnorm", o.frozen_batchnorm},
+          {"fpn_channels", o.fpn_channels},
+          {"representation_size", o.representation_size},
+          {"transform", o.transform},
+          {"rpn", o.rpn},
+          {"roi", o.roi}};
+}
+
+FasterRcnnOptions options_from_record(const nlohmann::json& j, const std::string& where) {
+  FasterRcnnOptions o;
+  try {
+    j.at("body").get_to(o.body);
+    j.at("num_classes").get_to(o.num_classes);
+    j.at("trainable_layers").get_to(o.trainable_layers);
+    j.at("frozen_batchnorm").get_to(o.frozen_batchnorm);
+    j.at("fpn_channels").get_to(o.fpn_channels);
+    j.at("representation_size").get_to(o.representation_size);
+    j.at("transform").get_to(o.transform);
+    j.at("rpn").get_to(o.rpn);
+    j.at("roi").get_to(o.roi);
+  } catch (const nlohmann::json::exception& e) {
+    FAIL(where, ": not a Faster R-CNN record (", e.what(), ")");
+  }
+  CHECK(o.num_classes >= 2 && o.trainable_layers >= 0 && o.trainable_layers <= 5 &&
+            o.transform.min_size >= 1 && o.transform.max_size >= o.transform.min_size,
+        where, ": an impossible detector (", o.num_classes, " classes, trainable layers ",
+        o.trainable_layers, ", sizes ", o.transform.min_size, "...", o.transform.max_size, ")");
+  return o;
+}
+
 const std::vector<std::string>& detection_model_names() {
   static const std::vector<std::string> names = {
       "fasterrcnn_resnet18_fpn", "fasterrcnn_resnet34_fpn", "fasterrcnn_resnet50_fpn"};

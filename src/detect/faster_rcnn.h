@@ -8,6 +8,7 @@
 // backward's dout weights them. In eval mode forward leaves detections() per image.
 #pragma once
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,12 @@ class FasterRcnnNet : public Module {
   // Backward buffers: the RPN head's output gradients and each level's feature gradient.
   std::vector<Tensor> dobj_, ddeltas_, dlevels_;
 };
+
+// The options a detector was built with, as its checkpoint records them (trainer.json's
+// "model_options") and evaluation rebuilds it from: every field but the training sample rule.
+nlohmann::json options_record(const FasterRcnnOptions& o);
+// The record read back; a missing or mistyped field is one line naming `where` and the field.
+FasterRcnnOptions options_from_record(const nlohmann::json& record, const std::string& where);
 
 // The detectors make_faster_rcnn builds: fasterrcnn_<resnet>_fpn for resnet18, 34 and 50.
 const std::vector<std::string>& detection_model_names();

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "data/image.h"
+#include "detect/evaluate.h"
 #include "detect/faster_rcnn.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -17,6 +18,12 @@ namespace mpicnn::eval {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The detector of a checkpoint from before version 3, which recorded only the flags that built
+// it: rebuilt by the rule ./train had then (FrozenBatchNorm2d over --init-weights; earlier still,
+// frozen whenever fewer than 5 stages trained), torchvision's defaults for the rest.
+detect::FasterRcnnOptions detector_from_flags(const TrainerState& st, const std::string& record,
+                                              int num_classes);
 
 int config_int(const TrainerState& st, const std::string& key, const std::string& record) {
   const auto it = st.config.find(key);
@@ -75,6 +82,20 @@ std::vector<std::string> run_classes(const TrainerState& st, const CheckpointPat
                   "--checkpoint: the run's training data", text).classes;
 }
 
+detect::FasterRcnnOptions detector_from_flags(const TrainerState& st, const std::string& record,
+                                              int num_classes) {
+  detect::FasterRcnnOptions fo;
+  fo.num_classes = num_classes;
+  fo.transform.min_size = config_int(st, "min-size", record);
+  fo.transform.max_size = config_int(st, "max-size", record);
+  fo.trainable_layers = config_int(st, "trainable-layers", record);
+  if (st.config.count("rpn-post-nms-top-n-test"))  // runs from before it was an option: the default
+    fo.rpn.post_nms_top_n_test = config_int(st, "rpn-post-nms-top-n-test", record);
+  const bool init_weights = st.config.count("init-weights") && !st.config.at("init-weights").empty();
+  fo.frozen_batchnorm = init_weights || fo.trainable_layers < 5;
+  return fo;
+}
+
 }  // namespace
 
 bool is_detection_checkpoint(const EvalOptions& o) {
@@ -114,12 +135,6 @@ EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std:
   p.weights_file = ck.model;
   p.weights = ck.dir;
   p.batch_size = o.batch_size;
-  p.min_size = config_int(st, "min-size", ck.trainer);
-  p.max_size = config_int(st, "max-size", ck.trainer);
-  p.trainable_layers = config_int(st, "trainable-layers", ck.trainer);
-  if (st.config.count("rpn-post-nms-top-n-test"))  // runs from before it was an option: 1000
-    p.rpn_post_nms_top_n_test = config_int(st, "rpn-post-nms-top-n-test", ck.trainer);
-  p.init_weights = st.config.count("init-weights") && !st.config.at("init-weights").empty();
 
   std::string path = o.data;
   data_note.clear();
@@ -133,6 +148,12 @@ EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std:
   std::string text;
   p.class_names = run_classes(st, ck);
   p.num_classes = int(p.class_names.size()) + 1;  // with the background
+  const detect::FasterRcnnOptions built =
+      st.model_options.is_null() ? detector_from_flags(st, ck.trainer, p.num_classes)
+                                 : detect::options_from_record(st.model_options, ck.trainer + ": model_options");
+  CHECK(built.num_classes == p.num_classes, "--checkpoint: ", ck.trainer, " records a detector of ",
+        built.num_classes, " classes for ", p.class_names.size(), " class names and the background");
+  p.detector = detect::options_record(built);
   set = open_set(path, p.class_names, o.skip_bad, "-d/--data", text);
   p.dataset = text;
   const size_t n = set.samples.size();
@@ -145,10 +166,7 @@ EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std:
 }
 
 detect::ResizeOptions resize_options(const EvalPlan& plan) {
-  detect::ResizeOptions r;
-  r.min_size = plan.min_size;
-  r.max_size = plan.max_size;
-  return r;
+  return detect::options_from_record(plan.detector, "plan").transform;
 }
 
 RawSample read_detection_sample(const data::DetectionSet& set, uint64_t i) {
@@ -213,18 +231,10 @@ DetectionInputBatch batch_detection_windows(const std::vector<DetectionWindow>& 
   return b;
 }
 
-DetectionPredictor::DetectionPredictor(const EvalPlan& plan)
-    : batch_size_(plan.batch_size), min_size_(plan.min_size) {
+DetectionPredictor::DetectionPredictor(const EvalPlan& plan) : batch_size_(plan.batch_size) {
   CHECK(plan.task == Task::Detection, "DetectionPredictor: the plan is for task ", task_name(plan.task));
-  detect::FasterRcnnOptions fo;
-  fo.num_classes = plan.num_classes;
-  fo.trainable_layers = plan.trainable_layers;
-  fo.rpn.post_nms_top_n_test = plan.rpn_post_nms_top_n_test;
-  fo.transform = resize_options(plan);
-  // The body's BatchNorm as the run had it (./train: FrozenBatchNorm2d over --init-weights,
-  // ordinary BatchNorm from random weights; runs from before that rule froze it always and
-  // trained fewer than 5 stages). The two differ in eval only in the last bits.
-  fo.frozen_batchnorm = plan.init_weights || plan.trainable_layers < 5;
+  const detect::FasterRcnnOptions fo = detect::options_from_record(plan.detector, "plan");
+  min_size_ = fo.transform.min_size;
   model_ = detect::make_faster_rcnn(plan.model, fo, 0, false);
   model_->load_state_dict(plan.weights_file);
   model_->set_training(false);
@@ -237,25 +247,18 @@ std::vector<ImageDetections> DetectionPredictor::predict(const DetectionInputBat
   CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " images (batch size ", batch_size_, ")");
   CHECK(b.pixels.size() == size_t(n * 3 * b.height * b.width), "predict: batch holds ", b.pixels.size(),
         " floats for ", n, " images of 3x", b.height, "x", b.width);
-  Model& model = *model_;
-  detect::FasterRcnnNet& net = detect::faster_rcnn_net(model);
-  // detect::predict's rule: plan for the batch size and this padded size when it changes.
-  const Shape& planned = model.planned_input();
-  if (planned.ndim != 4 || planned[0] < n || planned[2] != b.height || planned[3] != b.width)
-    model.plan({std::max<int64_t>(batch_size_, n), 3, b.height, b.width});
-  net.set_batch(b.resized);
-  model.forward(Tensor::view(const_cast<float*>(b.pixels.data()), Shape{n, 3, b.height, b.width}));
+  std::vector<detect::Detections> dets = detect::predict_batch(
+      *model_, Tensor::view(const_cast<float*>(b.pixels.data()), Shape{n, 3, b.height, b.width}), b.resized,
+      b.original, batch_size_);
   std::vector<ImageDetections> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const detect::Detections& d = net.detections()[size_t(i)];
-    ImageDetections& r = out[size_t(i)];
-    r.index = b.indices[size_t(i)];
-    r.height = b.original[size_t(i)].h;
-    r.width = b.original[size_t(i)].w;
-    r.boxes = d.boxes;
-    r.labels = d.labels;
-    r.scores = d.scores;
-    detect::resize_boxes(r.boxes.data(), int64_t(r.scores.size()), b.resized[size_t(i)], b.original[size_t(i)]);
+  for (size_t i = 0; i < size_t(n); ++i) {
+    ImageDetections& r = out[i];
+    r.index = b.indices[i];
+    r.height = b.original[i].h;
+    r.width = b.original[i].w;
+    r.boxes = std::move(dets[i].boxes);
+    r.labels = std::move(dets[i].labels);
+    r.scores = std::move(dets[i].scores);
   }
   return out;
 }

@@ -82,7 +82,7 @@ class DetectionPredictor {
  private:
   std::unique_ptr<Model> model_;
   int64_t batch_size_;
-  int min_size_;
+  int min_size_ = 0;  // the detector's transform's
 };
 
 }  // namespace mpicnn::eval

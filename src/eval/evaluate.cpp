@@ -183,7 +183,8 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
     for (uint64_t i = 0; i < plan.count; ++i) rep.sources.push_back(boxes.samples[size_t(i)].image);
     rep.detections = std::move(run.detections);
     rep.map = score_detections(boxes, rep.detections);
-    rep.resize = "min-size " + std::to_string(plan.min_size) + ", max-size " + std::to_string(plan.max_size) +
+    const detect::ResizeOptions resize = resize_options(plan);
+    rep.resize = "min-size " + std::to_string(resize.min_size) + ", max-size " + std::to_string(resize.max_size) +
                  " (the run's), padded to a multiple of 32";
     if (o.compare) {
       rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->detections.size()) / seq->wall_s : 0;

@@ -202,8 +202,7 @@ std::string plan_to_json(const EvalPlan& p) {
               {"count", p.count},
               {"raw", {p.raw_channels, p.raw_height, p.raw_width}},
               {"batch_size", p.batch_size},
-              {"detector", {p.min_size, p.max_size, p.trainable_layers, int(p.init_weights),
-                            p.rpn_post_nms_top_n_test}}}
+              {"detector", p.detector}}
       .dump();
 }
 
@@ -231,11 +230,7 @@ EvalPlan plan_from_json(const std::string& text) {
   p.raw_height = j["raw"][1];
   p.raw_width = j["raw"][2];
   p.batch_size = j["batch_size"];
-  p.min_size = j["detector"][0];
-  p.max_size = j["detector"][1];
-  p.trainable_layers = j["detector"][2];
-  p.init_weights = j["detector"][3].get<int>() != 0;
-  p.rpn_post_nms_top_n_test = j["detector"][4];
+  p.detector = j["detector"];
   return p;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,10 @@ struct EvalPlan {
   // Fixed-size datasets (IDX, CIFAR, synthetic) store raw (H, W, C) pixels; 0 = encoded files.
   int raw_channels = 0, raw_height = 0, raw_width = 0;
   int64_t batch_size = 32;
-  // Detection: the detector's transform as the run trained it (--min-size, --max-size) and its
-  // --trainable-layers (which only decides what is frozen, so nothing here, but the model is
-  // built as the run built it). class_names then exclude the background; num_classes counts it.
-  int min_size = 0, max_size = 0, trainable_layers = 3;
-  bool init_weights = false;  // the run started from --init-weights (decides FrozenBatchNorm2d)
-  int rpn_post_nms_top_n_test = 1000;  // proposals per image (the run's, torchvision's default)
+  // Detection: the detector as the run built it (detect::options_record: its transform, RPN
+  // and RoI settings, frozen BatchNorm). class_names then exclude the background; num_classes
+  // counts it.
+  nlohmann::json detector;
 };
 
 // The split --split auto picks for a dataset kind and path: "test", or "all" for an image folder

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,8 +18,10 @@ class Optimizer;
 
 // Bumped when trainer.json or the file set changes meaning; load refuses other versions.
 // Version 2 adds trainer.json's own CRC-32 (field "crc32", over the rest of the file) and
-// requires it; version 1 checkpoints (no such field) still load.
-inline constexpr int kCheckpointFormatVersion = 2;
+// requires it; version 1 checkpoints (no such field) still load. Version 3 adds the built
+// model's options ("model_options", a detector's) and lets the input record leave the input
+// size to the model (0 x 0: a detector resizes its images itself).
+inline constexpr int kCheckpointFormatVersion = 3;
 inline constexpr int kOldestCheckpointFormatVersion = 1;
 
 // How the model's inputs are prepared for evaluation (the trainer's eval preprocessing and the
@@ -27,7 +30,7 @@ inline constexpr int kOldestCheckpointFormatVersion = 1;
 // the checkpoint does not record it.
 struct InputRecord {
   std::string geometry;
-  int channels = 0, height = 0, width = 0, resize = 0;
+  int channels = 0, height = 0, width = 0, resize = 0;  // height = width = 0: the model's own
   std::vector<float> mean, stddev;
   std::vector<std::string> class_names;
 };
@@ -55,6 +58,10 @@ struct TrainerState {
   std::string test_data_path;
   std::string run_started;  // ISO 8601 UTC, when the run (not this process) started
   InputRecord input;        // optional (older checkpoints lack it)
+  // The options the model was built with beyond its name and class count, as the model's
+  // family records them (detect::options_record); null when the name says it all (classifiers)
+  // and in checkpoints before version 3.
+  nlohmann::json model_options;
   // fp16 dynamic loss scaling (optional; absent, loss_scale = 0, outside fp16 runs): the
   // scale, the clean steps since it last changed and the steps skipped so far.
   double loss_scale = 0;

@@ -108,6 +108,7 @@ json to_json(const TrainerState& s) {
                   {"width", in.width},       {"resize", in.resize},     {"mean", in.mean},
                   {"std", in.stddev},        {"classes", in.class_names}};
   }
+  if (!s.model_options.is_null()) j["model_options"] = s.model_options;
   if (s.loss_scale > 0)
     j["loss_scale"] = {{"scale", s.loss_scale},
                        {"clean_steps", s.scale_clean_steps},
@@ -188,10 +189,14 @@ std::pair<TrainerState, json> parse(const std::string& path) {
     r.mean = field<std::vector<float>>(in, "mean", where);
     r.stddev = field<std::vector<float>>(in, "std", where);
     r.class_names = field<std::vector<std::string>>(in, "classes", where);
-    CHECK(!r.geometry.empty() && r.channels > 0 && r.height > 0 && r.width > 0 && r.resize >= 0 &&
-              !r.class_names.empty(),
+    CHECK(!r.geometry.empty() && r.channels > 0 && r.height >= 0 && r.width >= 0 &&
+              (r.height > 0) == (r.width > 0) && r.resize >= 0 && !r.class_names.empty(),
           path, ": field 'input' holds an impossible input (", r.channels, "x", r.height, "x", r.width,
           ", ", r.class_names.size(), " classes)");
+  }
+  if (j.contains("model_options")) {
+    s.model_options = field<json>(j, "model_options", path);
+    CHECK(s.model_options.is_object(), path, ": field 'model_options' is not an object");
   }
   if (j.contains("loss_scale")) {
     const json ls = field<json>(j, "loss_scale", path);

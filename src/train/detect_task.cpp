@@ -64,11 +64,11 @@ class DetectionTask final : public TrainTask {
   std::unique_ptr<Model> build_model(Device device) override;
   std::string load_init_weights() override;
   void record(TrainerState& state) const override {
-    // The detector's transform (shorter side min-size, longer at most max-size, torchvision's
-    // normalisation) and the class names ./pipeline_eval labels boxes with.
+    // The detector as built (its transform resizes the images: no input size here) and the
+    // class names ./pipeline_eval labels boxes with.
     const detect::ResizeOptions& t = options_.transform;
-    state.input = {"detection", 3, t.min_size, t.max_size, 0, {t.mean, t.mean + 3}, {t.std, t.std + 3},
-                   train_.classes};
+    state.input = {"detection", 3, 0, 0, 0, {t.mean, t.mean + 3}, {t.std, t.std + 3}, train_.classes};
+    state.model_options = detect::options_record(options_);
   }
   bool sync_during_backward() const override { return false; }
 

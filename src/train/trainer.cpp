@@ -235,6 +235,10 @@ ResumePoint Trainer::load_resume_point() {
         "); a resumed run keeps its validation split");
   CHECK(saved.epoch < o_.epochs || (saved.epoch == o_.epochs && saved.step_in_epoch == 0),
         "--resume: ", ck.dir, " is past --epochs ", o_.epochs);
+  // The model the options build must be the one the run trained (a detector's settings).
+  CHECK(saved.model_options.is_null() || saved.model_options == state_.model_options, "--resume: ",
+        ck.trainer, " records the model ", saved.model_options.dump(), ", these options build ",
+        state_.model_options.dump());
   if (saved.step_in_epoch > 0) check_mid_epoch_layout(saved, ck.dir);
   if (run_dir_.empty()) {
     CHECK(!ck.run_dir.empty(), "--resume: ", ck.dir,
