@@ -1,6 +1,7 @@
 // Tests of the shared option machinery (src/core/cli.*) on a small made-up program: tokenising
 // (-xy multi-letter short names, "--name=", no prefix guessing, stray words), the converters'
-// one-line errors, number formatting that reads back, and the help layout. The apps' own tables
+// one-line errors, number formatting that reads back, the help layout, and table rows (binding,
+// value text, refusal by task and value). The apps' own tables
 // are tested in test_train_options.cpp and test_eval_options.cpp.
 #include <string>
 #include <vector>
@@ -100,4 +101,73 @@ TEST_CASE("cli: formatting reads back, help layout") {
   CHECK(help.find("[default") == help.rfind("[default"));  // an empty default is not shown
   CHECK(mpicnn::testing::longest_line(help) <= 100);
   CHECK(help.find("\n" + column + "line by the formatter") != std::string::npos);  // wrapped
+}
+
+namespace {
+
+struct DemoOptions {
+  int count = 1;
+  double rate = 0.5;
+  std::string device = "auto";
+  std::vector<std::string> names;
+  mpicnn::Task task = mpicnn::Task::Classify;
+};
+
+}  // namespace
+
+TEST_CASE("cli: table rows bind a field, write it back and refuse by task and value") {
+  using mpicnn::Task;
+  using cli::Tasks;
+  const cli::Flag<DemoOptions> count{{"count", "n", "N", cli::Kind::Value, "how many"},
+                                     cli::bind_to(&DemoOptions::count, cli::int32_from(1)),
+                                     Tasks::classify, {"3"}};
+  // A converter may read the options parsed so far.
+  const cli::Flag<DemoOptions> rate{
+      {"rate", "", "R", cli::Kind::Value, "step size"},
+      cli::bind_to(&DemoOptions::rate,
+                   [](const cli::Given& g, const DemoOptions& o) {
+                     return cli::to_double(g, [](double) { return true; }, "") * o.count;
+                   }),
+      Tasks::both, {"0.25"}};
+  // A row shared by programs, bound to this one's field.
+  cli::Shared<std::string> shared{{"device", "", "NAME", cli::Kind::Value, "where"}, {}};
+  shared.convert = cli::choice({"auto", "cpu", "cuda"});
+  const cli::Flag<DemoOptions> device{shared, &DemoOptions::device, Tasks::both, {"cpu"},
+                                      {Task::Detection, {"cuda"}}};
+  DemoOptions o;
+  count.value.parse(o, {"4", "-n/--count"});
+  rate.value.parse(o, {"0.25", "--rate"});
+  CHECK(o.count == 4);
+  CHECK(o.rate == 1.0);
+  CHECK(count.value.text(o) == "4");
+  CHECK(rate.value.text(o) == "1");
+  CHECK_FALSE(count.value.same(o, DemoOptions{}));
+  CHECK(device.value.same(o, DemoOptions{}));
+  expect_error([&] { count.value.parse(o, {"0", "-n/--count"}); },
+               "-n/--count: '0' is not an integer >= 1");
+  CHECK(cli::option_defs(std::vector<cli::Flag<DemoOptions>>{count, device})[1].name ==
+        std::string("device"));
+
+  // A task that does not take a flag refuses every value but the default; one that takes it
+  // refuses only the values its refusal lists.
+  CHECK(cli::takes(Tasks::both, Task::Detection));
+  CHECK_FALSE(cli::takes(Tasks::classify, Task::Detection));
+  CHECK(count.refuses(o, Task::Detection));
+  CHECK_FALSE(count.refuses(DemoOptions{}, Task::Detection));
+  CHECK_FALSE(count.refuses(o, Task::Classify));
+  DemoOptions gpu;
+  device.value.parse(gpu, {"cuda", "--device"});
+  CHECK(device.refuses(gpu, Task::Detection));
+  CHECK_FALSE(device.refuses(gpu, Task::Classify));
+  CHECK_FALSE(device.refuses(DemoOptions{}, Task::Detection));
+  CHECK(device.sample(Task::Detection) == "cpu");
+
+  // value_text: what the command line takes back.
+  CHECK(cli::value_text(true) == "true");
+  CHECK(cli::value_text(int64_t(-3)) == "-3");
+  CHECK(cli::value_text(uint64_t(18446744073709551615ull)) == "18446744073709551615");
+  CHECK(cli::value_text(0.1) == "0.1");
+  CHECK(cli::value_text(std::vector<float>{0.5f, 0.25f}) == "0.5,0.25");
+  CHECK(cli::value_text(std::vector<std::string>{"conv1", "bn1"}) == "conv1,bn1");
+  CHECK(cli::value_text(Task::Detection) == "detection");
 }

@@ -1,13 +1,18 @@
 // Tests of ./train's option parsing (src/train/options.*): defaults, every flag in its long and
 // short forms, -lr, config files and their precedence, the to_config round trip, one test per
-// kind of error (checked by message text), and the help text. No training here.
+// kind of error (checked by message text), every row of the flag table under every task, and the
+// help text. No training here.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/check.h"
+#include "core/cli.h"
+#include "core/common_flags.h"
 #include "core/gpu.h"
 #include "data/dataset.h"
 #include "models/registry.h"
@@ -15,8 +20,11 @@
 #include "testing.h"
 
 namespace fs = std::filesystem;
+using mpicnn::Task;
 using mpicnn::testing::expect_error;
+using mpicnn::train::Flag;
 using mpicnn::train::parse_train_options;
+using mpicnn::train::train_flags;
 using mpicnn::train::to_config;
 using mpicnn::train::TrainOptions;
 
@@ -454,16 +462,7 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
                      "--augment: detection supports none or flip");
   expect_parse_error({"--task", "detection", "-d", "x", "--freeze-bn"},
                      "--freeze-bn: not supported with --task detection yet");
-  // The classifier's loop options the detection trainer has no use for (issue 40: they were
-  // silently ignored): refused until the one Trainer runs both tasks.
-  for (const std::vector<std::string>& flag :
-       std::vector<std::vector<std::string>>{{"--scale-lr"}, {"--distribute-data", "0"},
-                                             {"--check-sync", "10"}, {"--workers", "4"},
-                                             {"--val-split", "0.2"}}) {
-    std::vector<std::string> args{"--task", "detection", "-d", "x"};
-    args.insert(args.end(), flag.begin(), flag.end());
-    expect_parse_error(args, flag[0] + ": not supported with --task detection yet");
-  }
+  // Every other flag a task does not take: "train options: every row of the flag table".
   expect_parse_error({"--task", "detection", "-d", "x", "--dataset", "csv"},
                      "--dataset: --task detection reads Pascal VOC folders (voc) or COCO JSON (coco), not csv");
   expect_parse_error({"--min-size", "300"}, "--min-size: only with --task detection");
@@ -471,6 +470,107 @@ TEST_CASE("train options: --task detection, its defaults, sizes and errors") {
   expect_parse_error({"--task", "detection", "-d", "x", "--rpn-post-nms-top-n-test", "0"},
                      "--rpn-post-nms-top-n-test");
   expect_parse_error({"-d", "x", "--dataset", "voc"}, "--dataset: voc needs --task detection");
+}
+
+namespace {
+
+// The error parsing `args` over `base` gives; "" when it parses.
+std::string parse_error(const std::vector<std::string>& args, const mpicnn::train::Config& base) {
+  try {
+    parse_train_options(args, &base, "base");
+  } catch (const mpicnn::Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+// The one line a run of task `t` gives for a flag, or a value of it, that the task does not take.
+std::string refusal(const Flag& f, Task t) {
+  return mpicnn::cli::flag_name(f.def) + (t == Task::Detection
+                                              ? ": not supported with --task detection yet"
+                                              : ": only with --task detection");
+}
+
+bool listed(const std::vector<std::string>& list, const std::string& v) {
+  return std::find(list.begin(), list.end(), v) != list.end();
+}
+
+// The text with each run of spaces and newlines made one space: help as written, not as wrapped.
+std::string words(const std::string& text) {
+  std::istringstream in(text);
+  std::string out, w;
+  while (in >> w) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+}  // namespace
+
+// Walks the real table: a row added without a task decision or a sample value fails here, and a
+// row's tasks column is proved against the parser for both tasks.
+TEST_CASE("train options: every row of the flag table, under every task") {
+  using mpicnn::cli::Tasks;
+  for (const Flag& f : train_flags()) {
+    const std::string name = f.def.name;
+    if (!f.value) {  // the two rows that hold no option value
+      CHECK_MESSAGE((f.def.kind == mpicnn::cli::Kind::Help || name == "config"), "row --", name,
+                    " binds no field");
+      continue;
+    }
+    CHECK_MESSAGE(f.tasks != Tasks::none, "row --", name, " does not say which tasks take it");
+    const size_t samples = f.samples.size();
+    CHECK_MESSAGE((samples == 1 || samples == 2), "row --", name,
+                  " has no sample value (one, or one per task)");
+    if (f.tasks == Tasks::none || (samples != 1 && samples != 2)) continue;
+    for (Task t : {Task::Classify, Task::Detection}) {
+      INFO("--", name, " under --task ", std::string(mpicnn::task_name(t)));
+      // A run of task t on made-up data (nothing is opened), with weights to fine-tune from so
+      // that every flag has what it needs; the command line's value overrides these.
+      const mpicnn::train::Config base = {
+          {"task", mpicnn::task_name(t)}, {"data", "x"}, {"init-weights", "w.safetensors"}};
+      const std::string value = f.sample(t);
+      const std::vector<std::string> args = {"--" + name + "=" + value};
+      const bool value_refused = f.refusal.task == t && listed(f.refusal.values, value);
+      if (!takes(f.tasks, t) || value_refused) {
+        CHECK(parse_error(args, base) == refusal(f, t));
+      } else {
+        const std::string error = parse_error(args, base);
+        CHECK(error == "");
+        if (!error.empty()) continue;
+        const TrainOptions o = parse_train_options(args, &base, "base");
+        const auto config = to_config(o);
+        CHECK(config.at(name) == value);  // stored where to_config reads it, exactly
+        CHECK_FALSE(f.value.same(o, TrainOptions{}));  // not the default: a refusal would show
+        std::vector<std::string> flags;
+        for (const auto& [k, v] : config) flags.push_back("--" + k + "=" + v);
+        CHECK(parse(flags) == o);
+      }
+      // The values t refuses although it takes the flag, unless this build refuses them anyway
+      // (--device cuda without CUDA: a run of the other task refuses it too).
+      if (!takes(f.tasks, t) || f.refusal.task != t) continue;
+      mpicnn::train::Config other = base;
+      other["task"] = mpicnn::task_name(t == Task::Detection ? Task::Classify : Task::Detection);
+      for (const std::string& v : f.refusal.values) {
+        if (!parse_error({"--" + name + "=" + v}, other).empty()) continue;
+        CHECK(parse_error({"--" + name + "=" + v}, base) == refusal(f, t));
+      }
+    }
+  }
+}
+
+// What keeps the walk above honest: a row parses into a field no other row reads.
+TEST_CASE("train options: each row of the flag table fills a field of its own") {
+  const TrainOptions defaults;
+  for (const Flag& f : train_flags()) {
+    if (!f.value || f.samples.empty()) continue;
+    const std::string name = f.def.name;
+    TrainOptions o;
+    f.value.parse(o, {f.sample(Task::Classify), "--" + name});
+    CHECK_MESSAGE(!f.value.same(o, defaults), "--", name, "'s sample is its default");
+    for (const Flag& g : train_flags())
+      if (g.value && &g != &f)
+        CHECK_MESSAGE(g.value.same(o, defaults), "--", name, " changes what --",
+                      std::string(g.def.name), " holds");
+  }
 }
 
 TEST_CASE("train options: help text") {
@@ -488,6 +588,14 @@ TEST_CASE("train options: help text") {
   for (const auto& s : mpicnn::model_specs())
     CHECK_MESSAGE(help.find(s.name) != std::string::npos, "help does not list ", s.name);
   CHECK(help.find(mpicnn::data::kFashionMnistDefaultPath) != std::string::npos);
+  // The flags ./pipeline_eval takes too have the one help text of core/common_flags.h.
+  const std::string text = words(help);
+  namespace common = mpicnn::cli::common;
+  for (const std::string& shared :
+       {common::data().def.help, common::skip_bad().def.help, common::threads().def.help,
+        common::timeout().def.help, common::device().def.help, common::mean().def.help,
+        common::stddev().def.help})
+    CHECK_MESSAGE(text.find(shared) != std::string::npos, "help does not say: ", shared);
   // Lines fit a 100-column terminal (the examples are written to).
   CHECK(mpicnn::testing::longest_line(help) <= 100);
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/text.h"
 
 namespace mpicnn::cli {
 
@@ -222,6 +223,13 @@ std::string format_float_list(const std::vector<float>& v) {
   }
   return s;
 }
+
+std::string value_text(const std::string& v) { return v; }
+std::string value_text(bool v) { return v ? "true" : "false"; }
+std::string value_text(double v) { return format_double(v); }
+std::string value_text(const std::vector<float>& v) { return format_float_list(v); }
+std::string value_text(const std::vector<std::string>& v) { return join(v, ","); }
+std::string value_text(Task t) { return task_name(t); }
 
 std::string format_options(const Program& p, const std::map<std::string, std::string>& defaults) {
   constexpr size_t kIndent = 30, kWidth = 100;

@@ -1,19 +1,19 @@
 // `./pipeline_eval` option parsing: Boost.ProgramOptions does the tokenising; every value is taken
-// as a string and converted here, so each bad value gets one line naming the flag and what is
-// accepted (core/cli.h, shared with ./train). There is no config file. Not
-// the evaluation and not its main: nothing here opens data, checkpoints or MPI.
+// as a string and converted by its row of the flag table, so each bad value gets one line naming
+// the flag and what is accepted (core/cli.h; the flags ./train takes too are core/common_flags.h's).
+// There is no config file. Not the evaluation and not its main: nothing here opens data,
+// checkpoints or MPI.
 #include "eval/options.h"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <sstream>
 
 #include "core/check.h"
 #include "core/cli.h"
-#include "core/gpu.h"
+#include "core/common_flags.h"
 #include "data/dataset.h"
 #include "data/registry.h"
 #include "io/checkpoint.h"
@@ -27,11 +27,7 @@ namespace po = boost::program_options;
 using cli::bad;
 using cli::Given;
 using cli::to_bool;
-using cli::to_choice;
-using cli::to_double;
-using cli::to_float_list;
 using cli::to_int;
-using cli::to_int32;
 using cli::to_uint64;
 
 namespace {
@@ -43,108 +39,135 @@ const std::vector<std::string>& datasets() {
 }
 
 // --dataset's help, from the registry: "auto, fashion-mnist, ... or synthetic; ...".
-const char* dataset_help() {
-  static const std::string help = [] {
-    const std::vector<std::string>& names = datasets();
-    std::string s;
-    for (size_t i = 0; i < names.size(); ++i)
-      s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-    return s + "; auto detects the format from --data";
-  }();
-  return help.c_str();
+std::string dataset_help() {
+  const std::vector<std::string>& names = datasets();
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s + "; auto detects the format from --data";
+}
+
+// --model: a classifier of the registry (a detector's state dict alone does not say how its
+// images were resized: its run does).
+std::string model_name(const Given& g) {
+  const auto& detectors = detect::detection_model_names();
+  if (std::find(detectors.begin(), detectors.end(), g.value) != detectors.end())
+    FAIL(g.label, " ", g.value, ": a detector is evaluated from its ./train --task detection run "
+         "(--checkpoint RUN, which records its classes and --min-size/--max-size), not with --weights");
+  try {
+    return model_spec(g.value).name;
+  } catch (const Error& e) {
+    FAIL(g.label, ": ", e.message());
+  }
+}
+
+using Flag = cli::Flag<EvalOptions>;
+
+// ./pipeline_eval's flags, in --help order: names and help, the field each fills and its
+// conversion; the ones ./train takes too come from core/common_flags.h.
+const std::vector<Flag>& eval_flags() {
+  using O = EvalOptions;
+  using enum cli::Kind;
+  namespace common = cli::common;
+  using cli::bind_to, cli::choice, cli::int_from, cli::int32_from, cli::text;
+  static const std::vector<Flag> rows{
+      {{"checkpoint", "c", "RUN", Value,
+        "the model to evaluate: a ./train run directory (its latest checkpoint), RUN/latest or a "
+        "checkpoint directory; it names the model, class count and preprocessing"},
+       bind_to(&O::checkpoint, text)},
+      {{"weights", "", "FILE", Value,
+        "instead of --checkpoint: a safetensors state dict with torchvision's parameter names "
+        "(needs --model)"},
+       bind_to(&O::weights, text)},
+      {{"model", "m", "NAME", Value,
+        "with --weights: the architecture the weights belong to (see the list below)"},
+       bind_to(&O::model, model_name)},
+      {{"num-classes", "", "N", Value,
+        "with --weights: classes of the model's last layer (>= 1; default: the dataset's count)"},
+       bind_to(&O::num_classes, int32_from(1))},
+      {{"in-channels", "", "N", Value,
+        "with --weights: input channels of the model, 1 or 3 (default 3)"},
+       bind_to(&O::in_channels,
+               [](const Given& g) {
+                 const int64_t c = to_int(g, 1, 3);
+                 if (c == 2) bad(g, "1 or 3 (grey or RGB input)");
+                 return int(c);
+               })},
+      {common::data(std::string(" in ") + data::kFashionMnistDefaultPath +
+                    "; with --checkpoint and neither -d nor --dataset: the run's evaluation data "
+                    "(its data's test split, else exactly the validation images it held out, or "
+                    "its --test-data)"),
+       &O::data},
+      {{"dataset", "", "KIND", Value, dataset_help()}, bind_to(&O::dataset, choice(datasets()))},
+      {{"split", "", "NAME", Value,
+        "auto (test if the dataset has one, else all), train, test, val or all"},
+       bind_to(&O::split, choice({"auto", "train", "test", "val", "all"}))},
+      {{"limit", "", "N", Value, "evaluate the first N samples only (0 = all)"},
+       bind_to(&O::limit, to_uint64)},
+      {common::skip_bad(), &O::skip_bad},
+      {{"image-size", "", "N", Value,
+        "model input height = width, the center crop (>= 1; default: the checkpoint's, with "
+        "--weights what ./train uses on this data: a fixed-size dataset's own size, else the "
+        "model's default size)"},
+       bind_to(&O::image_size, int32_from(1))},
+      {{"resize", "", "N", Value,
+        "shorter image side before the center crop (>= 0; 0 = no resize; default: the "
+        "checkpoint's, with --weights torchvision's 256 for 224 crops on image files)"},
+       bind_to(&O::resize, int32_from(0))},
+      {common::mean(" (default: the checkpoint's, with --weights the dataset kind's as ./train "
+                    "uses them: ImageNet's for image files)"),
+       &O::mean},
+      {common::stddev(" (default as for --mean)"), &O::std},
+      {{"batch-size", "b", "N", Value, "images per predicted batch (>= 1)"},
+       bind_to(&O::batch_size, int_from(1))},
+      {{"sequential", "", "[=BOOL]", Switch,
+        "run every stage in rank 0 alone, one after the other (the baseline; other ranks idle)"},
+       bind_to(&O::sequential, to_bool)},
+      {{"compare", "", "[=BOOL]", Switch,
+        "run the sequential baseline first (rank 0 with all the node's cores), then the "
+        "pipeline; report the speedup and whether the predictions are identical"},
+       bind_to(&O::compare, to_bool)},
+      {common::threads("; the ranks here are the predicting ranks (the other stages are light and "
+                       "sleep while they wait)"),
+       &O::threads},
+      {{"credits", "", "N", Value,
+        "samples allowed in flight between two stages (>= 0; 0 = 4 x batch size)"},
+       bind_to(&O::credits, int32_from(0))},
+      {{"batch-credits", "", "N", Value, "batches in flight per predicting rank (>= 1)"},
+       bind_to(&O::batch_credits, int32_from(1))},
+      {{"output", "o", "DIR", Value,
+        "write DIR/predictions.csv and DIR/report.json (default: write no files)"},
+       bind_to(&O::output, text)},
+      {{"json", "", "[=BOOL]", Switch, "print the JSON report on stdout instead of the text report"},
+       bind_to(&O::json, to_bool)},
+      {common::device("; the predict stage runs there, in tf32 math"), &O::device},
+      {common::timeout(), &O::timeout},
+      {{"help", "h", "", Help, "print this help and exit"}},
+  };
+  return rows;
 }
 
 const cli::Program& program() {
-  static const cli::Program p{"./pipeline_eval", {
-      {"checkpoint", "c", "RUN", cli::Kind::Value,
-       "the model to evaluate: a ./train run directory (its latest checkpoint), RUN/latest or a "
-       "checkpoint directory; it names the model, class count and preprocessing"},
-      {"weights", "", "FILE", cli::Kind::Value,
-       "instead of --checkpoint: a safetensors state dict with torchvision's parameter names "
-       "(needs --model)"},
-      {"model", "m", "NAME", cli::Kind::Value,
-       "with --weights: the architecture the weights belong to (see the list below)"},
-      {"num-classes", "", "N", cli::Kind::Value,
-       "with --weights: classes of the model's last layer (>= 1; default: the dataset's count)"},
-      {"in-channels", "", "N", cli::Kind::Value,
-       "with --weights: input channels of the model, 1 or 3 (default 3)"},
-      {"data", "d", "PATH", cli::Kind::Value,
-       "dataset path: IDX folder, image folder (class subfolders, optional train/ and test/), "
-       "CSV file, CIFAR binary folder; with --dataset fashion-mnist it may be left out (the "
-       "Debian package's files, /usr/share/datasets/fashion-mnist); with --checkpoint and "
-       "neither -d nor --dataset: the run's evaluation data (its data's test split, else "
-       "exactly the validation images it held out, or its --test-data)"},
-      {"dataset", "", "KIND", cli::Kind::Value, dataset_help()},
-      {"split", "", "NAME", cli::Kind::Value,
-       "auto (test if the dataset has one, else all), train, test, val or all"},
-      {"limit", "", "N", cli::Kind::Value, "evaluate the first N samples only (0 = all)"},
-      {"skip-bad", "", "[=BOOL]", cli::Kind::Switch,
-       "skip images that cannot be read or decoded (counted and listed in the report) instead "
-       "of stopping"},
-      {"image-size", "", "N", cli::Kind::Value,
-       "model input height = width, the center crop (>= 1; default: the checkpoint's, with "
-       "--weights what ./train uses on this data: a fixed-size dataset's own size, else the "
-       "model's default size)"},
-      {"resize", "", "N", cli::Kind::Value,
-       "shorter image side before the center crop (>= 0; 0 = no resize; default: the "
-       "checkpoint's, with --weights torchvision's 256 for 224 crops on image files)"},
-      {"mean", "", "LIST", cli::Kind::Value,
-       "normalisation means, 1 or 3 values, e.g. 0.485,0.456,0.406 (default: the "
-       "checkpoint's, with --weights the dataset kind's as ./train uses them: ImageNet's for "
-       "image files)"},
-      {"std", "", "LIST", cli::Kind::Value,
-       "normalisation standard deviations, 1 or 3 values > 0 (default as for --mean)"},
-      {"batch-size", "b", "N", cli::Kind::Value, "images per predicted batch (>= 1)"},
-      {"sequential", "", "[=BOOL]", cli::Kind::Switch,
-       "run every stage in rank 0 alone, one after the other (the baseline; other ranks idle)"},
-      {"compare", "", "[=BOOL]", cli::Kind::Switch,
-       "run the sequential baseline first (rank 0 with all the node's cores), then the "
-       "pipeline; report the speedup and whether the predictions are identical"},
-      {"threads", "", "N", cli::Kind::Value,
-       "compute threads per predicting rank (>= 0; 0 = the CPUs the node's ranks may use / "
-       "predicting ranks on the node: the other stages are light and sleep while they wait)"},
-      {"credits", "", "N", cli::Kind::Value,
-       "samples allowed in flight between two stages (>= 0; 0 = 4 x batch size)"},
-      {"batch-credits", "", "N", cli::Kind::Value, "batches in flight per predicting rank (>= 1)"},
-      {"output", "o", "DIR", cli::Kind::Value,
-       "write DIR/predictions.csv and DIR/report.json (default: write no files)"},
-      {"json", "", "[=BOOL]", cli::Kind::Switch,
-       "print the JSON report on stdout instead of the text report"},
-      {"device", "", "NAME", cli::Kind::Value,
-       "where the predict stage runs: auto (the GPU when this build has CUDA and one is "
-       "visible), cpu or cuda (node-local rank modulo the visible GPUs); tf32 math"},
-      {"timeout", "", "SECONDS", cli::Kind::Value,
-       "a rank that waits on another rank (a message, a collective) for longer ends the job with "
-       "one line naming the rank, the operation and the time waited (>= 0; 0 = never)"},
-      {"help", "h", "", cli::Kind::Help, "print this help and exit"},
-  }, "the dataset is -d PATH"};
+  static const cli::Program p{"./pipeline_eval", cli::option_defs(eval_flags()),
+                              "the dataset is -d PATH"};
   return p;
 }
-
 
 std::string flag(const std::string& key) { return cli::flag_name(cli::find_option(program(), key)); }
 
 
 // The defaults the help shows, taken from EvalOptions itself so the two cannot drift. Options
-// whose default is "decided later" (0 / empty) say so in their own help text instead.
+// whose default is "decided later" (0 / -1 / empty) say so in their own help text instead.
 std::map<std::string, std::string> shown_defaults() {
   const EvalOptions o;
-  auto b = [](bool x) { return std::string(x ? "true" : "false"); };
-  return {
-      {"dataset", o.dataset},
-      {"split", o.split},
-      {"limit", std::to_string(o.limit)},
-      {"skip-bad", b(o.skip_bad)},
-      {"batch-size", std::to_string(o.batch_size)},
-      {"sequential", b(o.sequential)},
-      {"compare", b(o.compare)},
-      {"threads", std::to_string(o.threads)},
-      {"credits", std::to_string(o.credits)},
-      {"batch-credits", std::to_string(o.batch_credits)},
-      {"json", b(o.json)},
-      {"device", o.device},
-      {"timeout", cli::format_double(o.timeout)},
-  };
+  const std::vector<std::string> decided_later = {"num-classes", "in-channels", "image-size",
+                                                  "resize"};
+  std::map<std::string, std::string> shown;
+  for (const Flag& f : eval_flags())
+    if (f.value && std::find(decided_later.begin(), decided_later.end(), f.def.name) ==
+                       decided_later.end())
+      shown[f.def.name] = f.value.text(o);
+  return shown;
 }
 
 // The rules between options, once each option's own value is known (`cmd`: which were given):
@@ -198,64 +221,9 @@ EvalOptions parse_eval_options(const std::vector<std::string>& args) {
     o.help = true;  // the rest is not validated: --help must work whatever else is on the line
     return o;
   }
-  auto get = [&](const char* key) -> std::optional<cli::Given> {
-    if (!cmd.count(key)) return std::nullopt;
-    return cli::Given{cmd[key].as<std::string>(), flag(key)};
-  };
-  auto set = [&](const char* key, auto& field, auto convert) {
-    if (const auto g = get(key)) field = convert(*g);
-  };
-  auto text = [](const Given& g) { return g.value; };
-  auto int_from = [](int64_t lo) { return [lo](const Given& g) { return to_int(g, lo); }; };
-  auto int32_from = [](int64_t lo) { return [lo](const Given& g) { return to_int32(g, lo); }; };
-
-  // One set() per option, in help order: a flat table, kept in one piece so that each option's
-  // conversion and accepted range read on one line.
-  set("checkpoint", o.checkpoint, text);
-  set("weights", o.weights, text);
-  set("model", o.model, [](const Given& g) {
-    // A detector's state dict alone does not say how its images were resized: its run does.
-    const auto& detectors = detect::detection_model_names();
-    if (std::find(detectors.begin(), detectors.end(), g.value) != detectors.end())
-      FAIL(g.label, " ", g.value, ": a detector is evaluated from its ./train --task detection run "
-           "(--checkpoint RUN, which records its classes and --min-size/--max-size), not with --weights");
-    try {
-      return model_spec(g.value).name;
-    } catch (const Error& e) {
-      FAIL(g.label, ": ", e.message());
-    }
-  });
-  set("num-classes", o.num_classes, int32_from(1));
-  set("in-channels", o.in_channels, [](const Given& g) {
-    const int64_t c = to_int(g, 1, 3);
-    if (c == 2) bad(g, "1 or 3 (grey or RGB input)");
-    return int(c);
-  });
-  set("data", o.data, text);
-  set("dataset", o.dataset, [](const Given& g) { return to_choice(g, datasets()); });
-  set("split", o.split,
-      [](const Given& g) { return to_choice(g, {"auto", "train", "test", "val", "all"}); });
-  set("limit", o.limit, to_uint64);
-  set("skip-bad", o.skip_bad, to_bool);
-  set("image-size", o.image_size, int32_from(1));
-  set("resize", o.resize, int32_from(0));
-  set("mean", o.mean, [](const Given& g) { return to_float_list(g, false); });
-  set("std", o.std, [](const Given& g) { return to_float_list(g, true); });
-  set("batch-size", o.batch_size, int_from(1));
-  set("sequential", o.sequential, to_bool);
-  set("compare", o.compare, to_bool);
-  set("threads", o.threads, int32_from(0));
-  set("credits", o.credits, int32_from(0));
-  set("batch-credits", o.batch_credits, int32_from(1));
-  set("output", o.output, text);
-  set("json", o.json, to_bool);
-  set("device", o.device, [](const Given& g) {
-    if (g.value == "cuda" && !gpu::compiled_in()) FAIL(g.label, " cuda: ", gpu::unavailable_reason());
-    return to_choice(g, {"auto", "cpu", "cuda"});
-  });
-  set("timeout", o.timeout, [](const Given& g) {
-    return to_double(g, [](double x) { return x >= 0 && x <= 1e9; }, "a number of seconds >= 0 (0 = off)");
-  });
+  for (const Flag& f : eval_flags())
+    if (f.value && cmd.count(f.def.name))
+      f.value.parse(o, Given{cmd[f.def.name].as<std::string>(), cli::flag_name(f.def)});
 
   check_across_options(o, cmd);
   return o;

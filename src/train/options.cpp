@@ -1,22 +1,20 @@
 // `./train` option parsing: Boost.ProgramOptions does the tokenising (command line and config
-// file); every value is taken as a string and converted here, so each bad value gets one line
-// naming the flag (or file:line: key) and what is accepted. Not the trainer and not its main.
-// Over 500 lines: ./train's whole flag table (about 70 flags with their help texts) is a third
-// of it, and each flag's conversion, cross-checks and to_config line are here beside it.
+// file); every value is taken as a string and converted by its row of the flag table, so each bad
+// value gets one line naming the flag (or file:line: key) and what is accepted. Not the trainer
+// and not its main. Over 500 lines: the flag table (57 rows, each a flag's help text, field,
+// conversion, tasks and sample value) is over a third of it; config files, the rules between
+// options and the help prose are the rest.
 #include "train/options.h"
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "core/check.h"
-#include "core/text.h"
 #include "core/cli.h"
-#include "core/gpu.h"
+#include "core/common_flags.h"
 #include "data/dataset.h"
 #include "data/registry.h"
 #include "detect/faster_rcnn.h"
@@ -29,8 +27,6 @@ namespace po = boost::program_options;
 using cli::Given;
 using cli::to_bool;
 using cli::to_choice;
-using cli::to_double;
-using cli::to_float_list;
 using cli::to_int;
 using cli::to_uint64;
 
@@ -38,159 +34,263 @@ namespace {
 
 // --dataset's help, from the registry: "auto, fashion-mnist, ..., synthetic, or voc or coco
 // (--task detection); ...".
-const char* dataset_help() {
-  static const std::string help = [] {
-    std::string classify = "auto", detection;
-    for (const data::DatasetKind& k : data::dataset_kinds()) {
-      if (k.task == Task::Classify) classify += ", " + k.name;
-      else detection += (detection.empty() ? "" : " or ") + k.name;
-    }
-    return classify + ", or " + detection + " (--task detection); auto detects the format from "
-           "--data. Without --data and --dataset: fashion-mnist; with --data only: auto";
-  }();
-  return help.c_str();
+std::string dataset_help() {
+  std::string classify = "auto", detection;
+  for (const data::DatasetKind& k : data::dataset_kinds()) {
+    if (k.task == Task::Classify) classify += ", " + k.name;
+    else detection += (detection.empty() ? "" : " or ") + k.name;
+  }
+  return classify + ", or " + detection + " (--task detection); auto detects the format from "
+         "--data. Without --data and --dataset: fashion-mnist; with --data only: auto";
 }
 
+// --model: under --task detection (parsed first) a detector, else a classifier of the registry.
+std::string model_name(const Given& g, const TrainOptions& o) {
+  try {
+    if (o.task == Task::Detection) {
+      detect::detection_body(g.value);  // an Error naming the known detectors
+      return g.value;
+    }
+    return model_spec(g.value).name;
+  } catch (const Error& e) {
+    FAIL(g.label, ": ", e.message());
+  }
+}
+
+// A comma list of parameter names or prefixes ("conv1,bn1,layer1"); empty = none. Empty items
+// and whitespace are errors naming the flag.
+std::vector<std::string> to_name_list(const Given& g) {
+  std::vector<std::string> out;
+  if (g.value.empty()) return out;
+  std::stringstream ss(g.value);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    CHECK(!item.empty() && item.find_first_of(" \t") == std::string::npos, g.label, ": '", g.value,
+          "' is not a comma list of parameter names or prefixes (e.g. conv1,bn1,layer1)");
+    out.push_back(item);
+  }
+  CHECK(g.value.back() != ',', g.label, ": '", g.value, "' ends with a comma");
+  return out;
+}
+
+}  // namespace
+
+// ./train's flags, in --help order: each row is the flag's names and help, the field it fills
+// with its conversion (ranges and accepted values), the tasks that take it, and a sample value
+// for the table's test (tests/test_train_options.cpp walks every row under every task).
+const std::vector<Flag>& train_flags() {
+  using O = TrainOptions;
+  using enum cli::Kind;
+  using enum cli::Tasks;
+  namespace common = cli::common;
+  using cli::bind_to, cli::choice, cli::int_from, cli::int32_from, cli::number, cli::text;
+  static const std::vector<Flag> rows{
+      {{"model", "m", "NAME", Value, "model to train (see the list below)"},
+       bind_to(&O::model, model_name), both, {"resnet20", "fasterrcnn_resnet18_fpn"}},
+      {common::data(), &O::data, both, {"/tmp/data"}},
+      {{"dataset", "", "KIND", Value, dataset_help()},
+       bind_to(&O::dataset, choice(data::dataset_choices())), both, {"cifar10", "voc"}},
+      {{"task", "", "NAME", Value,
+        "classify, or detection: Faster R-CNN (--model fasterrcnn_resnet18_fpn, "
+        "fasterrcnn_resnet34_fpn or fasterrcnn_resnet50_fpn) on -d PATH: a Pascal VOC folder "
+        "(images/ + annotations/, or JPEGImages/ + Annotations/), a COCO instances .json (images "
+        "in its folder) or a folder holding one, or a folder holding train/ and test/ such sets; "
+        "its defaults: -b 2, -lr 0.01, --weight-decay 1e-4, --augment flip"},
+       bind_to(&O::task, [](const Given& g) { return *parse_task(to_choice(g, task_names())); }),
+       both, {"detection"}},
+      {{"val-split", "", "F", Value,
+        "data without a test split (an image folder without train/ and test/, a CSV without a "
+        "split column): hold out this fraction, in [0, 1), of each class as the validation "
+        "split (round(F x class size), at least 1 of a class with >= 2 images, drawn from --seed, "
+        "never trained on); 0 = no hold-out (then only --eval-every 0 trains such data). "
+        "Ignored when the data has a test split or --test-data is given; a resume keeps it"},
+       bind_to(&O::val_split,
+               number([](double x) { return x >= 0 && x < 1; }, "a fraction in [0, 1)")),
+       classify, {"0.25"}},
+      {{"test-data", "", "PATH", Value,
+        "a separate evaluation set in any supported format (kind auto-detected; its test split "
+        "if it has one, else all of it) instead of the data's test split; its class names must "
+        "match the training data's"},
+       bind_to(&O::test_data, text), both, {"/tmp/test"}},
+      {{"batch-size", "b", "N", Value, "images per step on each rank (>= 1)"},
+       bind_to(&O::batch_size, int_from(1)), both, {"128"}},
+      {{"epochs", "e", "N", Value, "passes over the training data (>= 1)"},
+       bind_to(&O::epochs, int_from(1)), both, {"30"}},
+      {{"learning-rate", "lr", "LR", Value, "base learning rate (> 0); also -lr LR or -lr=LR"},
+       bind_to(&O::learning_rate, number([](double x) { return x > 0; }, "a number > 0")),
+       both, {"0.2"}},
+      {{"momentum", "", "M", Value, "SGD momentum, in [0, 1); AdamW ignores it"},
+       bind_to(&O::momentum,
+               number([](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)")),
+       both, {"0.8"}},
+      {{"weight-decay", "", "WD", Value, "L2 penalty (SGD) or decoupled decay (AdamW), >= 0"},
+       bind_to(&O::weight_decay, number([](double x) { return x >= 0; }, "a number >= 0")),
+       both, {"0.001"}},
+      {{"optimizer", "", "NAME", Value, "sgd or adamw"},
+       bind_to(&O::optimizer, choice({"sgd", "adamw"})), both, {"adamw"}},
+      {{"nesterov", "", "[=BOOL]", Switch, "Nesterov momentum (SGD with momentum > 0)"},
+       bind_to(&O::nesterov, to_bool), both, {"true"}},
+      {{"schedule", "", "SPEC", Value,
+        "learning-rate schedule: constant | step:SIZE:GAMMA | multistep:M1,M2,...:GAMMA | "
+        "cosine[:ETA_MIN], optionally after warmup:W[:START]+ (e.g. step:30:0.1, "
+        "warmup:5+cosine); epochs count after the warmup"},
+       bind_to(&O::schedule, text), both, {"step:10:0.5"}},
+      {{"warmup-epochs", "", "N", Value,
+        "linear warmup epochs before the schedule (>= 0; same as a warmup:N+ prefix)"},
+       bind_to(&O::warmup_epochs, int_from(0)), both, {"2"}},
+      {{"scale-lr", "", "[=BOOL]", Switch,
+        "linear scaling rule: lr x global batch (batch-size x ranks) / 256"},
+       bind_to(&O::scale_lr, to_bool), classify, {"true"}},
+      {{"workers", "w", "N", Value, "data loader threads per rank (>= 0; 0 = none)"},
+       bind_to(&O::workers, int32_from(0)), classify, {"4"}},
+      {common::mean(" (empty = the dataset's)"), &O::mean, classify, {"0.5"}},
+      {common::stddev(" (empty = the dataset's)"), &O::std, classify, {"0.25"}},
+      {{"augment", "", "NAME", Value,
+        "training augmentation: none, flip (horizontal), crop-flip (padded random crop + flip, "
+        "CIFAR style) or imagenet (random resized crop + flip)"},
+       bind_to(&O::augment, choice({"none", "flip", "crop-flip", "imagenet"})), both, {"flip"}},
+      {{"image-size", "", "N", Value,
+        "model input height and width; 0 = the dataset's size for fixed-size datasets, else "
+        "the model's default size"},
+       bind_to(&O::image_size, int32_from(0)), classify, {"36"}},
+      {{"in-channels", "", "N", Value,
+        "model input channels: 1 (every image converted to gray with PIL's convert(\"L\") "
+        "rule, e.g. grayscale image folders) or 3 (gray images replicated); 0 = the data's own "
+        "(IDX 1, CIFAR 3, image folders and CSV sets 3, as torchvision's loader)"},
+       bind_to(&O::in_channels,
+               [](const Given& g) {
+                 const int64_t c = to_int(g, 0, 3);
+                 if (c == 2) cli::bad(g, "0 (the data's own), 1 or 3 (grey or RGB input)");
+                 return int(c);
+               }),
+       classify, {"1"}},
+      {common::skip_bad(), &O::skip_bad, both, {"true"}},
+      {{"distribute-data", "", "[=BOOL]", Switch,
+        "split each epoch's data between the ranks; --distribute-data=false: every rank trains "
+        "on the whole dataset"},
+       bind_to(&O::distribute_data, to_bool), classify, {"false"}},
+      {{"min-size", "", "N", Value,
+        "detection: images are resized so that their shorter side is N (>= 32) ..."},
+       bind_to(&O::min_size, int32_from(32)), detection, {"160"}},
+      {{"max-size", "", "N", Value,
+        "detection: ... unless their longer side would pass N (>= min-size)"},
+       bind_to(&O::max_size, int32_from(32)), detection, {"900"}},
+      {{"trainable-layers", "", "N", Value,
+        "detection: backbone stages that train, 0-5, from layer4 down to conv1 (torchvision's "
+        "trainable_backbone_layers; default 3 with --init-weights, whose BatchNorm stays frozen; "
+        "from random weights every stage trains, with ordinary BatchNorm, as torchvision does)"},
+       bind_to(&O::trainable_layers,
+               [](const Given& g) {
+                 const int n = cli::to_int32(g, 0);
+                 CHECK(n <= 5, g.label, ": '", g.value, "' is not in 0..5");
+                 return n;
+               }),
+       detection, {"1"}},
+      {{"box-batch-size-per-image", "", "N", Value,
+        "detection: RoIs sampled per image for the box head's loss (torchvision's "
+        "box_batch_size_per_image); the head's cost in training is proportional to it"},
+       bind_to(&O::box_batch_size_per_image, int32_from(1)), detection, {"128"}},
+      {{"rpn-post-nms-top-n-test", "", "N", Value,
+        "detection: proposals kept per image when evaluating (torchvision's "
+        "rpn_post_nms_top_n_test); the head's cost in evaluation is proportional to it"},
+       bind_to(&O::rpn_post_nms_top_n_test, int32_from(1)), detection, {"300"}},
+      {{"init-weights", "", "PATH", Value,
+        "fine-tuning: start from these weights, a safetensors state dict with torchvision names "
+        "(data_tools/export_torchvision.py) or a run directory / checkpoint of ours; every tensor "
+        "must match by name and shape, except the classifier (the model's head), which a new class "
+        "count re-initialises. A resume keeps its checkpoint's weights instead"},
+       bind_to(&O::init_weights, text), both, {"w2.safetensors"}},
+      {{"init-weights-partial", "", "NAMES", Value,
+        "comma list of tensor names or prefixes that --init-weights may lack or hold with "
+        "another shape (they keep their fresh initialisation), or hold when the model lacks them"},
+       bind_to(&O::init_weights_partial, to_name_list), classify, {"fc,bn1.weight"}},
+      {{"freeze", "", "PREFIXES", Value,
+        "comma list of parameter-name prefixes to freeze (e.g. conv1,bn1,layer1): no gradient, "
+        "no update, no allreduce for them; each must match a parameter"},
+       bind_to(&O::freeze, to_name_list), classify, {"conv1,layer1"}},
+      {{"freeze-backbone", "", "[=BOOL]", Switch,
+        "freeze every parameter except the classifier (the model's head)"},
+       bind_to(&O::freeze_backbone, to_bool), classify, {"true"}},
+      {{"freeze-bn", "", "[=BOOL]", Switch,
+        "every BatchNorm normalises with its running statistics and keeps them during training "
+        "(eval-mode normalisation); its weight and bias still train unless frozen"},
+       bind_to(&O::freeze_bn, to_bool), classify, {"true"}},
+      {{"head-lr-mult", "", "X", Value,
+        "the classifier's (the model's head's) learning rate is lr x X (> 0); schedules apply on top"},
+       bind_to(&O::head_lr_mult, number([](double x) { return x > 0; }, "a number > 0")),
+       classify, {"10"}},
+      {{"save-dir", "s", "DIR", Value, "run directory (default: runs/<model>-<timestamp>)"},
+       bind_to(&O::save_dir, text), both, {"runs/x"}},
+      {{"resume", "", "PATH", Value, "continue from a checkpoint or a run directory's latest"},
+       bind_to(&O::resume, text), both, {"runs/y"}},
+      {{"seed", "", "N", Value, "seed of every random draw (>= 0)"},
+       bind_to(&O::seed, to_uint64), both, {"7"}},
+      {common::threads(), &O::threads, both, {"6"}},
+      {{"eval-every", "", "N", Value, "evaluate on the test split every N epochs (0 = never)"},
+       bind_to(&O::eval_every, int_from(0)), both, {"2"}},
+      {{"checkpoint-every", "", "N", Value, "checkpoint every N epochs (0 = only at the end)"},
+       bind_to(&O::checkpoint_every, int_from(0)), both, {"5"}},
+      {{"keep-checkpoints", "", "N", Value, "newest checkpoints kept (0 = all)"},
+       bind_to(&O::keep_checkpoints, int32_from(0)), both, {"0"}},
+      {{"progress", "", "MODE", Value,
+        "auto (a bar when the output reaches a terminal: under mpiexec, mpiexec's own; plain "
+        "lines in batch logs and redirected output), bar, plain or none (no progress lines; the "
+        "closing done: line still gives the result)"},
+       bind_to(&O::progress, choice({"auto", "bar", "plain", "none"})), both, {"plain"}},
+      {{"check-sync", "", "N", Value,
+        "every N steps check that all ranks hold the same weights (0 = off)"},
+       bind_to(&O::check_sync, int_from(0)), classify, {"100"}},
+      {{"bucket-mb", "", "MB", Value,
+        "gradient allreduce bucket size in MiB (> 0), or 0: an eighth of the model's gradient, "
+        "between 64 KiB and 25 MiB (small buckets let communication start early in backward)"},
+       bind_to(&O::bucket_mb, number([](double x) { return x >= 0 && x <= 1 << 20; },
+                                     "a number >= 0 (MiB; 0 = auto)")),
+       both, {"12.5"}},
+      {{"overlap", "", "MODE", Value,
+        "how gradient allreduces overlap backward: thread (a progress thread drives them while "
+        "backward computes; needed over TCP), hooks (MPI tests between layers) or off (one "
+        "allreduce after backward)"},
+       bind_to(&O::overlap, choice({"thread", "hooks", "off"})), both, {"hooks"}},
+      {{"allreduce", "", "ALGO", Value,
+        "ring (all ranks in one allreduce), hierarchical (reduce inside each node, allreduce "
+        "among one rank per node, broadcast back) or auto (hierarchical when every node runs "
+        "several ranks of a multi-node job)"},
+       bind_to(&O::allreduce, choice({"ring", "hierarchical", "auto"})), both, {"ring"}},
+      {{"grad-compression", "", "FMT", Value,
+        "none, fp16 or bf16: gradients cast to 16 bits for the allreduce (half the bytes on the "
+        "network), back to fp32 after"},
+       bind_to(&O::grad_compression, choice({"none", "fp16", "bf16"})), both, {"bf16"}},
+      {common::timeout(), &O::timeout, both, {"60"}},
+      // Detection runs on the CPU in fp32 for now.
+      {common::device(), &O::device, both, {"cpu"}, {Task::Detection, {"cuda"}}},
+      {{"precision", "", "P", Value,
+        "GPU math: auto (tf32), fp32, tf32, bf16 or fp16 (with dynamic loss scaling); weights "
+        "and activations stay fp32; the CPU computes in fp32 only"},
+       bind_to(&O::precision, choice({"auto", "fp32", "tf32", "bf16", "fp16"})), both, {"bf16"},
+       {Task::Detection, {"tf32", "bf16", "fp16"}}},
+      {{"deterministic", "", "[=BOOL]", Switch,
+        "GPU: deterministic cuDNN algorithms only (bit-identical reruns, maybe slower)"},
+       bind_to(&O::deterministic, to_bool), both, {"true"}},
+      // No option value: --config is read before the other options, --help stops parsing.
+      {{"config", "", "FILE", Value,
+        "read options from FILE (format below); command-line values override the file's"}},
+      {{"help", "h", "", Help, "print this help and exit"}},
+  };
+  return rows;
+}
+
+namespace {
+
 const cli::Program& program() {
-  static const cli::Program p{"./train", {
-      {"model", "m", "NAME", cli::Kind::Value, "model to train (see the list below)"},
-      {"data", "d", "PATH", cli::Kind::Value,
-       "dataset path: IDX folder, image folder (class subfolders, optional train/ and test/), "
-       "CSV file, CIFAR binary folder; fashion-mnist defaults to the Debian package's files"},
-      {"dataset", "", "KIND", cli::Kind::Value, dataset_help()},
-      {"task", "", "NAME", cli::Kind::Value,
-       "classify, or detection: Faster R-CNN (--model fasterrcnn_resnet18_fpn, "
-       "fasterrcnn_resnet34_fpn or fasterrcnn_resnet50_fpn) on -d PATH: a Pascal VOC folder "
-       "(images/ + annotations/, or JPEGImages/ + Annotations/), a COCO instances .json (images "
-       "in its folder) or a folder holding one, or a folder holding train/ and test/ such sets; "
-       "its defaults: -b 2, -lr 0.01, --weight-decay 1e-4, --augment flip"},
-      {"val-split", "", "F", cli::Kind::Value,
-       "data without a test split (an image folder without train/ and test/, a CSV without a "
-       "split column): hold out this fraction, in [0, 1), of each class as the validation "
-       "split (round(F x class size), at least 1 of a class with >= 2 images, drawn from --seed, "
-       "never trained on); 0 = no hold-out (then only --eval-every 0 trains such data). "
-       "Ignored when the data has a test split or --test-data is given; a resume keeps it"},
-      {"test-data", "", "PATH", cli::Kind::Value,
-       "a separate evaluation set in any supported format (kind auto-detected; its test split "
-       "if it has one, else all of it) instead of the data's test split; its class names must "
-       "match the training data's"},
-      {"batch-size", "b", "N", cli::Kind::Value, "images per step on each rank (>= 1)"},
-      {"epochs", "e", "N", cli::Kind::Value, "passes over the training data (>= 1)"},
-      {"learning-rate", "lr", "LR", cli::Kind::Value,
-       "base learning rate (> 0); also -lr LR or -lr=LR"},
-      {"momentum", "", "M", cli::Kind::Value, "SGD momentum, in [0, 1); AdamW ignores it"},
-      {"weight-decay", "", "WD", cli::Kind::Value, "L2 penalty (SGD) or decoupled decay (AdamW), >= 0"},
-      {"optimizer", "", "NAME", cli::Kind::Value, "sgd or adamw"},
-      {"nesterov", "", "[=BOOL]", cli::Kind::Switch, "Nesterov momentum (SGD with momentum > 0)"},
-      {"schedule", "", "SPEC", cli::Kind::Value,
-       "learning-rate schedule: constant | step:SIZE:GAMMA | multistep:M1,M2,...:GAMMA | "
-       "cosine[:ETA_MIN], optionally after warmup:W[:START]+ (e.g. step:30:0.1, "
-       "warmup:5+cosine); epochs count after the warmup"},
-      {"warmup-epochs", "", "N", cli::Kind::Value,
-       "linear warmup epochs before the schedule (>= 0; same as a warmup:N+ prefix)"},
-      {"scale-lr", "", "[=BOOL]", cli::Kind::Switch,
-       "linear scaling rule: lr x global batch (batch-size x ranks) / 256"},
-      {"workers", "w", "N", cli::Kind::Value, "data loader threads per rank (>= 0; 0 = none)"},
-      {"mean", "", "LIST", cli::Kind::Value,
-       "normalisation means per channel, e.g. 0.485,0.456,0.406 (empty = the dataset's)"},
-      {"std", "", "LIST", cli::Kind::Value,
-       "normalisation standard deviations per channel, > 0 (empty = the dataset's)"},
-      {"augment", "", "NAME", cli::Kind::Value,
-       "training augmentation: none, flip (horizontal), crop-flip (padded random crop + flip, "
-       "CIFAR style) or imagenet (random resized crop + flip)"},
-      {"image-size", "", "N", cli::Kind::Value,
-       "model input height and width; 0 = the dataset's size for fixed-size datasets, else "
-       "the model's default size"},
-      {"in-channels", "", "N", cli::Kind::Value,
-       "model input channels: 1 (every image converted to gray with PIL's convert(\"L\") "
-       "rule, e.g. grayscale image folders) or 3 (gray images replicated); 0 = the data's own "
-       "(IDX 1, CIFAR 3, image folders and CSV sets 3, as torchvision's loader)"},
-      {"skip-bad", "", "[=BOOL]", cli::Kind::Switch,
-       "skip images that cannot be read or decoded (counted and reported) instead of stopping"},
-      {"distribute-data", "", "[=BOOL]", cli::Kind::Switch,
-       "split each epoch's data between the ranks; --distribute-data=false: every rank trains "
-       "on the whole dataset"},
-      {"min-size", "", "N", cli::Kind::Value,
-       "detection: images are resized so that their shorter side is N (>= 32) ..."},
-      {"max-size", "", "N", cli::Kind::Value,
-       "detection: ... unless their longer side would pass N (>= min-size)"},
-      {"trainable-layers", "", "N", cli::Kind::Value,
-       "detection: backbone stages that train, 0-5, from layer4 down to conv1 (torchvision's "
-       "trainable_backbone_layers; default 3 with --init-weights, whose BatchNorm stays frozen; "
-       "from random weights every stage trains, with ordinary BatchNorm, as torchvision does)"},
-      {"box-batch-size-per-image", "", "N", cli::Kind::Value,
-       "detection: RoIs sampled per image for the box head's loss (torchvision's "
-       "box_batch_size_per_image); the head's cost in training is proportional to it"},
-      {"rpn-post-nms-top-n-test", "", "N", cli::Kind::Value,
-       "detection: proposals kept per image when evaluating (torchvision's "
-       "rpn_post_nms_top_n_test); the head's cost in evaluation is proportional to it"},
-      {"init-weights", "", "PATH", cli::Kind::Value,
-       "fine-tuning: start from these weights, a safetensors state dict with torchvision names "
-       "(data_tools/export_torchvision.py) or a run directory / checkpoint of ours; every tensor "
-       "must match by name and shape, except the classifier (the model's head), which a new class "
-       "count re-initialises. A resume keeps its checkpoint's weights instead"},
-      {"init-weights-partial", "", "NAMES", cli::Kind::Value,
-       "comma list of tensor names or prefixes that --init-weights may lack or hold with "
-       "another shape (they keep their fresh initialisation), or hold when the model lacks them"},
-      {"freeze", "", "PREFIXES", cli::Kind::Value,
-       "comma list of parameter-name prefixes to freeze (e.g. conv1,bn1,layer1): no gradient, "
-       "no update, no allreduce for them; each must match a parameter"},
-      {"freeze-backbone", "", "[=BOOL]", cli::Kind::Switch,
-       "freeze every parameter except the classifier (the model's head)"},
-      {"freeze-bn", "", "[=BOOL]", cli::Kind::Switch,
-       "every BatchNorm normalises with its running statistics and keeps them during training "
-       "(eval-mode normalisation); its weight and bias still train unless frozen"},
-      {"head-lr-mult", "", "X", cli::Kind::Value,
-       "the classifier's (the model's head's) learning rate is lr x X (> 0); schedules apply on top"},
-      {"save-dir", "s", "DIR", cli::Kind::Value, "run directory (default: runs/<model>-<timestamp>)"},
-      {"resume", "", "PATH", cli::Kind::Value, "continue from a checkpoint or a run directory's latest"},
-      {"seed", "", "N", cli::Kind::Value, "seed of every random draw (>= 0)"},
-      {"threads", "", "N", cli::Kind::Value,
-       "compute threads per rank (>= 0; 0 = the CPUs the node's ranks may use / ranks on the node, "
-       "at most the rank's own CPUs)"},
-      {"eval-every", "", "N", cli::Kind::Value, "evaluate on the test split every N epochs (0 = never)"},
-      {"checkpoint-every", "", "N", cli::Kind::Value,
-       "checkpoint every N epochs (0 = only at the end)"},
-      {"keep-checkpoints", "", "N", cli::Kind::Value, "newest checkpoints kept (0 = all)"},
-      {"progress", "", "MODE", cli::Kind::Value,
-       "auto (a bar when the output reaches a terminal: under mpiexec, mpiexec's own; plain "
-       "lines in batch logs and redirected output), bar, plain or none (no progress lines; the "
-       "closing done: line still gives the result)"},
-      {"check-sync", "", "N", cli::Kind::Value,
-       "every N steps check that all ranks hold the same weights (0 = off)"},
-      {"bucket-mb", "", "MB", cli::Kind::Value,
-       "gradient allreduce bucket size in MiB (> 0), or 0: an eighth of the model's gradient, "
-       "between 64 KiB and 25 MiB (small buckets let communication start early in backward)"},
-      {"overlap", "", "MODE", cli::Kind::Value,
-       "how gradient allreduces overlap backward: thread (a progress thread drives them while "
-       "backward computes; needed over TCP), hooks (MPI tests between layers) or off (one "
-       "allreduce after backward)"},
-      {"allreduce", "", "ALGO", cli::Kind::Value,
-       "ring (all ranks in one allreduce), hierarchical (reduce inside each node, allreduce "
-       "among one rank per node, broadcast back) or auto (hierarchical when every node runs "
-       "several ranks of a multi-node job)"},
-      {"grad-compression", "", "FMT", cli::Kind::Value,
-       "none, fp16 or bf16: gradients cast to 16 bits for the allreduce (half the bytes on the "
-       "network), back to fp32 after"},
-      {"timeout", "", "SECONDS", cli::Kind::Value,
-       "a rank that waits on another rank (a collective, a gradient allreduce) for longer ends "
-       "the job with one line naming the rank, the operation and the time waited (>= 0; 0 = "
-       "never)"},
-      {"device", "", "NAME", cli::Kind::Value,
-       "auto (the GPU when this build has CUDA and one is visible), cpu or cuda (one GPU per "
-       "rank: node-local rank modulo the visible GPUs)"},
-      {"precision", "", "P", cli::Kind::Value,
-       "GPU math: auto (tf32), fp32, tf32, bf16 or fp16 (with dynamic loss scaling); weights "
-       "and activations stay fp32; the CPU computes in fp32 only"},
-      {"deterministic", "", "[=BOOL]", cli::Kind::Switch,
-       "GPU: deterministic cuDNN algorithms only (bit-identical reruns, maybe slower)"},
-      {"config", "", "FILE", cli::Kind::Value,
-       "read options from FILE (format below); command-line values override the file's"},
-      {"help", "h", "", cli::Kind::Help, "print this help and exit"},
-  }, ""};
+  static const cli::Program p{"./train", cli::option_defs(train_flags()), ""};
   return p;
 }
 
+const Flag& find_flag(const std::string& name) {
+  for (const Flag& f : train_flags())
+    if (f.def.name == name) return f;
+  FAIL("internal: ./train has no option '", name, "'");
+}
 
 std::string file_keys() {
   std::string keys;
@@ -281,25 +381,19 @@ class Values {
   std::string base_name_;
 };
 
-// A comma list of parameter names or prefixes ("conv1,bn1,layer1"); empty = none. Empty items
-// and whitespace are errors naming the flag.
-std::vector<std::string> to_name_list(const Given& g) {
-  std::vector<std::string> out;
-  if (g.value.empty()) return out;
-  std::stringstream ss(g.value);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    CHECK(!item.empty() && item.find_first_of(" \t") == std::string::npos, g.label, ": '", g.value,
-          "' is not a comma list of parameter names or prefixes (e.g. conv1,bn1,layer1)");
-    out.push_back(item);
-  }
-  CHECK(g.value.back() != ',', g.label, ": '", g.value, "' ends with a comma");
-  return out;
-}
-
 bool detection_kind(const std::string& kind) {
   const data::DatasetKind* k = data::find_dataset_kind(kind);
   return k && k->task == Task::Detection;
+}
+
+// The flags the run's task does not take, or values it does not take of a flag (the table's
+// tasks and refusal columns): refused rather than ignored, by value, not by presence (a resumed
+// run's recorded configuration holds every key).
+void check_task_flags(const TrainOptions& o, const Values& v) {
+  for (const Flag& f : train_flags())
+    CHECK(!f.refuses(o, o.task), v.label(f.def.name),
+          o.task == Task::Detection ? ": not supported with --task detection yet"
+                                    : ": only with --task detection");
 }
 
 // --task detection: a VOC folder, a detector, sizes in order; the classifiers' options that
@@ -322,20 +416,7 @@ void check_detection_options(TrainOptions& o, const Values& v) {
           "(torchvision's rule); freeze stages of pretrained weights only");
   CHECK(o.augment == "none" || o.augment == "flip", v.label("augment"), ": detection supports "
         "none or flip, not ", o.augment);
-  // By value, not by presence: a resumed run's recorded configuration holds every key.
-  const TrainOptions defaults;
-  const std::pair<const char*, bool> unsupported[] = {
-      {"scale-lr", o.scale_lr}, {"distribute-data", !o.distribute_data},
-      {"check-sync", o.check_sync != 0}, {"workers", o.workers != defaults.workers},
-      {"val-split", o.val_split != defaults.val_split},
-      {"image-size", o.image_size != 0}, {"in-channels", o.in_channels != 0},
-      {"mean", !o.mean.empty()}, {"std", !o.std.empty()}, {"freeze", !o.freeze.empty()},
-      {"freeze-backbone", o.freeze_backbone}, {"freeze-bn", o.freeze_bn},
-      {"init-weights-partial", !o.init_weights_partial.empty()},
-      {"head-lr-mult", o.head_lr_mult != 1}, {"device", o.device == "cuda"},
-      {"precision", o.precision != "auto" && o.precision != "fp32"}};
-  for (const auto& [flag, given] : unsupported)
-    CHECK(!given, v.label(flag), ": not supported with --task detection yet");
+  check_task_flags(o, v);
 }
 
 // The rules between options, once each option's own value is known: the data defaults, the
@@ -345,14 +426,7 @@ void check_across_options(TrainOptions& o, const Values& v) {
   if (o.task == Task::Detection) {
     check_detection_options(o, v);
   } else {
-    const TrainOptions defaults;
-    const std::pair<const char*, bool> detection_only[] = {
-        {"min-size", o.min_size != defaults.min_size}, {"max-size", o.max_size != defaults.max_size},
-        {"trainable-layers", o.trainable_layers != defaults.trainable_layers},
-        {"box-batch-size-per-image", o.box_batch_size_per_image != defaults.box_batch_size_per_image},
-        {"rpn-post-nms-top-n-test", o.rpn_post_nms_top_n_test != defaults.rpn_post_nms_top_n_test}};
-    for (const auto& [flag, given] : detection_only)
-      CHECK(!given, v.label(flag), ": only with --task detection");
+    check_task_flags(o, v);
     CHECK(!detection_kind(o.dataset), v.label("dataset"), ": ", o.dataset,
           " needs --task detection");
   }
@@ -415,114 +489,21 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, const Con
     file = read_config(o.config);
   }
   const Values v(cmd, file ? &*file : nullptr, base, base_name);
-  auto set = [&](const char* key, auto& field, auto convert) {
-    if (const auto g = v.get(key)) field = convert(*g);
+  auto parse = [&](const Flag& f) {
+    if (const auto g = f.value ? v.get(f.def.name) : std::nullopt) f.value.parse(o, *g);
   };
-  auto text = [](const Given& g) { return g.value; };
-  auto int_from = [](int64_t lo) { return [lo](const Given& g) { return to_int(g, lo); }; };
-  auto int32_from = [](int64_t lo) { return [lo](const Given& g) { return cli::to_int32(g, lo); }; };
-
-  // One set() per option, in help order: a flat table, kept in one piece so that each option's
-  // conversion and accepted range read on one line.
-  set("task", o.task, [](const Given& g) { return *parse_task(to_choice(g, task_names())); });
-  const bool detection = o.task == Task::Detection;
-  if (detection) {  // Faster R-CNN's defaults, before the options that may override them
+  // --task first: its defaults go under the options that may override them, and --model's
+  // check depends on it.
+  const Flag& task = find_flag("task");
+  parse(task);
+  if (o.task == Task::Detection) {  // Faster R-CNN's defaults
     o.batch_size = 2;
     o.learning_rate = 0.01;
     o.weight_decay = 1e-4;
     o.augment = "flip";
   }
-  set("model", o.model, [detection](const Given& g) {
-    try {
-      if (detection) {
-        detect::detection_body(g.value);  // an Error naming the known detectors
-        return g.value;
-      }
-      return model_spec(g.value).name;
-    } catch (const Error& e) {
-      FAIL(g.label, ": ", e.message());
-    }
-  });
-  set("data", o.data, text);
-  set("dataset", o.dataset, [](const Given& g) { return to_choice(g, data::dataset_choices()); });
-  set("val-split", o.val_split, [](const Given& g) {
-    return to_double(g, [](double x) { return x >= 0 && x < 1; }, "a fraction in [0, 1)");
-  });
-  set("test-data", o.test_data, text);
-  set("batch-size", o.batch_size, int_from(1));
-  set("epochs", o.epochs, int_from(1));
-  set("learning-rate", o.learning_rate, [](const Given& g) {
-    return to_double(g, [](double x) { return x > 0; }, "a number > 0");
-  });
-  set("momentum", o.momentum, [](const Given& g) {
-    return to_double(g, [](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)");
-  });
-  set("weight-decay", o.weight_decay, [](const Given& g) {
-    return to_double(g, [](double x) { return x >= 0; }, "a number >= 0");
-  });
-  set("optimizer", o.optimizer, [](const Given& g) { return to_choice(g, {"sgd", "adamw"}); });
-  set("nesterov", o.nesterov, to_bool);
-  set("schedule", o.schedule, text);
-  set("warmup-epochs", o.warmup_epochs, int_from(0));
-  set("scale-lr", o.scale_lr, to_bool);
-  set("workers", o.workers, int32_from(0));
-  set("mean", o.mean, [](const Given& g) { return to_float_list(g, false); });
-  set("std", o.std, [](const Given& g) { return to_float_list(g, true); });
-  set("augment", o.augment,
-      [](const Given& g) { return to_choice(g, {"none", "flip", "crop-flip", "imagenet"}); });
-  set("image-size", o.image_size, int32_from(0));
-  set("in-channels", o.in_channels, [](const Given& g) {
-    const int64_t c = to_int(g, 0, 3);
-    if (c == 2) bad(g, "0 (the data's own), 1 or 3 (grey or RGB input)");
-    return int(c);
-  });
-  set("skip-bad", o.skip_bad, to_bool);
-  set("distribute-data", o.distribute_data, to_bool);
-  set("min-size", o.min_size, int32_from(32));
-  set("max-size", o.max_size, int32_from(32));
-  set("trainable-layers", o.trainable_layers, [](const Given& g) {
-    const int n = cli::to_int32(g, 0);
-    CHECK(n <= 5, g.label, ": '", g.value, "' is not in 0..5");
-    return n;
-  });
-  set("box-batch-size-per-image", o.box_batch_size_per_image, int32_from(1));
-  set("rpn-post-nms-top-n-test", o.rpn_post_nms_top_n_test, int32_from(1));
-  set("init-weights", o.init_weights, text);
-  set("init-weights-partial", o.init_weights_partial, to_name_list);
-  set("freeze", o.freeze, to_name_list);
-  set("freeze-backbone", o.freeze_backbone, to_bool);
-  set("freeze-bn", o.freeze_bn, to_bool);
-  set("head-lr-mult", o.head_lr_mult, [](const Given& g) {
-    return to_double(g, [](double x) { return x > 0 && std::isfinite(x); }, "a number > 0");
-  });
-  set("save-dir", o.save_dir, text);
-  set("resume", o.resume, text);
-  set("seed", o.seed, to_uint64);
-  set("threads", o.threads, int32_from(0));
-  set("eval-every", o.eval_every, int_from(0));
-  set("checkpoint-every", o.checkpoint_every, int_from(0));
-  set("keep-checkpoints", o.keep_checkpoints, int32_from(0));
-  set("progress", o.progress,
-      [](const Given& g) { return to_choice(g, {"auto", "bar", "plain", "none"}); });
-  set("check-sync", o.check_sync, int_from(0));
-  set("bucket-mb", o.bucket_mb, [](const Given& g) {
-    return to_double(g, [](double x) { return x >= 0 && x <= 1 << 20; }, "a number >= 0 (MiB; 0 = auto)");
-  });
-  set("overlap", o.overlap, [](const Given& g) { return to_choice(g, {"thread", "hooks", "off"}); });
-  set("allreduce", o.allreduce,
-      [](const Given& g) { return to_choice(g, {"ring", "hierarchical", "auto"}); });
-  set("grad-compression", o.grad_compression,
-      [](const Given& g) { return to_choice(g, {"none", "fp16", "bf16"}); });
-  set("timeout", o.timeout, [](const Given& g) {
-    return to_double(g, [](double x) { return x >= 0 && x <= 1e9; }, "a number of seconds >= 0 (0 = off)");
-  });
-  set("device", o.device, [](const Given& g) {
-    if (g.value == "cuda" && !gpu::compiled_in()) FAIL(g.label, " cuda: ", gpu::unavailable_reason());
-    return to_choice(g, {"auto", "cpu", "cuda"});
-  });
-  set("precision", o.precision,
-      [](const Given& g) { return to_choice(g, {"auto", "fp32", "tf32", "bf16", "fp16"}); });
-  set("deterministic", o.deterministic, to_bool);
+  for (const Flag& f : train_flags())
+    if (&f != &task) parse(f);
 
   check_across_options(o, v);
   return o;
@@ -534,62 +515,10 @@ TrainOptions parse_train_options(int argc, const char* const* argv) {
 }
 
 std::map<std::string, std::string> to_config(const TrainOptions& o) {
-  auto b = [](bool x) { return std::string(x ? "true" : "false"); };
-  auto i = [](auto x) { return std::to_string(x); };
-  return {
-      {"task", task_name(o.task)},
-      {"model", o.model},
-      {"data", o.data},
-      {"dataset", o.dataset},
-      {"val-split", cli::format_double(o.val_split)},
-      {"test-data", o.test_data},
-      {"batch-size", i(o.batch_size)},
-      {"epochs", i(o.epochs)},
-      {"learning-rate", cli::format_double(o.learning_rate)},
-      {"momentum", cli::format_double(o.momentum)},
-      {"weight-decay", cli::format_double(o.weight_decay)},
-      {"optimizer", o.optimizer},
-      {"nesterov", b(o.nesterov)},
-      {"schedule", o.schedule},
-      {"warmup-epochs", i(o.warmup_epochs)},
-      {"scale-lr", b(o.scale_lr)},
-      {"workers", i(o.workers)},
-      {"mean", cli::format_float_list(o.mean)},
-      {"std", cli::format_float_list(o.std)},
-      {"augment", o.augment},
-      {"image-size", i(o.image_size)},
-      {"in-channels", i(o.in_channels)},
-      {"skip-bad", b(o.skip_bad)},
-      {"distribute-data", b(o.distribute_data)},
-      {"min-size", i(o.min_size)},
-      {"max-size", i(o.max_size)},
-      {"trainable-layers", i(o.trainable_layers)},
-      {"box-batch-size-per-image", i(o.box_batch_size_per_image)},
-      {"rpn-post-nms-top-n-test", i(o.rpn_post_nms_top_n_test)},
-      {"init-weights", o.init_weights},
-      {"init-weights-partial", join(o.init_weights_partial, ",")},
-      {"freeze", join(o.freeze, ",")},
-      {"freeze-backbone", b(o.freeze_backbone)},
-      {"freeze-bn", b(o.freeze_bn)},
-      {"head-lr-mult", cli::format_double(o.head_lr_mult)},
-      {"save-dir", o.save_dir},
-      {"resume", o.resume},
-      {"seed", i(o.seed)},
-      {"threads", i(o.threads)},
-      {"eval-every", i(o.eval_every)},
-      {"checkpoint-every", i(o.checkpoint_every)},
-      {"keep-checkpoints", i(o.keep_checkpoints)},
-      {"progress", o.progress},
-      {"check-sync", i(o.check_sync)},
-      {"bucket-mb", cli::format_double(o.bucket_mb)},
-      {"overlap", o.overlap},
-      {"allreduce", o.allreduce},
-      {"grad-compression", o.grad_compression},
-      {"timeout", cli::format_double(o.timeout)},
-      {"device", o.device},
-      {"precision", o.precision},
-      {"deterministic", b(o.deterministic)},
-  };
+  std::map<std::string, std::string> config;
+  for (const Flag& f : train_flags())
+    if (f.value) config[f.def.name] = f.value.text(o);
+  return config;
 }
 
 std::string train_help() {

@@ -9,6 +9,11 @@
 
 #include "core/task.h"
 
+namespace mpicnn::cli {
+template <class Options>
+struct Flag;  // core/cli.h
+}
+
 namespace mpicnn::train {
 
 // Every field holds its effective value after parsing. The defaults are a Fashion-MNIST run:
@@ -116,6 +121,12 @@ std::string train_help();
 // The long name of every option ./train takes (what --config files and sweep grids use as keys),
 // in --help order; help and config included.
 std::vector<std::string> option_names();
+
+// ./train's flag table, one row per flag in --help order (core/cli.h's Flag: names, help, the
+// field it fills and its conversion, the tasks that take it, a sample value). Parsing, --help,
+// config keys, option_names, to_config and the per-task refusals all walk it.
+using Flag = cli::Flag<TrainOptions>;
+const std::vector<Flag>& train_flags();
 
 // Every effective option (keys = long option names, values as the command line takes them;
 // help and config left out), for checkpoints and summary.json. Passing each pair back as
