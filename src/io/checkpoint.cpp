@@ -16,15 +16,12 @@
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <vector>
 
 #include "core/check.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "io/trainer_record.h"
-#include "models/model.h"
-#include "optim/optimizer.h"
 
 namespace mpicnn {
 
@@ -68,25 +65,6 @@ struct TempDirGuard {
 std::string unique_suffix() {
   static std::atomic<uint64_t> counter{0};
   return std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
-
-// Model::load_state_dict changes tensors as it goes; checking every name and shape first
-// keeps a failed load from leaving a half-restored model.
-void validate_model_file(const SafetensorsReader& r, const Model& model) {
-  std::set<std::string> expected;
-  for (const StateEntry& e : model.params().entries()) {
-    expected.insert(e.name);
-    CHECK(r.contains(e.name), r.path(), ": no tensor '", e.name, "' (model ", model.name(), ")");
-    const TensorInfo& t = r.info(e.name);
-    const Dims want = e.kind == StateKind::BufferI64 ? Dims{} : dims_of(e.shape);
-    CHECK(t.shape == want, r.path(), ": tensor '", e.name, "' has shape ", dims_str(t.shape),
-          ", model ", model.name(), " needs ", dims_str(want));
-    const bool int_ok = e.kind == StateKind::BufferI64 ? dtype_is_int(t.dtype) : dtype_is_float(t.dtype);
-    CHECK(int_ok, r.path(), ": tensor '", e.name, "' has dtype ", dtype_name(t.dtype));
-  }
-  for (const TensorInfo& t : r.tensors())
-    CHECK(expected.count(t.name), r.path(), ": unexpected tensor '", t.name, "' for model ",
-          model.name());
 }
 
 bool is_checkpoint_name(const std::string& n) {
@@ -170,7 +148,7 @@ namespace {
 // The three files of a checkpoint, written into the (new, empty) directory `tmp`. trainer.json
 // records the tensor files' sizes and CRC-32s as the writer computed them from the bytes it wrote
 // (no second pass; a later load verifies every tensor against its own CRC-32 anyway).
-void write_checkpoint_files(const fs::path& tmp, const Model& model, const Optimizer& optimizer,
+void write_checkpoint_files(const fs::path& tmp, const Stateful& model, const Stateful& optimizer,
                             const TrainerState& st, const CheckpointHook& hook) {
   auto stage = [&](std::string_view s) {
     if (hook) hook(s);
@@ -180,13 +158,9 @@ void write_checkpoint_files(const fs::path& tmp, const Model& model, const Optim
     j["files"][f] = {{"bytes", d.bytes}, {"crc32", d.crc32}};
   };
   // "format: pt" is what safetensors' torch helpers write; loaders use it as a hint.
-  record(kModelFile, model.save_state_dict((tmp / kModelFile).string(),
-                                           {{"format", "pt"}, {"mpicnn.model", st.model}}));
+  record(kModelFile, model.write_state((tmp / kModelFile).string(), {{"format", "pt"}, {"mpicnn.model", st.model}}));
   stage("model");
-  SafetensorsWriter ow;
-  optimizer.save_state(ow);
-  ow.set_metadata("mpicnn.model", st.model);
-  record(kOptimFile, ow.write((tmp / kOptimFile).string()));
+  record(kOptimFile, optimizer.write_state((tmp / kOptimFile).string(), {{"mpicnn.model", st.model}}));
   stage("optimizer");
 
   j["crc32"] = crc32_hex(trainer_record::own_crc(j));
@@ -216,8 +190,8 @@ std::string latest_now(const fs::path& run) {
 
 }  // namespace
 
-CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
-                                const Optimizer& optimizer, const TrainerState& state,
+CheckpointPaths save_checkpoint(const std::string& run_dir, const Stateful& model,
+                                const Stateful& optimizer, const TrainerState& state,
                                 int keep_last, const CheckpointHook& hook) {
   CHECK(keep_last >= 0, "keep_last must be >= 0, got ", keep_last);
   const fs::path run(run_dir);
@@ -242,8 +216,8 @@ CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
   st.saved_at = iso_utc(now);
   st.saved_unix_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  st.model = model.name();
-  st.optimizer = optimizer.name();
+  st.model = model.state_name();
+  st.optimizer = optimizer.state_name();
   if (st.run_started.empty()) st.run_started = st.saved_at;
 
   try {
@@ -322,18 +296,20 @@ TrainerState read_trainer_state(const std::string& trainer_json_path) {
   return trainer_record::parse(trainer_json_path).first;
 }
 
-TrainerState load_checkpoint(const std::string& arg, Model& model, Optimizer& optimizer) {
+TrainerState load_checkpoint(const std::string& arg, Stateful& model, Stateful& optimizer) {
   const CheckpointPaths p = resolve_checkpoint(arg);
   auto [state, files] = trainer_record::parse(p.trainer);
-  CHECK(state.model == model.name(), p.trainer, ": checkpoint of model '", state.model,
-        "', not '", model.name(), "'");
-  CHECK(state.optimizer == optimizer.name(), p.trainer, ": checkpoint of optimizer '",
-        state.optimizer, "', not '", optimizer.name(), "'");
+  CHECK(state.model == model.state_name(), p.trainer, ": checkpoint of model '", state.model,
+        "', not '", model.state_name(), "'");
+  CHECK(state.optimizer == optimizer.state_name(), p.trainer, ": checkpoint of optimizer '",
+        state.optimizer, "', not '", optimizer.state_name(), "'");
   const SafetensorsReader mr = trainer_record::open_recorded(p.model, files, p.trainer);
-  validate_model_file(mr, model);
   const SafetensorsReader orr = trainer_record::open_recorded(p.optimizer, files, p.trainer);
-  optimizer.load_state(orr);  // validates everything before changing anything
-  for (const StateEntry& e : model.params().entries()) read_state_entry(mr, e);
+  // Every check before any change: a failed load leaves model and optimizer as they were.
+  model.check_state(mr);
+  optimizer.check_state(orr);
+  optimizer.read_state(orr);  // its own checks are all done before it changes anything
+  model.read_state(mr);
   return state;
 }
 

@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "io/stateful.h"
+
 namespace mpicnn {
 
-class Model;
-class Optimizer;
 
 // Bumped when trainer.json or the file set changes meaning; load refuses other versions.
 // Version 2 adds trainer.json's own CRC-32 (field "crc32", over the rest of the file) and
@@ -96,8 +96,8 @@ using CheckpointHook = std::function<void(std::string_view stage)>;
 // file and the cause, and where `latest` still points. Saving a name that exists (after
 // resuming from an earlier one) swaps the new directory in atomically. Returns the new
 // checkpoint's paths.
-CheckpointPaths save_checkpoint(const std::string& run_dir, const Model& model,
-                                const Optimizer& optimizer, const TrainerState& state,
+CheckpointPaths save_checkpoint(const std::string& run_dir, const Stateful& model,
+                                const Stateful& optimizer, const TrainerState& state,
                                 int keep_last, const CheckpointHook& hook = {});
 
 // `arg` is a run directory (uses RUN/latest), RUN/latest, or a checkpoint directory.
@@ -108,7 +108,7 @@ CheckpointPaths resolve_checkpoint(const std::string& arg);
 // CRC-32 in the tensor files, file sizes and CRC-32s recorded in trainer.json, model name,
 // every tensor name and shape, optimizer type and options) before changing anything, then
 // restores model and optimizer. Errors name the offending file (and tensor).
-TrainerState load_checkpoint(const std::string& arg, Model& model, Optimizer& optimizer);
+TrainerState load_checkpoint(const std::string& arg, Stateful& model, Stateful& optimizer);
 // trainer.json alone (validated, with the version and CRC checks): for tools that only inspect.
 TrainerState read_trainer_state(const std::string& trainer_json_path);
 

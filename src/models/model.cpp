@@ -200,6 +200,26 @@ void Model::load_state_dict(const std::string& path) {
           ": unexpected tensor '", t.name, "' for model ", name_);
 }
 
+void Model::check_state(const SafetensorsReader& r) const {
+  std::set<std::string> expected;
+  for (const StateEntry& e : store_.entries()) {
+    expected.insert(e.name);
+    CHECK(r.contains(e.name), r.path(), ": no tensor '", e.name, "' (model ", name_, ")");
+    const TensorInfo& t = r.info(e.name);
+    const Dims want = e.kind == StateKind::BufferI64 ? Dims{} : dims_of(e.shape);
+    CHECK(t.shape == want, r.path(), ": tensor '", e.name, "' has shape ", dims_str(t.shape),
+          ", model ", name_, " needs ", dims_str(want));
+    const bool int_ok = e.kind == StateKind::BufferI64 ? dtype_is_int(t.dtype) : dtype_is_float(t.dtype);
+    CHECK(int_ok, r.path(), ": tensor '", e.name, "' has dtype ", dtype_name(t.dtype));
+  }
+  for (const TensorInfo& t : r.tensors())
+    CHECK(expected.count(t.name), r.path(), ": unexpected tensor '", t.name, "' for model ", name_);
+}
+
+void Model::read_state(const SafetensorsReader& r) {
+  for (const StateEntry& e : store_.entries()) read_state_entry(r, e);
+}
+
 bool is_dropped_batchnorm_counter(const ParamStore& store, const std::string& name) {
   const std::string counter = "num_batches_tracked";
   return name.ends_with(counter) && !store.find(name) &&

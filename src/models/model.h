@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/safetensors.h"  // FileDigest
+#include "io/stateful.h"
 #include "layers/params.h"
 #include "models/module.h"
 
@@ -64,7 +65,7 @@ void read_state_entry(const SafetensorsReader& r, const StateEntry& e);
 // backward() fails. On a GPU model it plans as kTraining does.
 enum class PlanFor { kTraining, kInference };
 
-class Model {
+class Model : public Stateful {
  public:
   // Registers the tree's state (in torchvision order), allocates the slabs and initialises
   // with `init` (the model family's torchvision initialisation) from `seed`.
@@ -125,6 +126,15 @@ class Model {
   FileDigest save_state_dict(const std::string& path,
                              const std::map<std::string, std::string>& metadata = {}) const;
   void load_state_dict(const std::string& path);
+
+  // A checkpoint's model.safetensors (io/stateful.h): the state dict; the check is strict as
+  // load_state_dict is, and runs before any tensor changes.
+  std::string state_name() const override { return name_; }
+  FileDigest write_state(const std::string& path, const std::map<std::string, std::string>& metadata) const override {
+    return save_state_dict(path, metadata);
+  }
+  void check_state(const SafetensorsReader& r) const override;
+  void read_state(const SafetensorsReader& r) override;
 
  private:
   std::string name_;

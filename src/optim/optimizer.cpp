@@ -100,6 +100,13 @@ void Optimizer::save_state(SafetensorsWriter& out, const std::string& prefix) co
   }
 }
 
+FileDigest Optimizer::write_state(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  SafetensorsWriter w;
+  save_state(w);
+  for (const auto& [k, v] : metadata) w.set_metadata(k, v);
+  return w.write(path);
+}
+
 void Optimizer::load_state(const SafetensorsReader& in, const std::string& prefix) {
   const std::string& f = in.path();
   CHECK(!prefix.empty(), who_, ": the optimizer state needs a name prefix (e.g. \"optim.\")");

@@ -3,17 +3,19 @@
 // Not a learning-rate schedule (optim/schedule.h) and not a checkpoint policy (io/checkpoint).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/gpu.h"
 #include "io/safetensors.h"
+#include "io/stateful.h"
 #include "layers/params.h"
 
 namespace mpicnn {
 
-class Optimizer {
+class Optimizer : public Stateful {
  public:
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -47,6 +49,13 @@ class Optimizer {
   // with different hyperparameters would silently not be a resume), every name and shape,
   // and no stray tensor under `prefix`. Errors name the file and the tensor or option.
   void load_state(const SafetensorsReader& in, const std::string& prefix = "optim.");
+
+  // A checkpoint's optimizer.safetensors (io/stateful.h): save_state's tensors; load_state
+  // checks everything before it changes anything, so there is no separate check.
+  std::string state_name() const override { return name(); }
+  FileDigest write_state(const std::string& path, const std::map<std::string, std::string>& metadata) const override;
+  void check_state(const SafetensorsReader&) const override {}
+  void read_state(const SafetensorsReader& r) override { load_state(r); }
 
  protected:
   Optimizer(ParamStore& store, double lr, const char* who);
