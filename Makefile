@@ -158,6 +158,9 @@ httplib-flags:
 # every AVX-512 extension off, so that it runs on CPUs without them.
 $(BUILD)/obj/src/layers/cpu/conv_direct_avx512.o: CXXFLAGS += -mavx512f -mfma
 $(BUILD)/obj/src/layers/cpu/conv_direct_avx2.o: CXXFLAGS += -mavx2 -mfma -mno-avx512f
+# The bf16 GEMM's vdpbf16ps kernels (core/cpu/gemm_bf16_avx512.cpp), called only on a CPU
+# with AVX512-BF16 (core/gemm_bf16.cpp checks).
+$(BUILD)/obj/src/core/cpu/gemm_bf16_avx512.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
 
 $(BUILD)/obj-f64/%.o: %.cpp
 	@mkdir -p $(@D)

@@ -1,0 +1,145 @@
+// The bf16 GEMM's AVX512-BF16 kernels: an 8 x 48 register tile (24 accumulators) of
+// vdpbf16ps, and packing that rounds 32 floats per vcvtne2ps2bf16. Compiled with the AVX-512
+// BF16 flags on any x86-64 build machine (Makefile); core/gemm_bf16.cpp calls them only on a
+// CPU that has avx512_bf16. Edges the vectors do not cover are packed by the shared scalar
+// code (gemm_bf16_kernels.h), whose rounding is the instruction's, bit for bit.
+// GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized inside its own header (GCC bug
+// 105593, see layers/cpu/conv_direct_avx512.cpp): silenced for that header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstring>
+
+#include "core/cpu/gemm_bf16_kernels.h"
+
+namespace mpicnn::bf16k {
+
+namespace {
+
+static_assert(NR == 48 && MR == 8, "the micro-kernel below is written for an 8 x 48 tile");
+
+__m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+// Both bf16 of a pair as one 32-bit lane, broadcast to all 16 lanes.
+__m512bh broadcast_pair(const bf16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return as_bh(_mm512_set1_epi32(v));
+}
+
+void micro(float* acc, const bf16_t* a, const bf16_t* b, int64_t kpairs) {
+  __m512 c[MR][3];
+  for (int i = 0; i < MR; ++i) c[i][0] = c[i][1] = c[i][2] = _mm512_setzero_ps();
+  for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 2 * NR) {
+    const __m512bh b0 = as_bh(_mm512_loadu_si512(b));
+    const __m512bh b1 = as_bh(_mm512_loadu_si512(b + 32));
+    const __m512bh b2 = as_bh(_mm512_loadu_si512(b + 64));
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh ai = broadcast_pair(a + 2 * i);
+      c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
+      c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
+      c[i][2] = _mm512_dpbf16_ps(c[i][2], ai, b2);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < 3; ++v) _mm512_storeu_ps(acc + i * NR + 16 * v, c[i][v]);
+}
+
+__mmask16 first_lanes(int n) {  // n clamped to [0, 16]
+  return n <= 0 ? __mmask16(0) : n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+}
+
+// 32 floats (lo = p[0, 16), hi = p[16, 32), lanes past n read as zero) as 32 bf16 in order,
+// or equally 16 pairs (p[2d], p[2d + 1]) as 32-bit lanes d.
+__m512i round_32(const float* p, int n) {
+  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), p);
+  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(n - 16), p + 16);
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// r[i] lane l becomes r[l] lane i (16 x 16 32-bit lanes): 4 rounds of shuffles.
+void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 4; ++j) {
+      t[8 * h + j] = _mm512_shuffle_i32x4(r[8 * h + j], r[8 * h + 4 + j], 0x88);
+      t[8 * h + 4 + j] = _mm512_shuffle_i32x4(r[8 * h + j], r[8 * h + 4 + j], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+  }
+}
+
+// K contiguous in each lane (op(A) untransposed, op(B) transposed): 16 lanes by 16 pairs at a
+// time, each lane's 32 values rounded as 16 pairs, then transposed to [pair][lane].
+void pack_k_contiguous(bf16_t* dst, const float* src, int64_t ls, int lanes, int W, int kc) {
+  const int kpairs = (kc + 1) / 2;
+  for (int l0 = 0; l0 < W; l0 += 16) {
+    const __mmask16 store = first_lanes(W - l0);
+    for (int kp0 = 0; kp0 < kpairs; kp0 += 16) {
+      __m512i r[16];
+      for (int l = 0; l < 16; ++l)
+        r[l] = l0 + l < lanes ? round_32(src + (l0 + l) * ls + 2 * kp0, kc - 2 * kp0)
+                              : _mm512_setzero_si512();
+      transpose16(r);
+      for (int d = 0; d < 16 && kp0 + d < kpairs; ++d)
+        _mm512_mask_storeu_epi32(dst + (int64_t(kp0 + d) * W + l0) * 2, store, r[d]);
+    }
+  }
+}
+
+// Lanes contiguous (op(A) transposed, op(B) untransposed): per pair, 16 lanes of each of its
+// two K rows rounded together and interleaved into 16 pairs.
+void pack_lanes_contiguous(bf16_t* dst, const float* src, int64_t ks, int lanes, int W,
+                           int kc) {
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                              25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3,
+                                              18, 2, 17, 1, 16, 0);
+  for (int kp = 0; kp < (kc + 1) / 2; ++kp) {
+    const float* row0 = src + 2 * kp * ks;
+    const bool has_row1 = 2 * kp + 1 < kc;
+    for (int l0 = 0; l0 < W; l0 += 16) {
+      const __mmask16 load = first_lanes(lanes - l0);
+      const __m512 lo = _mm512_maskz_loadu_ps(load, row0 + l0);
+      const __m512 hi = has_row1 ? _mm512_maskz_loadu_ps(load, row0 + ks + l0) : _mm512_setzero_ps();
+      const __m512i pairs = _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      _mm512_mask_storeu_epi32(dst + (int64_t(kp) * W + l0) * 2, first_lanes(W - l0), pairs);
+    }
+  }
+}
+
+void pack_f32(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes, int W, int kc) {
+  if (ks == 1) return pack_k_contiguous(dst, src, ls, lanes, W, kc);
+  if (ls == 1) return pack_lanes_contiguous(dst, src, ks, lanes, W, kc);
+  pack_scalar(dst, src, ls, ks, lanes, W, kc, 0, W, 0, (kc + 1) / 2);
+}
+
+void round(bf16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const int left = n - i < 32 ? int(n - i) : 32;
+    const __m512i v = round_32(src + i, left);
+    _mm512_mask_storeu_epi16(dst + i, left == 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1, v);
+  }
+}
+
+constexpr Kernels kKernels{"native", micro, pack_f32, round};
+
+}  // namespace
+
+const Kernels* native_kernels() { return &kKernels; }
+
+}  // namespace mpicnn::bf16k

@@ -1,0 +1,41 @@
+// The bf16 GEMM's kernels in plain float32 arithmetic, for CPUs without AVX512-BF16: the same
+// packing and the same sums, step for step, as vdpbf16ps (gemm_bf16_kernels.h's dot_pair), so
+// both paths give the same bits. Correct rather than fast: on such a CPU fp32 GEMM is faster.
+#include "core/cpu/gemm_bf16_kernels.h"
+
+namespace mpicnn::bf16k {
+
+namespace {
+
+void micro(float* acc, const bf16_t* a, const bf16_t* b, int64_t kpairs) {
+  float c[MR][NR] = {};
+  for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 2 * NR) {
+    float b0[NR], b1[NR];
+    for (int j = 0; j < NR; ++j) {
+      b0[j] = bf16_value(b[2 * j]);
+      b1[j] = bf16_value(b[2 * j + 1]);
+    }
+    for (int i = 0; i < MR; ++i) {
+      const float a0 = bf16_value(a[2 * i]), a1 = bf16_value(a[2 * i + 1]);
+      for (int j = 0; j < NR; ++j) c[i][j] = dot_pair(c[i][j], a0, a1, b0[j], b1[j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i * NR + j] = c[i][j];
+}
+
+void pack_f32(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes, int W, int kc) {
+  pack_scalar(dst, src, ls, ks, lanes, W, kc, 0, W, 0, (kc + 1) / 2);
+}
+
+void round(bf16_t* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = round_bf16(src[i]);
+}
+
+constexpr Kernels kKernels{"emulated", micro, pack_f32, round};
+
+}  // namespace
+
+const Kernels* emulated_kernels() { return &kKernels; }
+
+}  // namespace mpicnn::bf16k

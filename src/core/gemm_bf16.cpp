@@ -1,0 +1,240 @@
+// The bf16 GEMM's driver: path selection, cache blocking, packing and threading; the kernels it
+// calls are core/cpu/gemm_bf16_*.cpp. GotoBLAS's loops: op(A) packed whole (once, shared by the
+// threads), each thread's block of columns of op(B) packed kKC x kNC at a time, and the 8 x 48
+// micro-kernel over A's panels (from L2) against one B panel (kept in L1).
+#include "core/gemm_bf16.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+
+#include "core/check.h"
+#include "core/cpu/gemm_bf16_kernels.h"
+
+namespace mpicnn {
+
+namespace {
+
+using bf16k::MR;
+using bf16k::NR;
+constexpr int KC = kBf16KC;
+static_assert(KC % 2 == 0, "a K block holds whole pairs");
+// Rows of A per pass over a packed B block (its panels then stay in L2: 192 x 256 bf16 = 96
+// KiB), and columns of B per packed block (1152 x 256 bf16 = 576 KiB).
+constexpr int kMC = 24 * MR, kNC = 24 * NR;
+
+bool cpu_has_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+std::atomic<Bf16Path>& path_slot() {
+  static std::atomic<Bf16Path> slot{[] {
+    const char* v = std::getenv("MPICNN_BF16");
+    if (!v || !*v) return best_bf16_path();
+    const Bf16Path path = parse_bf16_path(v);
+    CHECK(path != Bf16Path::kNative || cpu_has_bf16(), "MPICNN_BF16=native: this CPU has no ",
+          "AVX512-BF16 (avx512_bf16 in /proc/cpuinfo)");
+    return path;
+  }()};
+  return slot;
+}
+
+const bf16k::Kernels& kernels() {
+  return bf16_native() ? *bf16k::native_kernels() : *bf16k::emulated_kernels();
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A 64-byte-aligned packing buffer that grows and is kept: one per thread, so a training
+// step's GEMMs allocate nothing after the first.
+class PackBuffer {
+ public:
+  bf16_t* get(int64_t n) {
+    if (n > size_) {
+      const size_t bytes = size_t(round_up(n * int64_t(sizeof(bf16_t)), 64));
+      data_.reset(static_cast<bf16_t*>(std::aligned_alloc(64, bytes)));
+      CHECK(data_ != nullptr, "gemm_bf16: cannot allocate ", bytes, " bytes for packing");
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(bf16_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<bf16_t, Free> data_;
+  int64_t size_ = 0;
+};
+
+// A matrix read as lanes (rows of op(A), columns of op(B)) by K: element (l, k) is
+// p[l * ls + k * ks].
+template <typename T>
+struct Operand {
+  const T* p;
+  int64_t ls, ks;
+};
+
+// Packs lanes [l0, l0 + lanes) by K values [k0, k0 + kc) into a W-lane panel.
+void pack(const bf16k::Kernels& k, bf16_t* dst, const Operand<float>& s, int64_t l0,
+          int lanes, int W, int64_t k0, int kc) {
+  k.pack_f32(dst, s.p + l0 * s.ls + k0 * s.ks, s.ls, s.ks, lanes, W, kc);
+}
+void pack(const bf16k::Kernels&, bf16_t* dst, const Operand<bf16_t>& s, int64_t l0, int lanes,
+          int W, int64_t k0, int kc) {
+  bf16k::pack_scalar(dst, s.p + l0 * s.ls + k0 * s.ks, s.ls, s.ks, lanes, W, kc, 0, W, 0,
+                     (kc + 1) / 2);
+}
+
+// C tile (rows x cols, row stride ldc) from the micro-kernel's acc[MR][NR], as gemm_bf16.h
+// states: `first` is K block 0.
+void write_back(float* c, int64_t ldc, const float* acc, int rows, int cols, float alpha,
+                float beta, bool first) {
+  for (int r = 0; r < rows; ++r, c += ldc, acc += NR) {
+    if (!first)
+      for (int j = 0; j < cols; ++j) c[j] = std::fma(alpha, acc[j], c[j]);
+    else if (beta == 0.0f)
+      for (int j = 0; j < cols; ++j) c[j] = alpha * acc[j];
+    else
+      for (int j = 0; j < cols; ++j) c[j] = std::fma(beta, c[j], alpha * acc[j]);
+  }
+}
+
+// The threads as a gm x gn grid over A's and B's panels: the split whose busiest thread has
+// the fewest tiles; on a tie, more column blocks (each thread then packs only its own B).
+struct Grid {
+  int gm = 1, gn = 1;
+};
+Grid choose_grid(int threads, int64_t pm, int64_t pn) {
+  Grid best;
+  int64_t best_tiles = -1;
+  for (int gn = threads; gn >= 1; --gn) {
+    const int gm = threads / gn;
+    const int64_t tiles = (pm + gm - 1) / gm * ((pn + gn - 1) / gn);
+    if (best_tiles < 0 || tiles < best_tiles) best = {gm, gn}, best_tiles = tiles;
+  }
+  return best;
+}
+
+struct Problem {
+  int M, N, K;
+  float alpha, beta;
+  float* C;
+  int64_t ldc;
+  int64_t Mp;  // M rounded up to whole A panels
+};
+
+// One thread's tiles: rows [m0, m1) and columns [n0, n1) of C, against all of K.
+template <typename TB>
+void run_block(const bf16k::Kernels& k, const Problem& p, const bf16_t* apack,
+               const Operand<TB>& b, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  static thread_local PackBuffer bbuf;
+  bf16_t* bp = bbuf.get(int64_t(kNC) * KC);
+  alignas(64) float acc[MR * NR];
+  for (int64_t jc = n0; jc < n1; jc += kNC) {
+    const int nc = int(std::min<int64_t>(kNC, n1 - jc));
+    for (int64_t k0 = 0; k0 < p.K; k0 += KC) {
+      const int kc = int(std::min<int64_t>(KC, p.K - k0));
+      const int64_t kcp = round_up(kc, 2);
+      for (int j = 0; j < nc; j += NR)
+        pack(k, bp + j * kcp, b, jc + j, std::min(NR, nc - j), NR, k0, kc);
+      for (int64_t i0 = m0; i0 < m1; i0 += kMC) {
+        const int64_t i1 = std::min<int64_t>(m1, i0 + kMC);
+        for (int j = 0; j < nc; j += NR)
+          for (int64_t i = i0; i < i1; i += MR) {
+            k.micro(acc, apack + p.Mp * k0 + i * kcp, bp + j * kcp, kcp / 2);
+            write_back(p.C + i * p.ldc + jc + j, p.ldc, acc, int(std::min<int64_t>(MR, i1 - i)),
+                       std::min(NR, nc - j), p.alpha, p.beta, k0 == 0);
+          }
+      }
+    }
+  }
+}
+
+template <typename TA, typename TB>
+void run(const Problem& p, const Operand<TA>& a, const Operand<TB>& b) {
+  const bf16k::Kernels& k = kernels();
+  static thread_local PackBuffer abuf;
+  // A packed by K block, then panel: block k0 starts at Mp * k0, its panel i / MR at i * kcp.
+  bf16_t* apack = abuf.get(p.Mp * round_up(p.K, 2));
+  const int64_t pm = p.Mp / MR, pn = (p.N + NR - 1) / NR, kblocks = (p.K + KC - 1) / KC;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < kblocks * pm; ++u) {
+      const int64_t k0 = u / pm * KC, i = u % pm * MR;
+      const int kc = int(std::min<int64_t>(KC, p.K - k0));
+      pack(k, apack + p.Mp * k0 + i * round_up(kc, 2), a, i, int(std::min<int64_t>(MR, p.M - i)),
+           MR, k0, kc);
+    }
+    const Grid g = choose_grid(omp_get_num_threads(), pm, pn);
+    const int t = omp_get_thread_num();
+    if (t < g.gm * g.gn) {
+      const int tm = t / g.gn, tn = t % g.gn;
+      const int64_t m0 = pm * tm / g.gm * MR, m1 = std::min<int64_t>(p.M, pm * (tm + 1) / g.gm * MR);
+      const int64_t n0 = pn * tn / g.gn * NR, n1 = std::min<int64_t>(p.N, pn * (tn + 1) / g.gn * NR);
+      if (m0 < m1 && n0 < n1) run_block(k, p, apack, b, m0, m1, n0, n1);
+    }
+  }
+}
+
+}  // namespace
+
+Bf16Path best_bf16_path() { return cpu_has_bf16() ? Bf16Path::kNative : Bf16Path::kEmulated; }
+Bf16Path bf16_path() { return path_slot().load(); }
+void set_bf16_path(Bf16Path path) {
+  CHECK(path != Bf16Path::kNative || cpu_has_bf16(),
+        "bf16 GEMM: this CPU has no AVX512-BF16 for the native path");
+  path_slot().store(path);
+}
+bool bf16_native() { return bf16_path() == Bf16Path::kNative; }
+Bf16Path parse_bf16_path(const std::string& name) {
+  if (name == "native") return Bf16Path::kNative;
+  if (name == "emulated") return Bf16Path::kEmulated;
+  FAIL("MPICNN_BF16: unknown bf16 GEMM path '", name, "' (native, emulated)");
+}
+const char* bf16_path_name(Bf16Path path) {
+  return path == Bf16Path::kNative ? "native" : "emulated";
+}
+
+bf16_t bf16_round(float x) { return bf16k::round_bf16(x); }
+void to_bf16(bf16_t* dst, const float* src, int64_t n) { kernels().round(dst, src, n); }
+void from_bf16(float* dst, const bf16_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(uint32_t(src[i]) << 16);
+}
+
+template <typename TA, typename TB>
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const TA* A,
+               int lda, const TB* B, int ldb, float beta, float* C, int ldc) {
+  CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size ", M, " x ", N, " x ", K);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {  // op(A) * op(B) does not count: C = beta * C (BLAS)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * C[int64_t(i) * ldc + j];
+    return;
+  }
+  const Problem p{M, N, K, alpha, beta, C, ldc, round_up(M, MR)};
+  // op(A)(i, k) is A[i * lda + k], or A[k * lda + i] transposed; op(B)(k, j) B[k * ldb + j],
+  // or B[j * ldb + k].
+  const Operand<TA> a{A, trans_a ? 1 : int64_t(lda), trans_a ? int64_t(lda) : 1};
+  const Operand<TB> b{B, trans_b ? int64_t(ldb) : 1, trans_b ? 1 : int64_t(ldb)};
+  run(p, a, b);
+}
+
+template void gemm_bf16(bool, bool, int, int, int, float, const float*, int, const float*, int,
+                        float, float*, int);
+template void gemm_bf16(bool, bool, int, int, int, float, const bf16_t*, int, const bf16_t*, int,
+                        float, float*, int);
+template void gemm_bf16(bool, bool, int, int, int, float, const bf16_t*, int, const float*, int,
+                        float, float*, int);
+template void gemm_bf16(bool, bool, int, int, int, float, const float*, int, const bf16_t*, int,
+                        float, float*, int);
+
+}  // namespace mpicnn
