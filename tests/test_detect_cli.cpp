@@ -157,3 +157,18 @@ TEST_CASE("train CLI detection: bad data and options are one line") {
   expect_cli_error("train", {"--task", "detection", "-d", dir / "set", "-m", "vgg11"},
                    "unknown detection model 'vgg11'");
 }
+
+// The training loop's own flags work for detection as for classifiers (one Trainer): the
+// linear scaling rule, every rank on the whole set, and the replica check after every step.
+TEST_CASE("train CLI detection: --scale-lr, --distribute-data=false and --check-sync") {
+  TempDir dir;
+  make_set(dir / "set", 4, 6);
+  const auto r = run_mpi(2, "train", {"--task", "detection", "-m", "fasterrcnn_resnet18_fpn", "-d", dir / "set",
+                                      "--min-size", "64", "--max-size", "96", "-e", "1", "-b", "2", "--threads", "1",
+                                      "--box-batch-size-per-image", "32", "--scale-lr", "--distribute-data=false",
+                                      "--check-sync", "1", "--progress", "plain", "-s", dir / "run"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  CHECK(r.output.find("batch 2 per rank, 4 global; 2 steps per epoch") != std::string::npos);  // 4 images each
+  CHECK(r.output.find("lr=0.00015625") != std::string::npos);  // 0.01 x 4 / 256
+  CHECK(r.output.find("done: " + (dir / "run") + ": no test evaluation") != std::string::npos);
+}

@@ -140,7 +140,7 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::warmup_epochs, int_from(0)), both, {"2"}},
       {{"scale-lr", "", "[=BOOL]", Switch,
         "linear scaling rule: lr x global batch (batch-size x ranks) / 256"},
-       bind_to(&O::scale_lr, to_bool), classify, {"true"}},
+       bind_to(&O::scale_lr, to_bool), both, {"true"}},
       {{"workers", "w", "N", Value, "data loader threads per rank (>= 0; 0 = none)"},
        bind_to(&O::workers, int32_from(0)), classify, {"4"}},
       {common::mean(" (empty = the dataset's)"), &O::mean, classify, {"0.5"}},
@@ -168,7 +168,7 @@ const std::vector<Flag>& train_flags() {
       {{"distribute-data", "", "[=BOOL]", Switch,
         "split each epoch's data between the ranks; --distribute-data=false: every rank trains "
         "on the whole dataset"},
-       bind_to(&O::distribute_data, to_bool), classify, {"false"}},
+       bind_to(&O::distribute_data, to_bool), both, {"false"}},
       {{"min-size", "", "N", Value,
         "detection: images are resized so that their shorter side is N (>= 32) ..."},
        bind_to(&O::min_size, int32_from(32)), detection, {"160"}},
@@ -239,7 +239,7 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::progress, choice({"auto", "bar", "plain", "none"})), both, {"plain"}},
       {{"check-sync", "", "N", Value,
         "every N steps check that all ranks hold the same weights (0 = off)"},
-       bind_to(&O::check_sync, int_from(0)), classify, {"100"}},
+       bind_to(&O::check_sync, int_from(0)), both, {"100"}},
       {{"bucket-mb", "", "MB", Value,
         "gradient allreduce bucket size in MiB (> 0), or 0: an eighth of the model's gradient, "
         "between 64 KiB and 25 MiB (small buckets let communication start early in backward)"},
