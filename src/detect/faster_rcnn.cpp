@@ -197,20 +197,6 @@ FasterRcnnOptions options_from_record(const nlohmann::json& j, const std::string
   return o;
 }
 
-const std::vector<std::string>& detection_model_names() {
-  static const std::vector<std::string> names = {
-      "fasterrcnn_resnet18_fpn", "fasterrcnn_resnet34_fpn", "fasterrcnn_resnet50_fpn"};
-  return names;
-}
-
-std::string detection_body(const std::string& name) {
-  const auto& names = detection_model_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    FAIL("unknown detection model '", name, "' (", join(names, ", "), ")");
-  }
-  return name.substr(11, name.size() - 15);  // fasterrcnn_<body>_fpn
-}
-
 std::unique_ptr<Model> make_faster_rcnn(const std::string& name, FasterRcnnOptions options,
                                         uint64_t seed, bool initialise) {
   options.body = detection_body(name);

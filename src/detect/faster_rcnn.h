@@ -17,6 +17,7 @@
 #include "detect/rpn.h"
 #include "detect/rpn_head.h"
 #include "detect/transform.h"
+#include "models/detectors.h"
 #include "models/model.h"
 
 namespace mpicnn::detect {
@@ -24,7 +25,7 @@ namespace mpicnn::detect {
 struct FasterRcnnOptions {
   std::string body = "resnet50";  // resnet18, resnet34, resnet50
   int num_classes = 91;           // with the background (label 0)
-  int trainable_layers = 3;       // torchvision's trainable_backbone_layers
+  int trainable_layers = DetectorDefaults::trainable_layers;  // trainable_backbone_layers
   bool frozen_batchnorm = true;   // FrozenBatchNorm2d in the body (ResNetFpn)
   int fpn_channels = 256;
   int representation_size = 1024;  // TwoMLPHead
@@ -101,13 +102,8 @@ nlohmann::json options_record(const FasterRcnnOptions& o);
 // The record read back; a missing or mistyped field is one line naming `where` and the field.
 FasterRcnnOptions options_from_record(const nlohmann::json& record, const std::string& where);
 
-// The detectors make_faster_rcnn builds: fasterrcnn_<resnet>_fpn for resnet18, 34 and 50.
-const std::vector<std::string>& detection_model_names();
-// The ResNet body of detection model `name` ("resnet18"), or an Error listing the names.
-std::string detection_body(const std::string& name);
-
 // fasterrcnn_resnet18_fpn / fasterrcnn_resnet34_fpn / fasterrcnn_resnet50_fpn: a Model whose
-// root is a FasterRcnnNet. options.body is set from the name.
+// root is a FasterRcnnNet (models/detectors.h names them). options.body is set from the name.
 std::unique_ptr<Model> make_faster_rcnn(const std::string& name, FasterRcnnOptions options,
                                         uint64_t seed, bool initialise = true);
 FasterRcnnNet& faster_rcnn_net(Model& model);  // the root, or an Error if it is no detector

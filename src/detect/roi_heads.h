@@ -15,13 +15,14 @@
 #include "detect/roi_align.h"
 #include "detect/transform.h"
 #include "layers/linear.h"
+#include "models/detectors.h"
 
 namespace mpicnn::detect {
 
 // fasterrcnn_resnet50_fpn's box_* arguments.
 struct RoiHeadsOptions {
   float fg_iou_thresh = 0.5f, bg_iou_thresh = 0.5f;
-  int64_t batch_size_per_image = 512;
+  int64_t batch_size_per_image = DetectorDefaults::box_batch_size_per_image;
   float positive_fraction = 0.25f;
   float score_thresh = 0.05f, nms_thresh = 0.5f;
   int64_t detections_per_img = 100;

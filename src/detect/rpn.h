@@ -12,12 +12,14 @@
 #include "detect/boxes.h"
 #include "detect/matcher.h"
 #include "detect/transform.h"
+#include "models/detectors.h"
 
 namespace mpicnn::detect {
 
 struct RpnOptions {
   int64_t pre_nms_top_n_train = 2000, pre_nms_top_n_test = 1000;    // per level
-  int64_t post_nms_top_n_train = 2000, post_nms_top_n_test = 1000;  // per image
+  // per image
+  int64_t post_nms_top_n_train = 2000, post_nms_top_n_test = DetectorDefaults::rpn_post_nms_top_n_test;
   float nms_thresh = 0.7f;
   float fg_iou_thresh = 0.7f, bg_iou_thresh = 0.3f;
   int64_t batch_size_per_image = 256;

@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "models/detectors.h"
 
 namespace mpicnn::detect {
 
 struct ResizeOptions {
-  int min_size = 800;   // torchvision's default; the test and demo use smaller
-  int max_size = 1333;
+  int min_size = DetectorDefaults::min_size;  // the test and demo use smaller
+  int max_size = DetectorDefaults::max_size;
   int size_divisible = 32;
   float mean[3] = {0.485f, 0.456f, 0.406f};
   float std[3] = {0.229f, 0.224f, 0.225f};

@@ -103,7 +103,7 @@ bool is_detection_checkpoint(const EvalOptions& o) {
   const TrainerState st = read_trainer_state(resolve_checkpoint(o.checkpoint).trainer);
   const auto task = st.config.find("task");
   if (task != st.config.end() && parse_task(task->second) == Task::Detection) return true;
-  const auto& names = detect::detection_model_names();
+  const auto& names = detection_model_names();
   return std::find(names.begin(), names.end(), st.model) != names.end();
 }
 
@@ -131,7 +131,7 @@ EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std:
   EvalPlan p;
   p.task = Task::Detection;
   p.model = st.model;
-  (void)detect::detection_body(p.model);  // an Error listing the detectors for another name
+  (void)detection_body(p.model);  // an Error listing the detectors for another name
   p.weights_file = ck.model;
   p.weights = ck.dir;
   p.batch_size = o.batch_size;

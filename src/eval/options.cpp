@@ -17,7 +17,7 @@
 #include "data/dataset.h"
 #include "data/registry.h"
 #include "io/checkpoint.h"
-#include "detect/faster_rcnn.h"
+#include "models/detectors.h"
 #include "models/registry.h"
 
 namespace mpicnn::eval {
@@ -50,7 +50,7 @@ std::string dataset_help() {
 // --model: a classifier of the registry (a detector's state dict alone does not say how its
 // images were resized: its run does).
 std::string model_name(const Given& g) {
-  const auto& detectors = detect::detection_model_names();
+  const auto& detectors = detection_model_names();
   if (std::find(detectors.begin(), detectors.end(), g.value) != detectors.end())
     FAIL(g.label, " ", g.value, ": a detector is evaluated from its ./train --task detection run "
          "(--checkpoint RUN, which records its classes and --min-size/--max-size), not with --weights");

@@ -17,7 +17,6 @@
 #include "core/common_flags.h"
 #include "data/dataset.h"
 #include "data/registry.h"
-#include "detect/faster_rcnn.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
 
@@ -48,7 +47,7 @@ std::string dataset_help() {
 std::string model_name(const Given& g, const TrainOptions& o) {
   try {
     if (o.task == Task::Detection) {
-      detect::detection_body(g.value);  // an Error naming the known detectors
+      detection_body(g.value);  // an Error naming the known detectors
       return g.value;
     }
     return model_spec(g.value).name;
@@ -409,7 +408,7 @@ void check_detection_options(TrainOptions& o, const Values& v) {
   CHECK(o.max_size >= o.min_size, v.label("max-size"), ": ", o.max_size, " is below --min-size ",
         o.min_size);
   if (!v.get("trainable-layers"))
-    o.trainable_layers = o.init_weights.empty() ? 5 : 3;
+    o.trainable_layers = o.init_weights.empty() ? 5 : DetectorDefaults::trainable_layers;
   else
     CHECK(!o.init_weights.empty() || o.trainable_layers == 5, v.label("trainable-layers"), ": ",
           o.trainable_layers, " without --init-weights: from random weights every stage trains "

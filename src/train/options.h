@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/task.h"
+#include "models/detectors.h"
 
 namespace mpicnn::cli {
 template <class Options>
@@ -59,11 +60,12 @@ struct TrainOptions {
 
   // detection (--task detection): GeneralizedRCNNTransform's sizes and the backbone stages that
   // train, as torchvision's fasterrcnn_resnet50_fpn defaults
-  int min_size = 800, max_size = 1333;
-  int trainable_layers = 3;
+  int min_size = DetectorDefaults::min_size, max_size = DetectorDefaults::max_size;
+  int trainable_layers = DetectorDefaults::trainable_layers;
   // torchvision's box_batch_size_per_image and rpn_post_nms_top_n_test: RoIs sampled per image
   // for the box head in training, proposals kept per image in evaluation.
-  int box_batch_size_per_image = 512, rpn_post_nms_top_n_test = 1000;
+  int box_batch_size_per_image = DetectorDefaults::box_batch_size_per_image;
+  int rpn_post_nms_top_n_test = DetectorDefaults::rpn_post_nms_top_n_test;
 
   // fine-tuning (train/finetune.h)
   std::string init_weights;                       // safetensors file, checkpoint or run directory
