@@ -2,7 +2,7 @@
 // what the sequential baseline predicts, its accuracy is the one ./train measured on the same
 // checkpoint and data, a corrupt image stops the job with one line naming it (or is skipped with
 // --skip-bad), and weights exported from torchvision give torchvision's predictions.
-// The stage layout, plan and checkpoint record are unit-tested here too.
+// The stage layout, setup and checkpoint record are unit-tested here too.
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,7 +12,7 @@
 #include "data/dataset.h"
 #include "data/holdout.h"
 #include "eval/pipeline.h"
-#include "eval/plan.h"
+#include "eval/setup.h"
 #include "recipes.h"
 #include "io/safetensors.h"
 #include "testing.h"
@@ -89,7 +89,7 @@ TEST_CASE("pipeline eval: stage layouts for 1 to 6 ranks") {
   }
 }
 
-TEST_CASE("pipeline eval: --split auto and the plan's JSON round trip") {
+TEST_CASE("pipeline eval: --split auto and the setup's JSON round trip") {
   TempDir d;
   fs::create_directories(d / "one/cat");
   fs::create_directories(d / "split/test/cat");
@@ -101,7 +101,7 @@ TEST_CASE("pipeline eval: --split auto and the plan's JSON round trip") {
   CHECK(eval::auto_split("csv", d / "split.csv") == "test");
   CHECK(eval::auto_split("fashion-mnist", "") == "test");
 
-  eval::EvalPlan p;
+  eval::EvalSetup p;
   p.model = "resnet18";
   p.num_classes = 7;
   p.in_channels = 1;
@@ -115,8 +115,8 @@ TEST_CASE("pipeline eval: --split auto and the plan's JSON round trip") {
   p.count = 9;
   p.raw_channels = 1, p.raw_height = 28, p.raw_width = 29;
   p.batch_size = 5;
-  const eval::EvalPlan q = eval::plan_from_json(eval::plan_to_json(p));
-  CHECK(eval::plan_to_json(q) == eval::plan_to_json(p));
+  const eval::EvalSetup q = eval::setup_from_json(eval::setup_to_json(p));
+  CHECK(eval::setup_to_json(q) == eval::setup_to_json(p));
   CHECK(q.preprocess.geometry == data::Geometry::ResizeCenterCrop);
   CHECK(q.preprocess.resize == 110);
   CHECK(q.raw_width == 29);

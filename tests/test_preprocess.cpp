@@ -14,7 +14,7 @@
 #include "data/image.h"
 #include "data/preprocess.h"
 #include "eval/options.h"
-#include "eval/plan.h"
+#include "eval/setup.h"
 #include "io/checkpoint.h"
 #include "models/registry.h"
 #include "testing.h"
@@ -125,7 +125,7 @@ data::Preprocess eval_default(const Kind& k, const std::string& checkpoint, cons
     o.in_channels = channels;
   }
   std::unique_ptr<data::Dataset> ds;
-  return eval::make_plan(o, ds).preprocess;
+  return eval::make_setup(o, ds).preprocess;
 }
 
 // What ./train decides for the dataset's train split and a model of `channels` channels (the

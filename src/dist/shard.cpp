@@ -10,10 +10,10 @@
 
 namespace mpicnn::dist {
 
-EpochPlan epoch_plan(int64_t num_samples, int ranks, int64_t batch) {
-  CHECK(num_samples >= 1, "epoch plan: the dataset is empty");
-  CHECK(ranks >= 1 && batch >= 1, "epoch plan: ranks and batch must be >= 1");
-  EpochPlan p;
+EpochSteps epoch_steps(int64_t num_samples, int ranks, int64_t batch) {
+  CHECK(num_samples >= 1, "epoch steps: the dataset is empty");
+  CHECK(ranks >= 1 && batch >= 1, "epoch steps: ranks and batch must be >= 1");
+  EpochSteps p;
   p.per_rank = (num_samples + ranks - 1) / ranks;
   p.steps = (p.per_rank + batch - 1) / batch;
   p.padded = p.per_rank * ranks - num_samples;
@@ -30,7 +30,7 @@ std::vector<uint64_t> padded_epoch_order(size_t num_samples, int ranks, uint64_t
     order.resize(num_samples);
     for (size_t i = 0; i < num_samples; ++i) order[i] = i;
   }
-  const EpochPlan p = epoch_plan(int64_t(num_samples), ranks, 1);
+  const EpochSteps p = epoch_steps(int64_t(num_samples), ranks, 1);
   for (int64_t j = 0; j < p.padded; ++j) order.push_back(order[size_t(j) % num_samples]);
   return order;
 }

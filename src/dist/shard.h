@@ -22,12 +22,12 @@
 
 namespace mpicnn::dist {
 
-struct EpochPlan {
+struct EpochSteps {
   int64_t per_rank = 0;  // samples each rank holds this epoch: ceil(N / K)
   int64_t steps = 0;     // optimizer steps per epoch: ceil(per_rank / batch)
   int64_t padded = 0;    // samples added by wrapping around: K * per_rank - N (< K)
 };
-EpochPlan epoch_plan(int64_t num_samples, int ranks, int64_t batch);
+EpochSteps epoch_steps(int64_t num_samples, int ranks, int64_t batch);
 
 // The padded global order of an epoch (K * ceil(N/K) dataset indices): shuffled_order(N,
 // seed, epoch) when shuffle, else 0..N-1, wrapped around at the end.

@@ -1,4 +1,4 @@
-// The detection plan and stage functions of ./pipeline_eval (see detect_stages.h). Each stage
+// The detection setup and stage functions of ./pipeline_eval (see detect_stages.h). Each stage
 // does exactly what detect::make_detection_batch and detect::predict do for the same images, in
 // the same float order, only split where the pipeline's ranks split the work.
 #include "eval/detect_stages.h"
@@ -124,11 +124,11 @@ std::string detection_run_data(const TrainerState& st, const std::string& record
   return path;
 }
 
-EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std::string& data_note) {
+EvalSetup make_detection_setup(const EvalOptions& o, data::DetectionSet& set, std::string& data_note) {
   const CheckpointPaths ck = resolve_checkpoint(o.checkpoint);
   const TrainerState st = read_trainer_state(ck.trainer);
   refuse_classifier_flags(o, ck.dir);
-  EvalPlan p;
+  EvalSetup p;
   p.task = Task::Detection;
   p.model = st.model;
   (void)detection_body(p.model);  // an Error listing the detectors for another name
@@ -165,8 +165,8 @@ EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std:
   return p;
 }
 
-detect::ResizeOptions resize_options(const EvalPlan& plan) {
-  return detect::options_from_record(plan.detector, "plan").transform;
+detect::ResizeOptions resize_options(const EvalSetup& setup) {
+  return detect::options_from_record(setup.detector, "setup").transform;
 }
 
 RawSample read_detection_sample(const data::DetectionSet& set, uint64_t i) {
@@ -181,7 +181,7 @@ RawSample read_detection_sample(const data::DetectionSet& set, uint64_t i) {
   return r;
 }
 
-DetectionWindow decode_detection(const EvalPlan& plan, const RawSample& s) {
+DetectionWindow decode_detection(const EvalSetup& setup, const RawSample& s) {
   const data::Image img = data::decode_image(s.bytes, 3, s.source);
   // As data::load_detection_image: boxes are only right for the annotated size.
   CHECK(img.width == s.width && img.height == s.height, s.source, ": image is ", img.width, "x", img.height,
@@ -194,7 +194,7 @@ DetectionWindow decode_detection(const EvalPlan& plan, const RawSample& s) {
       // Division, as load_detection_image (torchvision's to_tensor): the same floats.
       for (int64_t c = 0; c < 3; ++c) pixels[size_t((c * H + y) * W + x)] = float(row[3 * x + c]) / 255.0f;
   }
-  const detect::ResizeOptions ro = resize_options(plan);
+  const detect::ResizeOptions ro = resize_options(setup);
   DetectionWindow w;
   w.index = s.index;
   w.original = {H, W};
@@ -231,12 +231,12 @@ DetectionInputBatch batch_detection_windows(const std::vector<DetectionWindow>& 
   return b;
 }
 
-DetectionPredictor::DetectionPredictor(const EvalPlan& plan) : batch_size_(plan.batch_size) {
-  CHECK(plan.task == Task::Detection, "DetectionPredictor: the plan is for task ", task_name(plan.task));
-  const detect::FasterRcnnOptions fo = detect::options_from_record(plan.detector, "plan");
+DetectionPredictor::DetectionPredictor(const EvalSetup& setup) : batch_size_(setup.batch_size) {
+  CHECK(setup.task == Task::Detection, "DetectionPredictor: the setup is for task ", task_name(setup.task));
+  const detect::FasterRcnnOptions fo = detect::options_from_record(setup.detector, "setup");
   min_size_ = fo.transform.min_size;
-  model_ = detect::make_faster_rcnn(plan.model, fo, 0, false);
-  model_->load_state_dict(plan.weights_file);
+  model_ = detect::make_faster_rcnn(setup.model, fo, 0, false);
+  model_->load_state_dict(setup.weights_file);
   model_->set_training(false);
 }
 

@@ -1,4 +1,4 @@
-// ./pipeline_eval on a Faster R-CNN run (`./train --task detection`): the plan rank 0 makes from
+// ./pipeline_eval on a Faster R-CNN run (`./train --task detection`): the setup rank 0 makes from
 // the run's checkpoint (model, classes, --min-size/--max-size) and the evaluation set (a Pascal
 // VOC folder or a COCO JSON file), and the four stage functions read -> decode+resize ->
 // normalize+batch -> predict that reproduce detect::predict exactly: decode to floats in [0, 1],
@@ -16,7 +16,7 @@
 #include "data/detection.h"
 #include "detect/transform.h"
 #include "eval/options.h"
-#include "eval/plan.h"
+#include "eval/setup.h"
 #include "eval/report.h"
 #include "models/model.h"
 
@@ -31,16 +31,16 @@ bool is_detection_checkpoint(const EvalOptions& o);
 // detection evaluated or trained on). An error line asking for -d when the record lacks the path or it is not there.
 std::string detection_run_data(const TrainerState& st, const std::string& record);
 
-// Rank 0: the plan for a detection checkpoint and the evaluation set `set` it opens: -d (a VOC
+// Rank 0: the setup for a detection checkpoint and the evaluation set `set` it opens: -d (a VOC
 // folder, or a COCO instances .json, or a folder holding one, whose images lie in the JSON's
 // folder: as ./train reads them), or the run's own data (detection_run_data). The classes are
 // the checkpoint's record's, or else (detection runs record none) its training data's, read as
 // ./train read them. Refuses the classifier's preprocessing and dataset flags with one line
 // naming the flag, and a set whose classes are not the checkpoint's with one line naming the file.
-EvalPlan make_detection_plan(const EvalOptions& o, data::DetectionSet& set, std::string& data_note);
+EvalSetup make_detection_setup(const EvalOptions& o, data::DetectionSet& set, std::string& data_note);
 
-// The detector's transform for the plan (its min/max size; torchvision's mean and std).
-detect::ResizeOptions resize_options(const EvalPlan& plan);
+// The detector's transform for the setup (its min/max size; torchvision's mean and std).
+detect::ResizeOptions resize_options(const EvalSetup& setup);
 
 // Stage 1, read: image i's file bytes, its path as source and its annotated size. The ground
 // truth stays with the set (rank 0).
@@ -53,7 +53,7 @@ struct DetectionWindow {
   std::vector<float> pixels;  // (3, resized.h, resized.w)
 };
 // Errors name the image (undecodable, or not the size its annotation gives).
-DetectionWindow decode_detection(const EvalPlan& plan, const RawSample& s);
+DetectionWindow decode_detection(const EvalSetup& setup, const RawSample& s);
 
 // Stage 3, normalize+batch: the windows of a batch zero-padded into one (n, 3, PH, PW) block,
 // PH and PW each side's maximum rounded up to a multiple of 32 (detect::batch_size).
@@ -66,13 +66,13 @@ struct DetectionInputBatch {
 };
 DetectionInputBatch batch_detection_windows(const std::vector<DetectionWindow>& windows, int size_divisible = 32);
 
-// Stage 4, predict: the detector (built as the run built it, loaded with the plan's weights,
+// Stage 4, predict: the detector (built as the run built it, loaded with the setup's weights,
 // eval mode) on a batch; each image's boxes scaled back to its original size. The model is
 // re-planned as detect::predict re-plans it (a batch of another padded size), so the same
 // batches give the same bits.
 class DetectionPredictor {
  public:
-  explicit DetectionPredictor(const EvalPlan& plan);
+  explicit DetectionPredictor(const EvalSetup& setup);
   ~DetectionPredictor();
   std::vector<ImageDetections> predict(const DetectionInputBatch& batch);
   // A batch of zero images at min-size x min-size, so that the timed run does not pay for

@@ -1,6 +1,6 @@
-// ./pipeline_eval's orchestration: plan on rank 0, model on the predicting ranks, the runs,
+// ./pipeline_eval's orchestration: setup on rank 0, model on the predicting ranks, the runs,
 // the report. See evaluate.h. A detection checkpoint takes the same path with the detector's
-// plan, stages and scoring (eval/detect_stages.h).
+// setup, stages and scoring (eval/detect_stages.h).
 #include "eval/evaluate.h"
 
 #include <unistd.h>
@@ -22,7 +22,7 @@
 #include "dist/messenger.h"
 #include "dist/watchdog.h"
 #include "eval/pipeline.h"
-#include "eval/plan.h"
+#include "eval/setup.h"
 #include "io/checkpoint.h"
 
 namespace mpicnn::eval {
@@ -77,32 +77,32 @@ EvalOptions resolve_data(const EvalOptions& o) {
 Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const int K = comm.size(), r = comm.rank();
   std::unique_ptr<data::Dataset> dataset;
-  data::DetectionSet boxes;  // a detection plan's evaluation set (rank 0)
-  EvalPlan plan;
+  data::DetectionSet boxes;  // a detection setup's evaluation set (rank 0)
+  EvalSetup setup;
   std::string text;
   comm.on_root([&] {
     prepare_output(o);
     if (is_detection_checkpoint(o)) {
       std::string note;
-      plan = make_detection_plan(o, boxes, note);
-      plan.dataset += note;
-      text = plan_to_json(plan);
+      setup = make_detection_setup(o, boxes, note);
+      setup.dataset += note;
+      text = setup_to_json(setup);
       return;
     }
     const EvalOptions eo = resolve_data(o);
-    plan = make_plan(eo, dataset);
+    setup = make_setup(eo, dataset);
     if (eo.run_test_data)
-      plan.dataset += " (the run's --test-data)";
+      setup.dataset += " (the run's --test-data)";
     else if (eo.val_held_out > 0)
-      plan.dataset += " (the run's validation split: " + data::describe_holdout(eo.val_fraction, eo.val_held_out) +
+      setup.dataset += " (the run's validation split: " + data::describe_holdout(eo.val_fraction, eo.val_held_out) +
                       ", never trained on)";
     else if (eo.run_data)
-      plan.dataset += " (" + eo.split + " split of the data the run trained on)";
-    text = plan_to_json(plan);
+      setup.dataset += " (" + eo.split + " split of the data the run trained on)";
+    text = setup_to_json(setup);
   });
   comm.broadcast(text);
-  if (!comm.root()) plan = plan_from_json(text);
-  const bool detection = plan.task == Task::Detection;
+  if (!comm.root()) setup = setup_from_json(text);
+  const bool detection = setup.task == Task::Detection;
 
   // Who predicts: the pipeline's predicting ranks, and rank 0 for the sequential baseline.
   const Layout layout = layout_for(K);
@@ -116,31 +116,31 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
                                              comm.own_cpus());
   const int alone_threads = dist::threads_per_rank(o.threads, comm.node_cpus(), 1, comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
-  std::unique_ptr<DetectionPredictor> detector;  // detection plans: the CPU (make_detection_plan refuses cuda)
+  std::unique_ptr<DetectionPredictor> detector;  // detection plans: the CPU (make_detection_setup refuses cuda)
   comm.on_all([&] {
     if (predicts && detection)
-      detector = std::make_unique<DetectionPredictor>(plan);
+      detector = std::make_unique<DetectionPredictor>(setup);
     else if (predicts)
       predictor = std::make_unique<Predictor>(
-          plan, choose_device(o.device, "auto", false, comm.local_rank()).device);
+          setup, choose_device(o.device, "auto", false, comm.local_rank()).device);
   });
 
   PipelineOptions po;
-  po.credits = o.credits > 0 ? o.credits : int(4 * plan.batch_size);
+  po.credits = o.credits > 0 ? o.credits : int(4 * setup.batch_size);
   po.batch_credits = o.batch_credits;
   po.skip_bad = o.skip_bad;
 
   Report rep;
-  rep.task = plan.task;
+  rep.task = setup.task;
   rep.mode = pipeline ? "pipeline" : "sequential";
   rep.ranks = pipeline ? K : 1;
   rep.layout = pipeline ? layout.describe() : "rank 0: all stages, one after the other";
-  rep.model = plan.model;
-  rep.weights = plan.weights;
-  rep.dataset = plan.dataset;
-  rep.batch_size = int(plan.batch_size);
+  rep.model = setup.model;
+  rep.weights = setup.weights;
+  rep.dataset = setup.dataset;
+  rep.batch_size = int(setup.batch_size);
   rep.threads = pipeline ? threads : alone_threads;
-  rep.class_names = plan.class_names;
+  rep.class_names = setup.class_names;
 
   std::optional<RunOutput> seq;
   if (baseline) {
@@ -152,10 +152,10 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
       set_num_threads(alone_threads);
       if (detection) {
         detector->warm_up();
-        seq = run_sequential(plan, boxes, *detector, po);
+        seq = run_sequential(setup, boxes, *detector, po);
       } else {
         predictor->warm_up();
-        seq = run_sequential(plan, *dataset, *predictor, po);
+        seq = run_sequential(setup, *dataset, *predictor, po);
       }
     });
     dist::napping_barrier(comm);
@@ -166,8 +166,8 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
     comm.on_all([&] {
       if (layout.last(r) == kPredict) detection ? detector->warm_up() : predictor->warm_up();
     });
-    run = detection ? run_pipeline(plan, &boxes, detector.get(), comm, po)
-                    : run_pipeline(plan, dataset.get(), predictor.get(), comm, po);
+    run = detection ? run_pipeline(setup, &boxes, detector.get(), comm, po)
+                    : run_pipeline(setup, dataset.get(), predictor.get(), comm, po);
   } else {
     run = std::move(*seq);
   }
@@ -178,12 +178,12 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   rep.skipped = std::move(run.skipped);
   rep.latency_s = std::move(run.latency_s);
   rep.wall_s = run.wall_s;
-  rep.sources.reserve(plan.count);
+  rep.sources.reserve(setup.count);
   if (detection) {
-    for (uint64_t i = 0; i < plan.count; ++i) rep.sources.push_back(boxes.samples[size_t(i)].image);
+    for (uint64_t i = 0; i < setup.count; ++i) rep.sources.push_back(boxes.samples[size_t(i)].image);
     rep.detections = std::move(run.detections);
     rep.map = score_detections(boxes, rep.detections);
-    const detect::ResizeOptions resize = resize_options(plan);
+    const detect::ResizeOptions resize = resize_options(setup);
     rep.resize = "min-size " + std::to_string(resize.min_size) + ", max-size " + std::to_string(resize.max_size) +
                  " (the run's), padded to a multiple of 32";
     if (o.compare) {
@@ -192,8 +192,8 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
     }
     return rep;
   }
-  for (uint64_t i = 0; i < plan.count; ++i) rep.sources.push_back(dataset->source(size_t(i)));
-  rep.metrics = compute_metrics(rep.predictions, plan.num_classes);
+  for (uint64_t i = 0; i < setup.count; ++i) rep.sources.push_back(dataset->source(size_t(i)));
+  rep.metrics = compute_metrics(rep.predictions, setup.num_classes);
   if (o.compare) {
     rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->predictions.size()) / seq->wall_s : 0;
     rep.mismatches_vs_sequential = count_mismatches(rep.predictions, seq->predictions, same_top5);

@@ -1,4 +1,4 @@
-// ./pipeline_eval from parsed options to the report: rank 0 makes the plan and shares it, the
+// ./pipeline_eval from parsed options to the report: rank 0 makes the setup and shares it, the
 // predicting ranks load the model, then the staged run (or the sequential baseline, or both with
 // --compare), and rank 0 assembles the report and writes the output files. Not option parsing
 // (eval/options.h) and not the stage loop (eval/pipeline.h).

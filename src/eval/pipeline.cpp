@@ -1,7 +1,7 @@
 // The rank layout and the per-rank stage loop of ./pipeline_eval (see pipeline.h). Each rank
 // runs a contiguous range of stages [first, last]; items (raw samples, resized windows, batches,
 // the end marker) enter at `first`, pass through the rank's stages in one call chain and leave
-// towards the next rank, which grants credits for them. A detection plan sends other items
+// towards the next rank, which grants credits for them. A detection setup sends other items
 // through the same loop (eval/detect_stages.h): the image's bytes with its annotated size, the
 // normalised and resized floats, padded batches with their per-image sizes, per-image boxes.
 // Over 500 lines: the layout, the stage loop and the credit flow are one protocol between the
@@ -227,21 +227,21 @@ double cpu_s() {
 // One rank's share of the pipeline. With `messenger` null it runs every stage alone.
 class RankLoop {
  public:
-  // The classifier's dataset and predictor, or (a detection plan) the detector's.
-  RankLoop(const EvalPlan& plan, const Layout& layout, int rank, const data::Dataset* dataset,
+  // The classifier's dataset and predictor, or (a detection setup) the detector's.
+  RankLoop(const EvalSetup& setup, const Layout& layout, int rank, const data::Dataset* dataset,
            Predictor* predictor, const data::DetectionSet* boxes, DetectionPredictor* detector,
            dist::Messenger* messenger, const PipelineOptions& o)
-      : plan_(plan), detection_(plan.task == Task::Detection), layout_(layout), rank_(rank),
+      : setup_(setup), detection_(setup.task == Task::Detection), layout_(layout), rank_(rank),
         lo_(layout.first(rank)), hi_(layout.last(rank)), dataset_(dataset), predictor_(predictor),
         boxes_(boxes), detector_(detector), msg_(messenger), o_(o) {
-    if (!detection_) tf_.emplace(plan.preprocess);
+    if (!detection_) tf_.emplace(setup.preprocess);
     CHECK(lo_ != kRead || (detection_ ? boxes_ != nullptr : dataset_ != nullptr),
           "pipeline: the reading rank has no dataset");
     CHECK(hi_ != kPredict || (detection_ ? detector_ != nullptr : predictor_ != nullptr),
           "pipeline: a predicting rank has no model");
     if (hi_ < kPredict)
       for (int r : layout.ranks_of(hi_ + 1)) credits_[r] = hi_ + 1 == kPredict ? o.batch_credits : o.credits;
-    if (rank_ == 0) read_at_.resize(plan.count, 0.0);
+    if (rank_ == 0) read_at_.resize(setup.count, 0.0);
   }
 
   RunOutput run() {
@@ -293,7 +293,7 @@ class RankLoop {
   void step() {
     fault::point("eval-stage");
     if (lo_ == kRead && !source_done_) {
-      if (next_ == plan_.count) {
+      if (next_ == setup_.count) {
         source_done_ = true;
         push(End{}, kDecode);
         return;
@@ -340,12 +340,12 @@ class RankLoop {
         const RawSample& raw = std::get<RawSample>(x);
         if (detection_) {
           std::optional<DetectionWindow> win;
-          timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_detection(plan_, raw); }); });
+          timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_detection(setup_, raw); }); });
           if (win) push(std::move(*win), kNormalize);
           return;
         }
         std::optional<data::Image> win;
-        timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_resize(plan_, *tf_, raw); }); });
+        timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_resize(setup_, *tf_, raw); }); });
         if (win) push(Window{raw.index, raw.label, std::move(*win)}, kNormalize);
         return;
       }
@@ -356,14 +356,14 @@ class RankLoop {
           std::optional<DetectionInputBatch> b;
           timed(kNormalize, [&] {
             windows_.push_back(std::get<DetectionWindow>(std::move(x)));
-            if (int64_t(windows_.size()) == plan_.batch_size) b = batch_detection_windows(std::exchange(windows_, {}));
+            if (int64_t(windows_.size()) == setup_.batch_size) b = batch_detection_windows(std::exchange(windows_, {}));
           });
           if (b) push(std::move(*b), kPredict);
           return;
         }
         const Window& w = std::get<Window>(x);
         timed(kNormalize, [&] { normalize_into(batch_, *tf_, w.index, w.label, w.image); });
-        if (int64_t(batch_.size()) == plan_.batch_size) push(std::exchange(batch_, {}), kPredict);
+        if (int64_t(batch_.size()) == setup_.batch_size) push(std::exchange(batch_, {}), kPredict);
         return;
       }
       case kPredict: {
@@ -416,7 +416,7 @@ class RankLoop {
   void record(const std::vector<Prediction>& p) {
     const double t = now_s();
     for (const Prediction& q : p) {
-      CHECK(q.index < plan_.count, "pipeline: a prediction for sample ", q.index, " of ", plan_.count);
+      CHECK(q.index < setup_.count, "pipeline: a prediction for sample ", q.index, " of ", setup_.count);
       latency_.push_back(t - read_at_[q.index]);
     }
     predictions_.insert(predictions_.end(), p.begin(), p.end());
@@ -426,7 +426,7 @@ class RankLoop {
   void record_detections(std::vector<ImageDetections> d) {
     const double t = now_s();
     for (const ImageDetections& q : d) {
-      CHECK(q.index < plan_.count, "pipeline: detections for image ", q.index, " of ", plan_.count);
+      CHECK(q.index < setup_.count, "pipeline: detections for image ", q.index, " of ", setup_.count);
       latency_.push_back(t - read_at_[q.index]);
     }
     for (ImageDetections& q : d) detections_.push_back(std::move(q));
@@ -480,7 +480,7 @@ class RankLoop {
     }
   }
 
-  const EvalPlan& plan_;
+  const EvalSetup& setup_;
   const bool detection_;
   std::optional<data::Transform> tf_;  // the classifier's preprocessing (none for detection)
   const Layout& layout_;
@@ -514,7 +514,7 @@ class RankLoop {
 
 
 // The staged run over all ranks with either the classifier's or the detector's work.
-RunOutput run_ranks(const EvalPlan& plan, const data::Dataset* dataset, Predictor* predictor,
+RunOutput run_ranks(const EvalSetup& setup, const data::Dataset* dataset, Predictor* predictor,
                     const data::DetectionSet* boxes, DetectionPredictor* detector, const dist::Comm& comm,
                     const PipelineOptions& options) {
   const Layout layout = layout_for(comm.size());
@@ -523,7 +523,7 @@ RunOutput run_ranks(const EvalPlan& plan, const data::Dataset* dataset, Predicto
   RunOutput out;
   std::string error;
   try {
-    out = RankLoop(plan, layout, r, dataset, predictor, boxes, detector, &messenger, options).run();
+    out = RankLoop(setup, layout, r, dataset, predictor, boxes, detector, &messenger, options).run();
   } catch (const dist::RemoteError&) {
     // Another rank failed and told everyone; its message comes back from finish().
   } catch (const std::exception& e) {
@@ -543,26 +543,26 @@ RunOutput run_ranks(const EvalPlan& plan, const data::Dataset* dataset, Predicto
 
 }  // namespace
 
-RunOutput run_pipeline(const EvalPlan& plan, const data::Dataset* dataset, Predictor* predictor,
+RunOutput run_pipeline(const EvalSetup& setup, const data::Dataset* dataset, Predictor* predictor,
                        const dist::Comm& comm, const PipelineOptions& options) {
-  return run_ranks(plan, dataset, predictor, nullptr, nullptr, comm, options);
+  return run_ranks(setup, dataset, predictor, nullptr, nullptr, comm, options);
 }
 
-RunOutput run_pipeline(const EvalPlan& plan, const data::DetectionSet* set, DetectionPredictor* detector,
+RunOutput run_pipeline(const EvalSetup& setup, const data::DetectionSet* set, DetectionPredictor* detector,
                        const dist::Comm& comm, const PipelineOptions& options) {
-  return run_ranks(plan, nullptr, nullptr, set, detector, comm, options);
+  return run_ranks(setup, nullptr, nullptr, set, detector, comm, options);
 }
 
-RunOutput run_sequential(const EvalPlan& plan, const data::Dataset& dataset, Predictor& predictor,
+RunOutput run_sequential(const EvalSetup& setup, const data::Dataset& dataset, Predictor& predictor,
                          const PipelineOptions& options) {
   const Layout solo = layout_for(1);
-  return RankLoop(plan, solo, 0, &dataset, &predictor, nullptr, nullptr, nullptr, options).run();
+  return RankLoop(setup, solo, 0, &dataset, &predictor, nullptr, nullptr, nullptr, options).run();
 }
 
-RunOutput run_sequential(const EvalPlan& plan, const data::DetectionSet& set, DetectionPredictor& detector,
+RunOutput run_sequential(const EvalSetup& setup, const data::DetectionSet& set, DetectionPredictor& detector,
                          const PipelineOptions& options) {
   const Layout solo = layout_for(1);
-  return RankLoop(plan, solo, 0, nullptr, nullptr, &set, &detector, nullptr, options).run();
+  return RankLoop(setup, solo, 0, nullptr, nullptr, &set, &detector, nullptr, options).run();
 }
 
 }  // namespace mpicnn::eval

@@ -6,8 +6,8 @@
 // between the first three stages, batches per predictor), so a slow stage holds the others
 // back instead of filling memory. An end-of-stream item follows the last sample through every
 // stage; any rank's error reaches all ranks, and every rank ends with the same SharedError.
-// A detection plan runs the same loop with the detector's stages (eval/detect_stages.h).
-// Not the stage work itself (eval/plan.h) and not the report (eval/report.h).
+// A detection setup runs the same loop with the detector's stages (eval/detect_stages.h).
+// Not the stage work itself (eval/setup.h) and not the report (eval/report.h).
 #pragma once
 #include <string>
 #include <vector>
@@ -16,7 +16,7 @@
 #include "data/detection.h"
 #include "dist/comm.h"
 #include "eval/detect_stages.h"
-#include "eval/plan.h"
+#include "eval/setup.h"
 #include "eval/report.h"
 
 namespace mpicnn::eval {
@@ -56,17 +56,17 @@ struct RunOutput {
 // Collective: the staged run over all ranks of `comm`. `dataset` is used on rank 0 only (it
 // may be null elsewhere); `predictor` on the predicting ranks only. Errors are SharedError on
 // every rank, with the failing rank's message ("rank 1 (decode+resize): photos/x.jpg: ...").
-RunOutput run_pipeline(const EvalPlan& plan, const data::Dataset* dataset, Predictor* predictor,
+RunOutput run_pipeline(const EvalSetup& setup, const data::Dataset* dataset, Predictor* predictor,
                        const dist::Comm& comm, const PipelineOptions& options);
 
 // The same stages one after the other in this process alone (no MPI): the baseline.
-RunOutput run_sequential(const EvalPlan& plan, const data::Dataset& dataset, Predictor& predictor,
+RunOutput run_sequential(const EvalSetup& setup, const data::Dataset& dataset, Predictor& predictor,
                          const PipelineOptions& options);
 
-// The same two for a detection plan: `set` on rank 0, the detector on the predicting ranks.
-RunOutput run_pipeline(const EvalPlan& plan, const data::DetectionSet* set, DetectionPredictor* detector,
+// The same two for a detection setup: `set` on rank 0, the detector on the predicting ranks.
+RunOutput run_pipeline(const EvalSetup& setup, const data::DetectionSet* set, DetectionPredictor* detector,
                        const dist::Comm& comm, const PipelineOptions& options);
-RunOutput run_sequential(const EvalPlan& plan, const data::DetectionSet& set, DetectionPredictor& detector,
+RunOutput run_sequential(const EvalSetup& setup, const data::DetectionSet& set, DetectionPredictor& detector,
                          const PipelineOptions& options);
 
 }  // namespace mpicnn::eval

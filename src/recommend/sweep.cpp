@@ -157,7 +157,7 @@ std::string show_command(const std::vector<std::string>& argv) {
   return out;
 }
 
-std::vector<std::string> point_command(const Settings& s, const PointPlan& p, const std::string& dir) {
+std::vector<std::string> point_command(const Settings& s, const PointRun& p, const std::string& dir) {
   std::vector<std::string> argv = split_words(s.mpiexec);
   if (!argv.empty()) argv.insert(argv.end(), {"-n", std::to_string(p.point.ranks)});
   argv.push_back(s.train);
@@ -218,7 +218,7 @@ struct Outcome {
   int64_t started_ms = 0;
 };
 
-void write_record(const fs::path& dir, const PointPlan& p, const std::vector<std::string>& cmd, const Outcome& o) {
+void write_record(const fs::path& dir, const PointRun& p, const std::vector<std::string>& cmd, const Outcome& o) {
   json options(p.options);
   options["save-dir"] = dir.string();
   const json rec = {{"name", p.name},       {"block", p.point.block}, {"options", options},
@@ -318,7 +318,7 @@ struct Row {
 };
 
 // Runs one point (its record RUNNING, then FINISHED or FAILED) and returns its table row.
-Row run_point(const Settings& s, const PointPlan& p, const std::string& tag) {
+Row run_point(const Settings& s, const PointRun& p, const std::string& tag) {
   const fs::path dir = fs::path(s.out) / p.name;
   const std::vector<std::string> cmd = point_command(s, p, dir.string());
   std::cout << tag << p.name << ": " << show_command(cmd) << std::endl;
@@ -366,10 +366,10 @@ void print_table(const Settings& s, const std::vector<Row>& rows) {
   }
 }
 
-std::vector<PointPlan> select_points(const Settings& s, std::vector<PointPlan> plans) {
+std::vector<PointRun> select_points(const Settings& s, std::vector<PointRun> plans) {
   if (s.only.empty()) return plans;
-  std::vector<PointPlan> out;
-  for (PointPlan& p : plans)
+  std::vector<PointRun> out;
+  for (PointRun& p : plans)
     if (std::find(s.only.begin(), s.only.end(), p.name) != s.only.end() ||
         std::find(s.only.begin(), s.only.end(), p.point.block) != s.only.end())
       out.push_back(std::move(p));
@@ -377,9 +377,9 @@ std::vector<PointPlan> select_points(const Settings& s, std::vector<PointPlan> p
   return out;
 }
 
-void dry_run(const Settings& s, const std::vector<PointPlan>& plans) {
+void dry_run(const Settings& s, const std::vector<PointRun>& plans) {
   size_t done = 0;
-  for (const PointPlan& p : plans) {
+  for (const PointRun& p : plans) {
     const fs::path dir = fs::path(s.out) / p.name;
     const bool d = point_done(dir);
     done += d;
@@ -390,7 +390,7 @@ void dry_run(const Settings& s, const std::vector<PointPlan>& plans) {
             << std::endl;
 }
 
-int run_sweep(const Settings& s, const std::vector<PointPlan>& plans) {
+int run_sweep(const Settings& s, const std::vector<PointRun>& plans) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -432,7 +432,7 @@ int sweep_main(int argc, char** argv) {
     bool help = false;
     const Settings s = parse_settings(argc, argv, help);
     if (help) return 0;
-    const std::vector<PointPlan> plans = select_points(s, plan_points(read_grid(s.grid)));
+    const std::vector<PointRun> plans = select_points(s, prepare_points(read_grid(s.grid)));
     if (s.dry_run) {
       dry_run(s, plans);
       return 0;

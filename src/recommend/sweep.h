@@ -31,7 +31,7 @@ struct GridPoint {
 std::vector<GridPoint> read_grid(const std::string& path);
 
 // A point ready to run: its name, its full ./train option record and the ./train arguments.
-struct PointPlan {
+struct PointRun {
   GridPoint point;
   std::string name;  // the run directory's name (stable: derived from the configuration)
   // Every ./train option (long name -> value as text, like summary.json's "params"): ./train's
@@ -40,10 +40,10 @@ struct PointPlan {
   std::vector<std::string> train_args;  // "--key=value" for each option the grid set
 };
 
-// The plan of each point; points that come out with the same name (the same configuration
+// Each point ready to run; points that come out with the same name (the same configuration
 // from two blocks) are kept once. Every point's options are parsed as ./train parses them
 // before anything runs: one it would refuse is a GridError naming the line of the key whose
 // value it refuses (or the point's block) and ./train's own line.
-std::vector<PointPlan> plan_points(const std::vector<GridPoint>& points);
+std::vector<PointRun> prepare_points(const std::vector<GridPoint>& points);
 
 }  // namespace mpicnn::recommend::sweep

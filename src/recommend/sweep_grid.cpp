@@ -185,7 +185,7 @@ uint64_t fnv1a(const std::string& s) {
 
 // model-data-sSIZE-bBATCH-rRANKS-tTHREADS-wWORKERS-ddD-eEPOCHS[-device][-hash], the hash over
 // every other option that differs from ./train's default, so a name is one configuration.
-std::string point_name(const PointPlan& plan, const std::map<std::string, std::string>& defaults) {
+std::string point_name(const PointRun& plan, const std::map<std::string, std::string>& defaults) {
   const auto& o = plan.options;
   // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
   std::string name = sanitize(o.at("model"), 32);
@@ -244,12 +244,12 @@ std::vector<GridPoint> read_grid(const std::string& path) {
   return points;
 }
 
-std::vector<PointPlan> plan_points(const std::vector<GridPoint>& points) {
+std::vector<PointRun> prepare_points(const std::vector<GridPoint>& points) {
   const auto defaults = train::to_config(train::TrainOptions{});
-  std::vector<PointPlan> plans;
+  std::vector<PointRun> plans;
   std::set<std::string> seen;
   for (const GridPoint& p : points) {
-    PointPlan plan;
+    PointRun plan;
     plan.point = p;
     for (const auto& [k, v] : p.options) plan.train_args.push_back("--" + k + "=" + v);
     try {

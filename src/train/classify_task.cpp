@@ -30,7 +30,7 @@ namespace {
 
 // The model's input size and the train / eval preprocessing for this split: data::default_preprocess,
 // the recipe ./pipeline_eval also defaults to, with this run's choices.
-data::InputPreprocess plan_input(const TrainOptions& o, const SplitInfo& info) {
+data::InputPreprocess input_preprocess(const TrainOptions& o, const SplitInfo& info) {
   const ModelSpec& spec = model_spec(o.model);
   data::PreprocessQuery q;
   q.kind = info.kind;
@@ -218,8 +218,8 @@ void ClassifyTask::open_data(TrainerState& state) {
   }
   const SplitInfo& info = train_->info();
   data::InputPreprocess input;
-  comm_.on_root([&] { input = plan_input(o_, info); });
-  input = plan_input(o_, info);  // the same on every rank now that rank 0 found no error
+  comm_.on_root([&] { input = input_preprocess(o_, info); });
+  input = input_preprocess(o_, info);  // the same on every rank now that rank 0 found no error
   if (test_ && test_->info().class_names.size() != info.class_names.size())  // known to every rank
     throw dist::SharedError(detail::concat("test split of ", o_.data, " has ", test_->info().class_names.size(),
                                            " classes, the train split ", info.class_names.size()));

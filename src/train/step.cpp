@@ -17,14 +17,14 @@ bool Trainer::train_epoch() {
   saved_last_ = false;
   task_->begin_epoch(epoch, state_.step_in_epoch);
   sync_->reset_stats();
-  progress_->begin_epoch(epoch + 1, o_.epochs, plan_.steps);
+  progress_->begin_epoch(epoch + 1, o_.epochs, epoch_steps_.steps);
   Timer epoch_clock;
   epoch_ = {};
   epoch_.part_sums.assign(loss_parts_.size(), 0.0);
   bool stop = false;
-  for (int64_t step = state_.step_in_epoch; step < plan_.steps && !stop; ++step) {
+  for (int64_t step = state_.step_in_epoch; step < epoch_steps_.steps && !stop; ++step) {
     Timer step_clock;
-    opt_->set_lr(schedule_->lr(epoch, step, plan_.steps));
+    opt_->set_lr(schedule_->lr(epoch, step, epoch_steps_.steps));
     dist::watchdog_set_context("training", epoch + 1, step + 1);  // for the watchdog's line
     const StepTotals totals = train_step();
     CHECK(std::isfinite(totals.loss_sum), "epoch ", epoch + 1, " step ", step + 1,

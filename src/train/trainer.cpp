@@ -166,7 +166,7 @@ void Trainer::build_replica() {
     throw dist::SharedError(detail::concat("-d: ", task_->data_description(), ": fewer training samples than the ",
                                            comm_.size(), " ranks; run at most ", N,
                                            " (mpiexec -n) or pass --distribute-data=false"));
-  plan_ = dist::epoch_plan(int64_t(N), o_.distribute_data ? comm_.size() : 1, b);
+  epoch_steps_ = dist::epoch_steps(int64_t(N), o_.distribute_data ? comm_.size() : 1, b);
   const int64_t global_batch = b * comm_.size();
   base_lr_ = o_.scale_lr ? scale_lr(o_.learning_rate, global_batch) : o_.learning_rate;
   schedule_.emplace(parse_lr_schedule(o_.schedule_spec(), base_lr_, o_.epochs));
@@ -198,8 +198,8 @@ void Trainer::resume_or_start() {
             " or choose another directory");
     }
     check_run_dir_writable(run_dir_, o_.resume.empty() ? "--save-dir" : "--resume");
-    CHECK(at.step_in_epoch < plan_.steps, "--resume: the checkpoint stopped at step ",
-          at.step_in_epoch, " of an epoch that now has ", plan_.steps,
+    CHECK(at.step_in_epoch < epoch_steps_.steps, "--resume: the checkpoint stopped at step ",
+          at.step_in_epoch, " of an epoch that now has ", epoch_steps_.steps,
           " steps (batch size or rank count changed)");
   });
   comm_.broadcast(at);
@@ -345,8 +345,8 @@ void Trainer::print_header() const {
        << task_->data_description() << task_->header_lines() << "\n  " << K << " rank" << (K > 1 ? "s" : "") << " on " << nodes
        << " node" << (nodes > 1 ? "s" : "") << ", " << threads_ << " thread"
        << (threads_ > 1 ? "s" : "") << " per rank; batch " << b << " per rank, " << b * K
-       << " global; " << plan_.steps << " steps per epoch"
-       << (plan_.padded > 0 ? " (" + std::to_string(plan_.padded) + " samples repeated to even out the ranks)" : "")
+       << " global; " << epoch_steps_.steps << " steps per epoch"
+       << (epoch_steps_.padded > 0 ? " (" + std::to_string(epoch_steps_.padded) + " samples repeated to even out the ranks)" : "")
        << (state_.val_held_out > 0 ? "\n  validation: " + data::describe_holdout(state_.val_fraction, state_.val_held_out)
                                    : std::string())
        << (init_line_.empty() ? std::string() : "\n  " + init_line_)

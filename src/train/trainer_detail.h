@@ -61,7 +61,7 @@ class Trainer {
   // The current epoch's remaining steps; true when a stop was requested (the same on every
   // rank, after the same step).
   bool train_epoch();
-  bool epoch_complete() const { return state_.step_in_epoch == plan_.steps; }
+  bool epoch_complete() const { return state_.step_in_epoch == epoch_steps_.steps; }
   void end_epoch();      // evaluation, the epoch's log line and checkpoint
   TrainResult stop();    // after a stop request: a checkpoint unless one was just written
   TrainResult finish();  // after the last epoch: the final checkpoint and summary
@@ -98,7 +98,7 @@ class Trainer {
   std::vector<LossPart> loss_parts_;
   TrainResult result_;  // result_.model is this rank's replica
   Model* model_ = nullptr;
-  dist::EpochPlan plan_;
+  dist::EpochSteps epoch_steps_;
   double base_lr_ = 0;
   std::optional<LrSchedule> schedule_;
   std::unique_ptr<Optimizer> opt_;

@@ -60,7 +60,7 @@ std::vector<uint64_t> gather_ids(const std::vector<uint64_t>& mine, int K) {
 // Every index 0..n-1 appears; the order is the permutation followed by its first `padded`
 // entries again.
 void check_cover(const std::vector<uint64_t>& order, size_t n, int K) {
-  const dist::EpochPlan p = dist::epoch_plan(int64_t(n), K, 1);
+  const dist::EpochSteps p = dist::epoch_steps(int64_t(n), K, 1);
   REQUIRE(order.size() == size_t(p.per_rank) * size_t(K));
   std::vector<int> seen(n, 0);
   for (size_t j = 0; j < n; ++j) {
@@ -72,15 +72,15 @@ void check_cover(const std::vector<uint64_t>& order, size_t n, int K) {
 }
 }  // namespace
 
-TEST_CASE("dist shard: epoch plan and padded order") {
-  const dist::EpochPlan p = dist::epoch_plan(10, 3, 2);
+TEST_CASE("dist shard: epoch steps and padded order") {
+  const dist::EpochSteps p = dist::epoch_steps(10, 3, 2);
   CHECK(p.per_rank == 4);
   CHECK(p.steps == 2);
   CHECK(p.padded == 2);
-  CHECK(dist::epoch_plan(12, 3, 4).padded == 0);
-  CHECK(dist::epoch_plan(12, 3, 4).steps == 1);
-  CHECK(dist::epoch_plan(1, 3, 8).per_rank == 1);
-  CHECK_THROWS_AS(dist::epoch_plan(0, 2, 1), Error);
+  CHECK(dist::epoch_steps(12, 3, 4).padded == 0);
+  CHECK(dist::epoch_steps(12, 3, 4).steps == 1);
+  CHECK(dist::epoch_steps(1, 3, 8).per_rank == 1);
+  CHECK_THROWS_AS(dist::epoch_steps(0, 2, 1), Error);
 
   for (size_t n : {1, 5, 10, 13}) {
     for (int K : {1, 2, 3, 4}) {
@@ -108,7 +108,7 @@ TEST_CASE("dist shard: in-memory shards by MPI_Scatterv") {
     const std::vector<uint64_t> all1 = gather_ids(e1.ids, K);
     const std::vector<uint64_t> all2 = gather_ids(e2.ids, K);
 
-    const dist::EpochPlan p = dist::epoch_plan(int64_t(n), K, 4);
+    const dist::EpochSteps p = dist::epoch_steps(int64_t(n), K, 4);
     CAPTURE(n);
     CHECK(int64_t(e1.size()) == p.per_rank);
     CHECK(e1.ids.size() == e1.size());
@@ -146,7 +146,7 @@ TEST_CASE("dist shard: file-list shards and whole-dataset broadcast") {
   const data::InMemoryData mem = make_data(7);
   const data::InMemoryData mem_all = dist::broadcast_in_memory(c, c.root() ? &mem : nullptr);
 
-  CHECK(int64_t(shard.size()) == dist::epoch_plan(int64_t(n), K, 1).per_rank);
+  CHECK(int64_t(shard.size()) == dist::epoch_steps(int64_t(n), K, 1).per_rank);
   check_cover(all, n, K);
   for (size_t i = 0; i < shard.size(); ++i) {
     CHECK(shard.paths[i] == full.paths[shard.ids[i]]);

@@ -140,7 +140,7 @@ std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_r
   const data::InMemoryData full = data::read_idx(data::find_idx_files(o.data, "train"), 10);
   const data::InMemoryDataset ds(full);
   const int64_t b = o.batch_size, N = int64_t(full.size());
-  const dist::EpochPlan plan = dist::epoch_plan(N, K, b);
+  const dist::EpochSteps plan = dist::epoch_steps(N, K, b);
   const data::Transform tf(testing::normalize_only(28, 28, 1, {0.5f}, {0.5f}));
   ModelOptions mo;
   mo.num_classes = 10;
@@ -266,7 +266,7 @@ TEST_CASE("train: a dataset that does not divide by the ranks finishes with equa
   o.save_dir = dir / "run";
   o.workers = 2;
   const train::TrainResult r = run(o);  // a hang here is a timeout in tests/run_all.sh
-  const dist::EpochPlan p = dist::epoch_plan(97, K, 8);
+  const dist::EpochSteps p = dist::epoch_steps(97, K, 8);
   CHECK(r.state.global_step == 2 * p.steps);
   CHECK(r.state.samples_seen == 2 * int64_t(K) * p.per_rank);
   CHECK(comm().ranks_out_of_sync(r.model->params().values()).empty());
@@ -297,7 +297,7 @@ TEST_CASE("train: stopped by a signal and resumed, a run ends bit-identical to a
   o.learning_rate = 0.02;
   o.save_dir = dir / "whole";
   const train::TrainResult whole = run(o);
-  const int64_t steps = dist::epoch_plan(72, comm().size(), 4).steps;
+  const int64_t steps = dist::epoch_steps(72, comm().size(), 4).steps;
 
   install_stop_signals();
   // Stop after epoch 1 (the epoch's last step) and mid-epoch 2 (its third step); rank 0 alone

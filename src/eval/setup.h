@@ -1,5 +1,5 @@
 // What ./pipeline_eval evaluates and the work of each of its stages, independent of where the
-// stages run: the plan (model, weights, preprocessing, dataset facts) that rank 0 makes from the
+// stages run: the setup (model, weights, preprocessing, dataset facts) that rank 0 makes from the
 // options and shares with every rank, and the four stage functions read -> decode+resize ->
 // normalize -> predict. The sequential baseline and every rank of the pipeline call exactly
 // these, so their predictions are the same. Not the MPI plumbing (eval/pipeline.h).
@@ -21,7 +21,7 @@
 
 namespace mpicnn::eval {
 
-struct EvalPlan {
+struct EvalSetup {
   Task task = Task::Classify;  // Detection: a Faster R-CNN run (eval/detect_stages.h)
   std::string model;         // registry name (detection: fasterrcnn_*)
   int num_classes = 0, in_channels = 3;
@@ -46,10 +46,10 @@ std::string auto_split(const std::string& kind, const std::string& path);
 
 // Rank 0: opens the dataset and reads the checkpoint's record (or applies the --weights
 // defaults). Errors name the flag or file. `dataset` receives the opened dataset.
-EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset);
+EvalSetup make_setup(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset);
 
-std::string plan_to_json(const EvalPlan& p);
-EvalPlan plan_from_json(const std::string& text);
+std::string setup_to_json(const EvalSetup& p);
+EvalSetup setup_from_json(const std::string& text);
 
 // A sample as read from its source, before decoding: what rank 0 sends to the decoding rank.
 struct RawSample {
@@ -67,7 +67,7 @@ RawSample read_sample(const data::Dataset& ds, uint64_t i);
 
 // Stage 2, decode+resize: the sample's 8-bit model-sized window (Transform::geometry). Errors
 // name the sample's source.
-data::Image decode_resize(const EvalPlan& plan, const data::Transform& tf, const RawSample& s);
+data::Image decode_resize(const EvalSetup& setup, const data::Transform& tf, const RawSample& s);
 
 // Stage 3, normalize+batch: a batch being filled, then handed to a predictor.
 struct InputBatch {
@@ -80,12 +80,12 @@ struct InputBatch {
 void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index, int32_t label,
                     const data::Image& window);
 
-// Stage 4, predict: the model (loaded with the plan's weights, eval mode, planned for the batch
+// Stage 4, predict: the model (loaded with the setup's weights, eval mode, planned for the batch
 // size) and the top-5 of each sample of a batch.
 class Predictor {
  public:
   // Builds and loads (errors name the weights file), then places the model on `device`.
-  Predictor(const EvalPlan& plan, Device device = Device::CPU);
+  Predictor(const EvalSetup& setup, Device device = Device::CPU);
   std::vector<Prediction> predict(const InputBatch& batch);
   // One full batch of zeros through the model, so that neither timed run pays for first-touch
   // memory and thread-pool start-up (the baseline, which runs first, otherwise would).

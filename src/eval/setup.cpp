@@ -1,6 +1,6 @@
-// The evaluation plan (made on rank 0, shared as JSON) and the four stage functions of
+// The evaluation setup (made on rank 0, shared as JSON) and the four stage functions of
 // ./pipeline_eval. Not the scheduling of stages over ranks: that is eval/pipeline.cpp.
-#include "eval/plan.h"
+#include "eval/setup.h"
 
 #include <algorithm>
 #include <cctype>
@@ -62,7 +62,7 @@ data::Preprocess default_recipe(const std::string& kind, int channels, const dat
   return data::default_preprocess(q).eval;
 }
 
-void from_checkpoint(const EvalOptions& o, EvalPlan& p) {
+void from_checkpoint(const EvalOptions& o, EvalSetup& p) {
   const CheckpointPaths ck = resolve_checkpoint(o.checkpoint);
   const TrainerState st = read_trainer_state(ck.trainer);
   const InputRecord& in = st.input;
@@ -85,7 +85,7 @@ void from_checkpoint(const EvalOptions& o, EvalPlan& p) {
   pre.stddev = in.stddev;
 }
 
-void from_weights(const EvalOptions& o, EvalPlan& p) {
+void from_weights(const EvalOptions& o, EvalSetup& p) {
   const ModelSpec& spec = model_spec(o.model);
   std::error_code ec;
   CHECK(fs::is_regular_file(o.weights, ec), "--weights: ", o.weights, " is not a file");
@@ -121,8 +121,8 @@ void check_class_names(const std::vector<std::string>& model, const data::Datase
 
 }  // namespace
 
-EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset) {
-  EvalPlan p;
+EvalSetup make_setup(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset) {
+  EvalSetup p;
   p.batch_size = o.batch_size;
   if (!o.checkpoint.empty())
     from_checkpoint(o, p);
@@ -182,7 +182,7 @@ EvalPlan make_plan(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset
   return p;
 }
 
-std::string plan_to_json(const EvalPlan& p) {
+std::string setup_to_json(const EvalSetup& p) {
   const data::Preprocess& pre = p.preprocess;
   return json{{"task", task_name(p.task)},
               {"model", p.model},
@@ -206,9 +206,9 @@ std::string plan_to_json(const EvalPlan& p) {
       .dump();
 }
 
-EvalPlan plan_from_json(const std::string& text) {
+EvalSetup setup_from_json(const std::string& text) {
   const json j = json::parse(text);
-  EvalPlan p;
+  EvalSetup p;
   p.task = parse_task(j["task"].get<std::string>()).value();
   p.model = j["model"];
   p.num_classes = j["num_classes"];
@@ -216,7 +216,7 @@ EvalPlan plan_from_json(const std::string& text) {
   p.weights_file = j["weights_file"];
   p.weights = j["weights"];
   data::Preprocess& pre = p.preprocess;
-  pre.geometry = data::parse_geometry(j["geometry"], "plan");
+  pre.geometry = data::parse_geometry(j["geometry"], "setup");
   pre.channels = j["channels"];
   pre.height = j["height"];
   pre.width = j["width"];
@@ -240,10 +240,10 @@ RawSample read_sample(const data::Dataset& ds, uint64_t i) {
   return {i, ds.label(size_t(i)), ds.source(size_t(i)), ds.read(size_t(i))};
 }
 
-data::Image decode_resize(const EvalPlan& plan, const data::Transform& tf, const RawSample& s) {
+data::Image decode_resize(const EvalSetup& setup, const data::Transform& tf, const RawSample& s) {
   const data::Image img =
-      plan.raw_channels > 0
-          ? data::image_from_pixels(s.bytes, plan.raw_height, plan.raw_width, plan.raw_channels, 0, s.source)
+      setup.raw_channels > 0
+          ? data::image_from_pixels(s.bytes, setup.raw_height, setup.raw_width, setup.raw_channels, 0, s.source)
           : data::decode_image(s.bytes, 0, s.source);
   return tf.geometry(img, 0, s.index, s.source);
 }
@@ -257,18 +257,18 @@ void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index
   batch.labels.push_back(label);
 }
 
-Predictor::Predictor(const EvalPlan& plan, Device device) : batch_size_(plan.batch_size) {
+Predictor::Predictor(const EvalSetup& setup, Device device) : batch_size_(setup.batch_size) {
   ModelOptions mo;
-  mo.num_classes = plan.num_classes;
-  mo.in_channels = plan.in_channels;
-  model_ = build_model(plan.model, mo, 0);
-  model_->load_state_dict(plan.weights_file);
+  mo.num_classes = setup.num_classes;
+  mo.in_channels = setup.in_channels;
+  model_ = build_model(setup.model, mo, 0);
+  model_->load_state_dict(setup.weights_file);
   model_->set_training(false);
-  const data::Preprocess& pre = plan.preprocess;
+  const data::Preprocess& pre = setup.preprocess;
   shape_ = {pre.channels, pre.height, pre.width};
   model_->to(device);
   model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]}, PlanFor::kInference);
-  softmax_.plan(batch_size_, plan.num_classes, device);
+  softmax_.plan(batch_size_, setup.num_classes, device);
   input_ = InputStage(device, batch_size_, Shape{shape_[0], shape_[1], shape_[2]});
 }
 
