@@ -411,17 +411,7 @@ TEST_CASE("eval options: help text") {
   for (const auto& s : mpicnn::model_specs())
     CHECK_MESSAGE(help.find(s.name) != std::string::npos, "help does not list ", s.name);
   CHECK(help.find(mpicnn::data::kFashionMnistDefaultPath) != std::string::npos);
-  // The flags ./train takes too have the one help text of core/common_flags.h (as wrapped: each
-  // run of spaces and newlines is one space).
-  std::istringstream in(help);
-  std::string text, w;
-  while (in >> w) text += (text.empty() ? "" : " ") + w;
-  namespace common = mpicnn::cli::common;
-  for (const std::string& shared :
-       {common::data().def.help, common::skip_bad().def.help, common::threads().def.help,
-        common::timeout().def.help, common::device().def.help, common::mean().def.help,
-        common::stddev().def.help})
-    CHECK_MESSAGE(text.find(shared) != std::string::npos, "help does not say: ", shared);
+  mpicnn::testing::expect_shared_flag_help(help);  // the flags ./train takes too
   // Lines fit a 100-column terminal.
   CHECK(mpicnn::testing::longest_line(help) <= 100);
 }

@@ -495,13 +495,6 @@ bool listed(const std::vector<std::string>& list, const std::string& v) {
   return std::find(list.begin(), list.end(), v) != list.end();
 }
 
-// The text with each run of spaces and newlines made one space: help as written, not as wrapped.
-std::string words(const std::string& text) {
-  std::istringstream in(text);
-  std::string out, w;
-  while (in >> w) out += (out.empty() ? "" : " ") + w;
-  return out;
-}
 
 }  // namespace
 
@@ -588,14 +581,7 @@ TEST_CASE("train options: help text") {
   for (const auto& s : mpicnn::model_specs())
     CHECK_MESSAGE(help.find(s.name) != std::string::npos, "help does not list ", s.name);
   CHECK(help.find(mpicnn::data::kFashionMnistDefaultPath) != std::string::npos);
-  // The flags ./pipeline_eval takes too have the one help text of core/common_flags.h.
-  const std::string text = words(help);
-  namespace common = mpicnn::cli::common;
-  for (const std::string& shared :
-       {common::data().def.help, common::skip_bad().def.help, common::threads().def.help,
-        common::timeout().def.help, common::device().def.help, common::mean().def.help,
-        common::stddev().def.help})
-    CHECK_MESSAGE(text.find(shared) != std::string::npos, "help does not say: ", shared);
+  mpicnn::testing::expect_shared_flag_help(help);  // the flags ./pipeline_eval takes too
   // Lines fit a 100-column terminal (the examples are written to).
   CHECK(mpicnn::testing::longest_line(help) <= 100);
 }

@@ -21,6 +21,7 @@
 
 #include <sys/wait.h>
 
+#include "core/common_flags.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -254,6 +255,23 @@ inline size_t longest_line(const std::string& text) {
   for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
     longest = std::max(longest, end - start);
   return std::max(longest, text.size() - start);
+}
+
+// `help` (a program's --help) holds the one help text of each flag ./train and ./pipeline_eval
+// share (core/common_flags.h), as written: wrapping aside, each run of spaces is one space.
+inline void expect_shared_flag_help(const std::string& help) {
+  std::string text;
+  for (size_t i = 0; i < help.size(); ++i) {
+    const bool space = help[i] == ' ' || help[i] == '\n';
+    if (!space) text += help[i];
+    else if (!text.empty() && text.back() != ' ') text += ' ';
+  }
+  namespace common = mpicnn::cli::common;
+  for (const std::string& shared :
+       {common::data().def.help, common::skip_bad().def.help, common::threads().def.help,
+        common::timeout().def.help, common::device().def.help, common::mean().def.help,
+        common::stddev().def.help})
+    CHECK_MESSAGE(text.find(shared) != std::string::npos, "help does not say: ", shared);
 }
 
 // Runs tests/python/SCRIPT with ARGS (already shell-quoted) under $PYTHON (default
