@@ -77,7 +77,7 @@ RunConfig data_facts(const std::string& data) {
   return c;
 }
 
-// The model's input plan (trainer.cpp plan_input) and the facts of the model built for it.
+// The model's input preprocessing (classify_task.cpp input_preprocess) and the facts of the model built for it.
 void model_facts(RunConfig& c, const std::string& model) {
   const ModelSpec& spec = model_spec(model);
   data::PreprocessQuery pq;

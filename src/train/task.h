@@ -1,4 +1,4 @@
-// What a training run learns, as the one Trainer (trainer_detail.h) asks it: a task opens its
+// What a training run learns, as the one Trainer (trainer_class.h) asks it: a task opens its
 // data, builds the model replica, runs a batch's forward, loss and backward, evaluates, and says
 // what a checkpoint must record to rebuild the model and its input. Everything else (resume,
 // the run directory, gradient sync, watchdog context, fault points, schedules, tracking,

@@ -1,7 +1,7 @@
-// run_training and the setup of its Trainer (trainer_detail.h, Caffe's Solver): threads, one
+// run_training and the setup of its Trainer (trainer_class.h, Caffe's Solver): threads, one
 // device for all ranks, the task's data and model replica (task.h), the optimizer, resume or
 // fresh start, gradient sync, the run directory. The epochs, the step, evaluation and
-// checkpoints are step.cpp's.
+// checkpoints are trainer_epochs.cpp's.
 #include "train/trainer.h"
 
 #include <algorithm>
@@ -36,7 +36,7 @@
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "train/finetune.h"
-#include "train/trainer_detail.h"
+#include "train/trainer_class.h"
 
 namespace mpicnn::train {
 namespace fs = std::filesystem;

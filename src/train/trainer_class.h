@@ -1,7 +1,7 @@
-// The Trainer behind run_training (trainer.h), shared by trainer.cpp (the setup: device, the
-// task's data and model replica, optimizer, resume, run directory) and step.cpp (epochs, the
-// step, evaluation, checkpoints, the end of a run). What the run learns is its TrainTask's
-// (task.h). Internal to src/train: nothing else includes it.
+// The Trainer class behind run_training (trainer.h), shared by trainer.cpp (the setup: device,
+// the task's data and model replica, optimizer, resume, run directory) and trainer_epochs.cpp
+// (epochs, the step, evaluation, checkpoints, the end of a run). What the run learns is its
+// TrainTask's (task.h). Internal to src/train: nothing else includes it.
 #pragma once
 #include <cstdint>
 #include <memory>

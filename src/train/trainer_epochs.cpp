@@ -8,7 +8,7 @@
 #include "core/fault.h"
 #include "dist/watchdog.h"
 #include "layers/dropout.h"
-#include "train/trainer_detail.h"
+#include "train/trainer_class.h"
 
 namespace mpicnn::train {
 
