@@ -59,7 +59,7 @@ EOF
   for d in old newer otherfmt trunc foreign; do cp -r "$ck" "$F/$d"; done
   set_field() { /usr/bin/python3 -c 'import json,sys; p=sys.argv[1]; d=json.load(open(p)); d[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(d,open(p,"w"),indent=2)' "$@"; }
   set_field "$F/old/trainer.json" format_version 0
-  set_field "$F/newer/trainer.json" format_version 3
+  set_field "$F/newer/trainer.json" format_version 4
   set_field "$F/otherfmt/trainer.json" format '"other-tool"'
   truncate -s 1000 "$F/trunc/model.safetensors"
   # One flipped bit in the last tensor's data; a trainer.json changed by one digit, still JSON.
