@@ -71,6 +71,7 @@ TEST_CASE("eval options: defaults") {
   CHECK(o.threads == 0);
   CHECK(o.credits == 0);
   CHECK(o.batch_credits == 2);
+  CHECK(o.stages.empty());  // layout_for(K)
   CHECK(o.output.empty());
   CHECK(!o.json);
   CHECK(o.device == "auto");
@@ -88,7 +89,7 @@ TEST_CASE("eval options: every flag, long forms") {
              "train", "--limit", "18446744073709551615", "--skip-bad", "--image-size", "36",
              "--resize", "40", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3", "--batch-size",
              "128", "--compare", "--threads", "6", "--credits", "512", "--batch-credits", "3",
-             "--output", "out/e", "--json", "--device", "cpu"});
+             "--stages", "read=1,decode=4,batch=1,predict=2", "--output", "out/e", "--json", "--device", "cpu"});
   CHECK(o.weights == "w.safetensors");
   CHECK(o.checkpoint.empty());
   CHECK(o.model == "resnet20");
@@ -109,6 +110,7 @@ TEST_CASE("eval options: every flag, long forms") {
   CHECK(o.threads == 6);
   CHECK(o.credits == 512);
   CHECK(o.batch_credits == 3);
+  CHECK(o.stages == "read=1,decode=4,batch=1,predict=2");
   CHECK(o.output == "out/e");
   CHECK(o.json);
   CHECK(o.device == "cpu");
@@ -133,6 +135,8 @@ TEST_CASE("eval options: every flag, long forms") {
   CHECK(a.device == "auto");
   CHECK(a.batch_size == 1);
   CHECK(a.credits == 0);
+  // normalize is batch's other name; the value is kept as --stages writes it
+  CHECK(parse(with_checkpoint({"--stages=read+decode+normalize=2,predict=1"})).stages == "read+decode+batch=2,predict=1");
   CHECK(a.batch_credits == 1);
   CHECK(a.output.empty());
 }
@@ -355,6 +359,15 @@ TEST_CASE("eval options: value errors") {
   err({"--threads", "two"}, "--threads: 'two' is not an integer >= 0");
   err({"--credits", "-4"}, "--credits: '-4' is not an integer >= 0");
   err({"--batch-credits", "0"}, "--batch-credits: '0' is not an integer >= 1");
+  err({"--stages", ""}, "--stages: empty (give e.g. read=1,decode=4,batch=1,predict=2)");
+  err({"--stages", "read=1,decode=1"}, "--stages: 'read=1,decode=1' leaves out batch");
+  err({"--stages", "read=1,decode=1,predict=1,batch=1"}, "--stages: 'predict=1' is out of order");
+  err({"--stages", "read=1,read=1,decode=1,batch=1,predict=1"}, "--stages: 'read=1' is out of order");
+  err({"--stages", "read+batch=1,decode=1,predict=1"}, "--stages: 'read+batch=1' is out of order");
+  err({"--stages", "read=1,decode=0,batch=1,predict=1"}, "--stages: 'decode=0' needs a rank count >= 1");
+  err({"--stages", "read=1,decode=2x,batch=1,predict=1"}, "--stages: 'decode=2x' needs a rank count >= 1");
+  err({"--stages", "read=1,resize=1,batch=1,predict=1"}, "--stages: 'resize=1' names no stage");
+  err({"--stages", "read,decode,batch,predict"}, "--stages: 'read' is not STAGES=N");
   err({"--split", "valid"}, "--split: 'valid' is not one of auto, train, test, val or all");
   err({"--dataset", "imagenet"},
       "--dataset: 'imagenet' is not one of auto, fashion-mnist, mnist, idx, imagefolder, csv, "
@@ -385,6 +398,8 @@ TEST_CASE("eval options: cross-option errors") {
                      "--sequential and --compare");
   expect_parse_error(with_checkpoint({"--compare", "--sequential=true"}),
                      "--sequential and --compare");
+  expect_parse_error(with_checkpoint({"--sequential", "--stages", "read=1,decode=1,batch=1,predict=1"}),
+                     "--stages sets the pipeline's ranks; --sequential runs no pipeline");
   // Value errors come first, each naming its own flag.
   expect_parse_error({"-b", "0"}, "-b/--batch-size: '0' is not an integer >= 1");
 }
@@ -395,7 +410,7 @@ TEST_CASE("eval options: help text") {
        {"--checkpoint", "--weights", "--model", "--num-classes", "--in-channels", "--data",
         "--dataset", "--split", "--limit", "--skip-bad", "--image-size", "--resize", "--mean",
         "--std", "--batch-size", "--sequential", "--compare", "--threads", "--credits",
-        "--batch-credits", "--output", "--json", "--device", "--help"}) {
+        "--batch-credits", "--stages", "--output", "--json", "--device", "--help"}) {
     CHECK_MESSAGE(help.find(flag) != std::string::npos, "help does not mention ", flag);
   }
   for (const char* s :

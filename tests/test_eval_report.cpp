@@ -44,6 +44,7 @@ Report small_report() {
   r.mode = "pipeline";
   r.ranks = 4;
   r.layout = "rank 0: read | rank 1: decode+resize | rank 2: normalize+batch | rank 3: predict";
+  r.stage_ranks = "read=1,decode=1,batch=1,predict=1";
   r.model = "lenet";
   r.weights = "runs/a/checkpoint";
   r.dataset = "toy test";
@@ -167,13 +168,14 @@ TEST_CASE("eval report: JSON keys and values") {
   const json j = json::parse(text);
   std::set<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.insert(it.key());
-  CHECK(keys == std::set<std::string>{"mode", "ranks", "layout", "model", "weights", "dataset", "batch_size",
+  CHECK(keys == std::set<std::string>{"mode", "ranks", "layout", "stage_ranks", "model", "weights", "dataset", "batch_size",
                                       "threads", "classes", "evaluated", "skipped", "top1", "top5", "confusion",
                                       "per_class", "wall_s", "images_per_s", "latency_s", "stages",
                                       "sequential_images_per_s", "speedup", "mismatches_vs_sequential"});
   CHECK(j["mode"] == "pipeline");
   CHECK(j["ranks"] == 4);
   CHECK(j["layout"] == r.layout);
+  CHECK(j["stage_ranks"] == "read=1,decode=1,batch=1,predict=1");
   CHECK(j["model"] == "lenet");
   CHECK(j["weights"] == "runs/a/checkpoint");
   CHECK(j["dataset"] == "toy test");
@@ -264,6 +266,7 @@ TEST_CASE("eval report: text report") {
   CHECK(has(t, "4 ranks (pipeline)"));
   CHECK(has(t, "batch 2"));
   CHECK(has(t, "layout: rank 0: read | rank 1: decode+resize"));
+  CHECK(has(t, "rank 3: predict (--stages read=1,decode=1,batch=1,predict=1)\n"));
   CHECK(has(t, "top-1 50.00%"));
   CHECK(has(t, "top-5 100.00%"));
   CHECK(has(t, "(6 evaluated, 1 skipped)"));

@@ -162,6 +162,73 @@ TEST_CASE("pipeline eval: predictions identical to --sequential on 1..6 ranks, a
   CHECK(r.output.find("predictions identical to sequential") != std::string::npos);
 }
 
+TEST_CASE("pipeline eval: predictions identical to --sequential for every stage-to-rank assignment of 1..6 ranks") {
+  // Every composition of K into read, decode, batch, predict counts, and for K < 4 every folded
+  // layout; a few folded ones for larger K too (several ranks running all stages, or the same
+  // group of stages). 40 samples in blocks of 7: the last block is short, several readers,
+  // decoders and batchers each get more than one block.
+  Fixture& f = fixture();
+  const auto seq = run_program("pipeline_eval", eval_args(f.dir / "few-seq", {"--limit", "40", "--sequential"}));
+  REQUIRE_MESSAGE(seq.rc == 0, seq.output);
+  const std::string want = read_text(f.dir / "few-seq/predictions.csv");
+  REQUIRE(std::count(want.begin(), want.end(), '\n') == 41);
+  std::vector<eval::Layout> layouts;
+  for (int K = 1; K <= 6; ++K)
+    for (const eval::Layout& l : eval::all_layouts(K, K < 4)) layouts.push_back(l);
+  CHECK(layouts.size() == 1 + 4 + 10 + 1 + 4 + 10);
+  for (const char* folded : {"read+decode+batch+predict=4", "read=2,decode+batch+predict=3", "read+decode=3,batch=1,predict=2"})
+    layouts.push_back(eval::parse_stages(folded));
+  for (const eval::Layout& l : layouts) {
+    const std::string spec = l.spec();
+    CAPTURE(spec);
+    const std::string out = f.dir / ("layout-" + spec);
+    const auto r = run_mpi(l.ranks, "pipeline_eval", eval_args(out, {"--limit", "40", "--stages", spec}));
+    REQUIRE_MESSAGE(r.rc == 0, r.output);
+    CHECK(read_text(out + "/predictions.csv") == want);
+    const json rep = read_json(out + "/report.json");
+    CHECK(rep["stage_ranks"] == spec);
+    CHECK(rep["layout"] == l.describe());
+    CHECK(r.output.find("(--stages " + spec + ")") != std::string::npos);
+    // One line per stage each rank ran.
+    size_t lines = 0;
+    for (const eval::StageGroup& g : l.groups) lines += size_t(g.count * (g.hi - g.lo + 1));
+    CHECK(rep["stages"].size() == lines);
+  }
+  // --skip-bad with several readers, decoders and batchers: the skipped sample leaves a gap in
+  // its block, and the rest is predicted as the sequential run predicts it.
+  TempDir d;
+  const std::string bad = d / "bad";
+  fs::copy(f.png + "/test", bad, fs::copy_options::recursive);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(bad))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (size_t i : {size_t(3), files.size() / 2}) std::ofstream(files[i], std::ios::binary | std::ios::trunc) << "not a png";
+  auto bad_args = [&](const std::string& out, std::vector<std::string> more) {
+    std::vector<std::string> a = {"--checkpoint", f.run, "-d", bad, "--threads", "1", "--batch-size", "7",
+                                  "--skip-bad", "-o", out};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const auto bs = run_program("pipeline_eval", bad_args(d / "bseq", {"--sequential"}));
+  REQUIRE_MESSAGE(bs.rc == 0, bs.output);
+  const std::string bwant = read_text(d / "bseq/predictions.csv");
+  CHECK(std::count(bwant.begin(), bwant.end(), '\n') == 199);
+  for (const char* spec : {"read=2,decode=2,batch=2,predict=1", "read+decode+batch+predict=3"}) {
+    CAPTURE(spec);
+    const auto r = run_mpi(eval::parse_stages(spec).ranks, "pipeline_eval", bad_args(d / "bpipe", {"--stages", spec}));
+    REQUIRE_MESSAGE(r.rc == 0, r.output);
+    CHECK(read_text(d / "bpipe/predictions.csv") == bwant);
+    CHECK(read_json(d / "bpipe/report.json")["skipped"].size() == 2);
+  }
+  // A layout that does not fit the job: one line naming --stages, on every rank alike.
+  const auto wrong = run_mpi(3, "pipeline_eval", eval_args(d / "wrong", {"--stages", "read=1,decode=1,batch=1,predict=1"}));
+  CHECK(wrong.rc != 0);
+  CHECK_MESSAGE(wrong.output.starts_with("pipeline_eval: --stages read=1,decode=1,batch=1,predict=1: uses 4 ranks, "
+                                         "the job has 3"), wrong.output);
+  CHECK_MESSAGE(std::count(wrong.output.begin(), wrong.output.end(), '\n') == 1, wrong.output);
+}
+
 TEST_CASE("pipeline eval: --checkpoint alone evaluates the test split of the data the run trained on") {
   Fixture& f = fixture();
   TempDir d;

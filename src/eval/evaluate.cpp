@@ -72,42 +72,57 @@ EvalOptions resolve_data(const EvalOptions& o) {
   return with_run_data(o, read_trainer_state(ck.trainer), ck.trainer);
 }
 
+// The setup, and the data opened: the classifier's `dataset` or the detector's `boxes`.
+EvalSetup open_data(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset, data::DetectionSet& boxes) {
+  if (is_detection_checkpoint(o)) {
+    std::string note;
+    EvalSetup setup = make_detection_setup(o, boxes, note);
+    setup.dataset += note;
+    return setup;
+  }
+  const EvalOptions eo = resolve_data(o);
+  EvalSetup setup = make_setup(eo, dataset);
+  if (eo.run_test_data)
+    setup.dataset += " (the run's --test-data)";
+  else if (eo.val_held_out > 0)
+    setup.dataset += " (the run's validation split: " + data::describe_holdout(eo.val_fraction, eo.val_held_out) +
+                     ", never trained on)";
+  else if (eo.run_data)
+    setup.dataset += " (" + eo.split + " split of the data the run trained on)";
+  return setup;
+}
+
 }  // namespace
 
 Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const int K = comm.size(), r = comm.rank();
+  const bool baseline = o.sequential || o.compare;
+  const bool pipeline = !o.sequential;
+  // Which ranks run which stages: --stages, else the default for K ranks (checked first, on
+  // every rank alike, so that a wrong count fails before any data is read).
+  Layout layout;
+  comm.on_all([&] { layout = o.stages.empty() ? layout_for(K) : parse_stages(o.stages, K); });
   std::unique_ptr<data::Dataset> dataset;
-  data::DetectionSet boxes;  // a detection setup's evaluation set (rank 0)
+  data::DetectionSet boxes;  // a detection setup's evaluation set (the reading ranks)
   EvalSetup setup;
   std::string text;
   comm.on_root([&] {
     prepare_output(o);
-    if (is_detection_checkpoint(o)) {
-      std::string note;
-      setup = make_detection_setup(o, boxes, note);
-      setup.dataset += note;
-      text = setup_to_json(setup);
-      return;
-    }
-    const EvalOptions eo = resolve_data(o);
-    setup = make_setup(eo, dataset);
-    if (eo.run_test_data)
-      setup.dataset += " (the run's --test-data)";
-    else if (eo.val_held_out > 0)
-      setup.dataset += " (the run's validation split: " + data::describe_holdout(eo.val_fraction, eo.val_held_out) +
-                      ", never trained on)";
-    else if (eo.run_data)
-      setup.dataset += " (" + eo.split + " split of the data the run trained on)";
+    setup = open_data(o, dataset, boxes);
     text = setup_to_json(setup);
   });
   comm.broadcast(text);
   if (!comm.root()) setup = setup_from_json(text);
   const bool detection = setup.task == Task::Detection;
+  // The other reading ranks open the same data themselves: samples are read where they are read.
+  comm.on_all([&] {
+    if (comm.root() || !pipeline || layout.first(r) != kRead) return;
+    const EvalSetup mine = open_data(o, dataset, boxes);
+    CHECK(mine.count == setup.count, "rank ", r, " (read) found ", mine.count, " samples where rank 0 found ",
+          setup.count, " in ", setup.dataset);
+  });
 
   // Who predicts: the pipeline's predicting ranks, and rank 0 for the sequential baseline.
-  const Layout layout = layout_for(K);
-  const bool baseline = o.sequential || o.compare;
-  const bool pipeline = !o.sequential;
   const bool predicts = (pipeline && layout.last(r) == kPredict) || (baseline && comm.root());
   // The predicting ranks share the node's cores: the other stages are light and nap while they
   // wait, so counting them (as Comm::threads_per_rank would) leaves cores idle.
@@ -129,12 +144,14 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   po.credits = o.credits > 0 ? o.credits : int(4 * setup.batch_size);
   po.batch_credits = o.batch_credits;
   po.skip_bad = o.skip_bad;
+  po.layout = layout;
 
   Report rep;
   rep.task = setup.task;
   rep.mode = pipeline ? "pipeline" : "sequential";
   rep.ranks = pipeline ? K : 1;
   rep.layout = pipeline ? layout.describe() : "rank 0: all stages, one after the other";
+  rep.stage_ranks = pipeline ? layout.spec() : "";
   rep.model = setup.model;
   rep.weights = setup.weights;
   rep.dataset = setup.dataset;

@@ -16,6 +16,7 @@
 #include "core/common_flags.h"
 #include "data/dataset.h"
 #include "data/registry.h"
+#include "eval/layout.h"
 #include "io/checkpoint.h"
 #include "models/detectors.h"
 #include "models/registry.h"
@@ -135,6 +136,11 @@ const std::vector<Flag>& eval_flags() {
        bind_to(&O::credits, int32_from(0))},
       {{"batch-credits", "", "N", Value, "batches in flight per predicting rank (>= 1)"},
        bind_to(&O::batch_credits, int32_from(1))},
+      {{"stages", "", "SPEC", Value,
+        "ranks per stage, e.g. read=1,decode=4,batch=1,predict=2 (counts >= 1, stages in this "
+        "order, adding up to the job's ranks); consecutive stages joined by '+' share their ranks: "
+        "read+decode+batch=1,predict=3 (default: see Stages below)"},
+       bind_to(&O::stages, [](const Given& g) { return parse_stages(g.value).spec(); })},
       {{"output", "o", "DIR", Value,
         "write DIR/predictions.csv and DIR/report.json (default: write no files)"},
        bind_to(&O::output, text)},
@@ -190,6 +196,8 @@ void check_across_options(const EvalOptions& o, const po::variables_map& cmd) {
   } else {
     CHECK(!o.model.empty(), "--weights needs --model NAME (the architecture of the state dict)");
   }
+  CHECK(!(o.sequential && given("stages")),
+        "--stages sets the pipeline's ranks; --sequential runs no pipeline (give one of the two)");
   CHECK(!(o.sequential && o.compare),
         "--sequential and --compare: --compare already runs the sequential baseline before the "
         "pipeline (give one of the two)");
@@ -296,6 +304,9 @@ std::string eval_help() {
          "  K = 3    rank 0 reads | rank 1 decodes, resizes, normalises and batches | rank 2 predicts\n"
          "  K = 2    rank 0 reads, decodes, resizes, normalises and batches | rank 1 predicts\n"
          "  K = 1    everything in one process\n"
+         "  --stages  any other split, e.g. read=1,decode=4,batch=1,predict=2 on 8 ranks: each\n"
+         "           stage on as many ranks as it needs (blocks of batch-size samples go round the\n"
+         "           ranks of a stage; every block becomes the sequential run's batch)\n"
          "Rank 0 also collects the predictions and prints the report. --credits and\n"
          "--batch-credits bound the samples and batches in flight, so a fast stage cannot run\n"
          "far ahead of a slow one.\n"

@@ -43,6 +43,7 @@ struct EvalOptions {
   int threads = 0;          // compute threads per predicting rank; 0 = usable CPUs / predicting ranks on the node
   int credits = 0;          // in-flight samples allowed between two stages; 0 = 4 * batch size
   int batch_credits = 2;    // batches in flight per predicting rank (>= 1)
+  std::string stages;       // which ranks run which stages, "read=1,decode=4,batch=1,predict=2" (eval/layout.h); empty = default for K
   std::string output;       // folder for predictions.csv and report.json; empty = write none
   bool json = false;        // print the JSON report on stdout instead of the text report
   std::string device = "auto";  // auto | cpu | cuda: where the predict stage runs

@@ -1,10 +1,11 @@
-// The rank layout and the per-rank stage loop of ./pipeline_eval (see pipeline.h). Each rank
-// runs a contiguous range of stages [first, last]; items (raw samples, resized windows, batches,
-// the end marker) enter at `first`, pass through the rank's stages in one call chain and leave
-// towards the next rank, which grants credits for them. A detection setup sends other items
-// through the same loop (eval/detect_stages.h): the image's bytes with its annotated size, the
-// normalised and resized floats, padded batches with their per-image sizes, per-image boxes.
-// Over 500 lines: the layout, the stage loop and the credit flow are one protocol between the
+// The per-rank stage loop of ./pipeline_eval (see pipeline.h). Each rank runs a contiguous
+// range of stages [first, last] (eval/layout.h); items (raw samples, resized windows, batches,
+// gaps where a skipped sample was, the end marker) enter at `first`, pass through the rank's
+// stages in one call chain and leave towards a rank of the next group, which grants credits
+// for them. A detection setup sends other items through the same loop (eval/detect_stages.h):
+// the image's bytes with its annotated size, the normalised and resized floats, padded batches
+// with their per-image sizes, per-image boxes.
+// Over 500 lines: the stage loop, the routing and the credit flow are one protocol between the
 // ranks, read together.
 #include "eval/pipeline.h"
 
@@ -25,65 +26,10 @@
 
 namespace mpicnn::eval {
 
-const char* stage_name(int stage) {
-  static const char* const names[] = {"read", "decode+resize", "normalize+batch", "predict"};
-  CHECK(stage >= kRead && stage <= kPredict, "no stage ", stage);
-  return names[stage];
-}
-
-Layout layout_for(int ranks) {
-  CHECK(ranks >= 1, "a pipeline needs at least one rank, not ", ranks);
-  return Layout{ranks};
-}
-
-int Layout::first(int rank) const {
-  if (ranks >= 4) return std::min(rank, int(kPredict));
-  if (ranks == 3) return rank == 0 ? kRead : rank == 1 ? kDecode : kPredict;
-  if (ranks == 2) return rank == 0 ? kRead : kPredict;
-  return kRead;
-}
-
-int Layout::last(int rank) const {
-  if (ranks >= 4) return std::min(rank, int(kPredict));
-  if (ranks == 3) return rank == 0 ? kRead : rank == 1 ? kNormalize : kPredict;
-  if (ranks == 2) return rank == 0 ? kNormalize : kPredict;
-  return kPredict;
-}
-
-std::vector<int> Layout::ranks_of(int stage) const {
-  std::vector<int> out;
-  for (int r = 0; r < ranks; ++r)
-    if (first(r) <= stage && stage <= last(r)) out.push_back(r);
-  return out;
-}
-
-int Layout::rank_of(int stage) const { return ranks_of(stage).front(); }
-
-std::string Layout::describe() const {
-  std::string s;
-  for (int r = 0; r < ranks;) {
-    int r1 = r;  // ranks r..r1 run the same stages
-    while (r1 + 1 < ranks && first(r1 + 1) == first(r) && last(r1 + 1) == last(r)) ++r1;
-    if (!s.empty()) s += " | ";
-    s += r1 > r ? "ranks " + std::to_string(r) + "-" + std::to_string(r1) : "rank " + std::to_string(r);
-    s += ": ";
-    if (first(r) == kRead && last(r) == kPredict) {
-      s += "all stages";
-    } else {
-      for (int st = first(r); st <= last(r); ++st) {
-        if (st > first(r)) s += "+";
-        s += stage_name(st);
-      }
-    }
-    r = r1 + 1;
-  }
-  return s;
-}
-
 namespace {
 
 enum Tag : int { kData = 1, kCredit, kResults, kSkip, kDone };
-enum ItemKind : uint8_t { kRaw, kWindow, kBatch, kEnd, kDetWindow, kDetBatch };
+enum ItemKind : uint8_t { kRaw, kWindow, kBatch, kEnd, kDetWindow, kDetBatch, kGap };
 
 struct Window {
   uint64_t index = 0;
@@ -91,7 +37,21 @@ struct Window {
   data::Image image;
 };
 struct End {};
-using Item = std::variant<RawSample, Window, InputBatch, DetectionWindow, DetectionInputBatch, End>;
+// Where sample `index` was skipped (--skip-bad): it still counts towards its block, so the
+// batching rank knows when the block is complete.
+struct Gap {
+  uint64_t index = 0;
+};
+using Item = std::variant<RawSample, Window, InputBatch, DetectionWindow, DetectionInputBatch, Gap, End>;
+
+// The sample an item carries (batches and the end marker carry none).
+std::optional<uint64_t> sample_of(const Item& x) {
+  if (const auto* r = std::get_if<RawSample>(&x)) return r->index;
+  if (const auto* w = std::get_if<Window>(&x)) return w->index;
+  if (const auto* d = std::get_if<DetectionWindow>(&x)) return d->index;
+  if (const auto* g = std::get_if<Gap>(&x)) return g->index;
+  return std::nullopt;
+}
 
 void put_sizes(dist::ByteWriter& w, const std::vector<detect::Size2>& sizes) {
   std::vector<int64_t> flat;
@@ -146,6 +106,8 @@ std::vector<uint8_t> encode(const Item& item) {
     put_sizes(w, db->original);
     put_sizes(w, db->resized);
     w.put(db->height).put(db->width).put_vector(db->pixels);
+  } else if (const auto* g = std::get_if<Gap>(&item)) {
+    w.put(kGap).put(g->index);
   } else {
     w.put(kEnd);
   }
@@ -201,6 +163,8 @@ Item decode(const std::vector<uint8_t>& bytes) {
       b.pixels = r.get_vector<float>();
       return b;
     }
+    case kGap:
+      return Gap{r.get<uint64_t>()};
     case kEnd:
       return End{};
   }
@@ -232,15 +196,20 @@ class RankLoop {
            Predictor* predictor, const data::DetectionSet* boxes, DetectionPredictor* detector,
            dist::Messenger* messenger, const PipelineOptions& o)
       : setup_(setup), detection_(setup.task == Task::Detection), layout_(layout), rank_(rank),
-        lo_(layout.first(rank)), hi_(layout.last(rank)), dataset_(dataset), predictor_(predictor),
-        boxes_(boxes), detector_(detector), msg_(messenger), o_(o) {
+        group_(layout.group(rank)), lo_(group_.lo), hi_(group_.hi), block_(uint64_t(setup.batch_size)),
+        dataset_(dataset), predictor_(predictor), boxes_(boxes), detector_(detector), msg_(messenger), o_(o) {
     if (!detection_) tf_.emplace(setup.preprocess);
     CHECK(lo_ != kRead || (detection_ ? boxes_ != nullptr : dataset_ != nullptr),
           "pipeline: the reading rank has no dataset");
     CHECK(hi_ != kPredict || (detection_ ? detector_ != nullptr : predictor_ != nullptr),
           "pipeline: a predicting rank has no model");
-    if (hi_ < kPredict)
-      for (int r : layout.ranks_of(hi_ + 1)) credits_[r] = hi_ + 1 == kPredict ? o.batch_credits : o.credits;
+    const int g = layout.group_index(rank);
+    if (hi_ < kPredict) {
+      to_ = layout.groups[size_t(g) + 1];
+      for (int r = to_.rank0; r < to_.rank0 + to_.count; ++r) credits_[r] = to_.lo == kPredict ? o.batch_credits : o.credits;
+    }
+    senders_ = g > 0 ? layout.groups[size_t(g) - 1].count : 0;
+    next_ = uint64_t(rank - group_.rank0) * block_;  // this rank reads blocks member, member + count, ...
     if (rank_ == 0) read_at_.resize(setup.count, 0.0);
   }
 
@@ -293,24 +262,29 @@ class RankLoop {
   void step() {
     fault::point("eval-stage");
     if (lo_ == kRead && !source_done_) {
-      if (next_ == setup_.count) {
+      if (next_ >= setup_.count) {
         source_done_ = true;
         push(End{}, kDecode);
         return;
       }
       const uint64_t i = next_++;
-      read_at_[i] = now_s();
+      if (next_ % block_ == 0) next_ += uint64_t(group_.count - 1) * block_;  // the other readers' blocks
+      if (rank_ == 0) read_at_[i] = now_s();
       std::optional<RawSample> s;
       timed(kRead, [&] {
         s = skippable(i, [&] { return detection_ ? read_detection_sample(*boxes_, i) : read_sample(*dataset_, i); });
       });
-      if (s) push(std::move(*s), kDecode);
+      push(s ? Item(std::move(*s)) : Item(Gap{i}), kDecode);
       return;
     }
     Item x = std::move(inbox_.front().second);
     const int from = inbox_.front().first;
     inbox_.pop_front();
-    if (!std::holds_alternative<End>(x)) msg_->send(from, kCredit, dist::ByteWriter().put(int32_t(1)).take());
+    if (std::holds_alternative<End>(x)) {
+      if (++ends_ < senders_) return;  // the stream ends when every sender's has
+    } else {
+      msg_->send(from, kCredit, dist::ByteWriter().put(int32_t(1)).take());
+    }
     push(std::move(x), lo_);
   }
 
@@ -322,17 +296,17 @@ class RankLoop {
       return;
     }
     if (std::holds_alternative<End>(x)) {
-      if (s == kNormalize && !batch_.indices.empty()) push(std::exchange(batch_, {}), kPredict);
-      if (s == kNormalize && !windows_.empty()) {
-        std::optional<DetectionInputBatch> b;
-        timed(kNormalize, [&] { b = batch_detection_windows(std::exchange(windows_, {})); }, false);
-        push(std::move(*b), kPredict);
-      }
+      CHECK(s != kNormalize || blocks_.empty(), "pipeline: the stream ended inside block ", blocks_.begin()->first,
+            " (internal error)");
       if (s == kPredict) {
         ended_ = true;
         return;
       }
       push(End{}, s + 1);
+      return;
+    }
+    if (std::holds_alternative<Gap>(x) && s == kDecode) {
+      push(std::move(x), kNormalize);
       return;
     }
     switch (s) {
@@ -341,31 +315,17 @@ class RankLoop {
         if (detection_) {
           std::optional<DetectionWindow> win;
           timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_detection(setup_, raw); }); });
-          if (win) push(std::move(*win), kNormalize);
+          push(win ? Item(std::move(*win)) : Item(Gap{raw.index}), kNormalize);
           return;
         }
         std::optional<data::Image> win;
         timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_resize(setup_, *tf_, raw); }); });
-        if (win) push(Window{raw.index, raw.label, std::move(*win)}, kNormalize);
+        push(win ? Item(Window{raw.index, raw.label, std::move(*win)}) : Item(Gap{raw.index}), kNormalize);
         return;
       }
-      case kNormalize: {
-        if (detection_) {
-          // Normalised and resized already (torchvision normalises before it resizes): the
-          // batch only pads, when it is full.
-          std::optional<DetectionInputBatch> b;
-          timed(kNormalize, [&] {
-            windows_.push_back(std::get<DetectionWindow>(std::move(x)));
-            if (int64_t(windows_.size()) == setup_.batch_size) b = batch_detection_windows(std::exchange(windows_, {}));
-          });
-          if (b) push(std::move(*b), kPredict);
-          return;
-        }
-        const Window& w = std::get<Window>(x);
-        timed(kNormalize, [&] { normalize_into(batch_, *tf_, w.index, w.label, w.image); });
-        if (int64_t(batch_.size()) == setup_.batch_size) push(std::exchange(batch_, {}), kPredict);
+      case kNormalize:
+        add_to_block(std::move(x));
         return;
-      }
       case kPredict: {
         fault::point("eval-predict");
         if (detection_) {
@@ -385,6 +345,31 @@ class RankLoop {
           msg_->send(0, kResults, dist::ByteWriter().put_vector(p).take());
         return;
       }
+    }
+  }
+
+  // Sample x (a window or a gap) into its block's batch; the block, once complete, to predict.
+  // A block's samples come in order: one reader read them, one rank of each stage passed them on.
+  void add_to_block(Item x) {
+    const uint64_t i = *sample_of(x), b = i / block_;
+    Block& blk = blocks_[b];
+    CHECK(i == b * block_ + blk.seen, "pipeline: sample ", i, " out of order in block ", b, " (internal error)");
+    if (auto* dw = std::get_if<DetectionWindow>(&x)) {
+      // Normalised and resized already (torchvision normalises before it resizes): the batch
+      // only pads, when it is complete.
+      timed(kNormalize, [&] { blk.windows.push_back(std::move(*dw)); });
+    } else if (const auto* w = std::get_if<Window>(&x)) {
+      timed(kNormalize, [&] { normalize_into(blk.batch, *tf_, w->index, w->label, w->image); });
+    }
+    if (++blk.seen < std::min(block_, setup_.count - b * block_)) return;
+    Block done = std::move(blk);
+    blocks_.erase(b);
+    if (!done.windows.empty()) {
+      std::optional<DetectionInputBatch> db;
+      timed(kNormalize, [&] { db = batch_detection_windows(std::move(done.windows)); }, false);
+      push(std::move(*db), kPredict);
+    } else if (!done.batch.indices.empty()) {
+      push(std::move(done.batch), kPredict);
     }
   }
 
@@ -417,7 +402,7 @@ class RankLoop {
     const double t = now_s();
     for (const Prediction& q : p) {
       CHECK(q.index < setup_.count, "pipeline: a prediction for sample ", q.index, " of ", setup_.count);
-      latency_.push_back(t - read_at_[q.index]);
+      if (read_at_[q.index] > 0) latency_.push_back(t - read_at_[q.index]);  // rank 0 read it
     }
     predictions_.insert(predictions_.end(), p.begin(), p.end());
     last_result_ = t;
@@ -427,7 +412,7 @@ class RankLoop {
     const double t = now_s();
     for (const ImageDetections& q : d) {
       CHECK(q.index < setup_.count, "pipeline: detections for image ", q.index, " of ", setup_.count);
-      latency_.push_back(t - read_at_[q.index]);
+      if (read_at_[q.index] > 0) latency_.push_back(t - read_at_[q.index]);  // rank 0 read it
     }
     for (ImageDetections& q : d) detections_.push_back(std::move(q));
     last_result_ = t;
@@ -462,12 +447,18 @@ class RankLoop {
     FAIL("pipeline: unexpected message tag ", m.tag, " from rank ", m.source);
   }
 
-  // Sends queued items while the receiver has room; the end marker goes to every receiver.
+  // Sends queued items while the receiver has room; the end marker goes to every receiver. A
+  // sample goes to the rank of the next group its block belongs to, a batch to any.
   void send_outbox() {
     while (!outbox_.empty()) {
       Item& x = outbox_.front();
       if (std::holds_alternative<End>(x)) {
         for (auto& [r, c] : credits_) msg_->send(r, kData, encode(x));
+      } else if (const std::optional<uint64_t> i = sample_of(x)) {
+        const int to = to_.rank0 + int(*i / block_ % uint64_t(to_.count));
+        if (credits_[to] == 0) return;
+        --credits_[to];
+        msg_->send(to, kData, encode(x));
       } else {
         auto best = credits_.end();  // the receiver with the most room (the least busy predictor)
         for (auto it = credits_.begin(); it != credits_.end(); ++it)
@@ -484,7 +475,12 @@ class RankLoop {
   const bool detection_;
   std::optional<data::Transform> tf_;  // the classifier's preprocessing (none for detection)
   const Layout& layout_;
-  const int rank_, lo_, hi_;
+  const int rank_;
+  const StageGroup group_;  // this rank's stages [lo_, hi_] and the ranks that share them
+  const int lo_, hi_;
+  const uint64_t block_;    // samples per block: the batch size
+  StageGroup to_;           // the next group (none after predict)
+  int senders_ = 0, ends_ = 0;  // ranks of the previous group; end markers received from them
   const data::Dataset* dataset_;
   Predictor* predictor_;
   const data::DetectionSet* boxes_;
@@ -495,9 +491,14 @@ class RankLoop {
   std::map<int, int> credits_;  // receiving rank -> items it still has room for
   std::deque<std::pair<int, Item>> inbox_;  // (sender, item)
   std::deque<Item> outbox_;
-  InputBatch batch_;
-  std::vector<DetectionWindow> windows_;  // detection: the batch being filled
-  uint64_t next_ = 0;
+  // A block being batched: its windows so far and how many of its samples (gaps too) arrived.
+  struct Block {
+    InputBatch batch;
+    std::vector<DetectionWindow> windows;  // detection
+    uint64_t seen = 0;
+  };
+  std::map<uint64_t, Block> blocks_;
+  uint64_t next_ = 0;  // the next sample this rank reads
   bool source_done_ = false, ended_ = false;
   double busy_[4] = {0, 0, 0, 0}, cpu_[4] = {0, 0, 0, 0};
   uint64_t items_[4] = {0, 0, 0, 0};
@@ -517,7 +518,9 @@ class RankLoop {
 RunOutput run_ranks(const EvalSetup& setup, const data::Dataset* dataset, Predictor* predictor,
                     const data::DetectionSet* boxes, DetectionPredictor* detector, const dist::Comm& comm,
                     const PipelineOptions& options) {
-  const Layout layout = layout_for(comm.size());
+  const Layout layout = options.layout ? *options.layout : layout_for(comm.size());
+  CHECK(layout.ranks == comm.size(), "--stages ", layout.spec(), ": uses ", layout.ranks, " ranks, the job has ",
+        comm.size());
   const int r = comm.rank();
   dist::Messenger messenger(comm);
   RunOutput out;

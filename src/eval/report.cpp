@@ -145,7 +145,7 @@ std::string header_section(const Report& r) {
   o += ": " + plural(uint64_t(r.ranks), "rank") + " (" + r.mode + "), batch " + std::to_string(r.batch_size) +
        ", " + plural(uint64_t(r.threads), "thread") + " per predictor\n";
   if (!r.dataset.empty()) o += "  data: " + r.dataset + "\n";
-  if (!r.layout.empty()) o += "  layout: " + r.layout + "\n";
+  if (!r.layout.empty()) o += "  layout: " + r.layout + (r.stage_ranks.empty() ? "" : " (--stages " + r.stage_ranks + ")") + "\n";
   if (r.task == Task::Detection) {
     uint64_t boxes = 0;
     for (const ImageDetections& d : r.detections) boxes += d.scores.size();
@@ -303,6 +303,7 @@ std::string report_json(const Report& r) {
   j["mode"] = r.mode;
   j["ranks"] = r.ranks;
   j["layout"] = r.layout;
+  j["stage_ranks"] = r.stage_ranks.empty() ? ojson() : ojson(r.stage_ranks);
   j["model"] = r.model;
   j["weights"] = r.weights;
   j["dataset"] = r.dataset;

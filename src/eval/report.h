@@ -72,7 +72,8 @@ struct Report {
   Task task = Task::Classify;  // Detection: a Faster R-CNN checkpoint
   std::string mode;    // "pipeline" or "sequential"
   int ranks = 1;
-  std::string layout;  // "rank 0: read | rank 1: decode+resize | ..." (from the stage plan)
+  std::string layout;  // "rank 0: read | rank 1: decode+resize | ..." (Layout::describe)
+  std::string stage_ranks;  // the same as --stages takes it: "read=1,decode=1,batch=1,predict=1"; empty: sequential
   std::string model, weights;  // model name; the checkpoint directory or weights file
   std::string dataset;         // Dataset::describe()
   int batch_size = 0, threads = 0;  // threads per predicting rank
@@ -107,7 +108,7 @@ struct Report {
 std::string format_report(const Report& r);
 
 // The same content as one JSON object (pretty-printed, 2-space indent): keys "mode", "ranks",
-// "layout", "model", "weights", "dataset", "batch_size", "threads", "classes", "evaluated",
+// "layout", "stage_ranks" (null when empty), "model", "weights", "dataset", "batch_size", "threads", "classes", "evaluated",
 // "skipped" (array of {"index","source","reason"}), "top1", "top5", "confusion" (array of
 // arrays), "per_class" (array of {"class","precision","recall","support"}; NaN -> null),
 // "wall_s", "images_per_s", "latency_s" ({"p50","p95","p99","mean","max"}), "stages" (array

@@ -1,0 +1,115 @@
+// The stage-to-rank layouts of ./pipeline_eval without MPI (src/eval/layout.*): the default for
+// K ranks, the --stages form and its errors, the enumeration the MPI tests walk through.
+#include <set>
+#include <string>
+
+#include "eval/layout.h"
+#include "testing.h"
+
+using namespace mpicnn::eval;
+
+namespace {
+
+// Groups cover the stages and the ranks in order, without gap or overlap.
+void check_well_formed(const Layout& l) {
+  REQUIRE(!l.groups.empty());
+  CHECK(l.groups.front().lo == kRead);
+  CHECK(l.groups.back().hi == kPredict);
+  CHECK(l.groups.front().rank0 == 0);
+  for (size_t i = 0; i < l.groups.size(); ++i) {
+    const StageGroup& g = l.groups[i];
+    CHECK(g.lo <= g.hi);
+    CHECK(g.count >= 1);
+    if (i > 0) {
+      CHECK(g.lo == l.groups[i - 1].hi + 1);
+      CHECK(g.rank0 == l.groups[i - 1].rank0 + l.groups[i - 1].count);
+    }
+  }
+  CHECK(l.groups.back().rank0 + l.groups.back().count == l.ranks);
+}
+
+}  // namespace
+
+TEST_CASE("eval layout: the default for K ranks is today's, and --stages writes it back") {
+  CHECK(layout_for(1).spec() == "read+decode+batch+predict=1");
+  CHECK(layout_for(2).spec() == "read+decode+batch=1,predict=1");
+  CHECK(layout_for(3).spec() == "read=1,decode+batch=1,predict=1");
+  CHECK(layout_for(4).spec() == "read=1,decode=1,batch=1,predict=1");
+  CHECK(layout_for(7).spec() == "read=1,decode=1,batch=1,predict=4");
+  for (int K = 1; K <= 9; ++K) {
+    CAPTURE(K);
+    const Layout l = layout_for(K);
+    check_well_formed(l);
+    CHECK(l.ranks == K);
+    CHECK(parse_stages(l.spec(), K) == l);
+  }
+}
+
+TEST_CASE("eval layout: ranks per stage, folded stages, describe") {
+  const Layout l = parse_stages("read=2,decode=4,batch=1,predict=2", 9);
+  check_well_formed(l);
+  CHECK(l.ranks == 9);
+  CHECK(l.describe() == "ranks 0-1: read | ranks 2-5: decode+resize | rank 6: normalize+batch | ranks 7-8: predict");
+  CHECK(l.ranks_of(kDecode) == std::vector<int>{2, 3, 4, 5});
+  CHECK(l.rank_of(kNormalize) == 6);
+  CHECK(l.first(1) == kRead);
+  CHECK(l.last(5) == kDecode);
+  CHECK(l.group_index(8) == 3);
+  CHECK(l.group(3).rank0 == 2);
+
+  const Layout f = parse_stages("read+decode=3,normalize+predict=2");
+  check_well_formed(f);
+  CHECK(f.ranks == 5);
+  CHECK(f.spec() == "read+decode=3,batch+predict=2");
+  CHECK(f.describe() == "ranks 0-2: read+decode+resize | ranks 3-4: normalize+batch+predict");
+  CHECK(f.first(4) == kNormalize);
+  CHECK(f.last(4) == kPredict);
+  CHECK(f.ranks_of(kRead) == std::vector<int>{0, 1, 2});
+  CHECK(parse_stages("read+decode+batch+predict=3").describe() == "ranks 0-2: all stages");
+}
+
+TEST_CASE("eval layout: --stages errors are one line naming --stages") {
+  using mpicnn::testing::expect_error;
+  expect_error([] { parse_stages(""); }, "--stages: empty");
+  expect_error([] { parse_stages("read=1,decode=1,batch=1"); }, "--stages: 'read=1,decode=1,batch=1' leaves out predict");
+  expect_error([] { parse_stages("decode=1,read=1,batch=1,predict=1"); }, "--stages: 'decode=1' is out of order");
+  expect_error([] { parse_stages("read=1,decode=1,batch=1,predict=1,predict=1"); }, "'predict=1' is out of order");
+  expect_error([] { parse_stages("read+read=1,decode=1,batch=1,predict=1"); }, "'read+read=1' is out of order");
+  expect_error([] { parse_stages("read=1,,decode=1,batch=1,predict=1"); }, "--stages: '' is not STAGES=N");
+  expect_error([] { parse_stages("read=1,decode=-1,batch=1,predict=1"); }, "'decode=-1' needs a rank count >= 1");
+  expect_error([] { parse_stages("read=1,decode=,batch=1,predict=1"); }, "'decode=' needs a rank count >= 1");
+  expect_error([] { parse_stages("read=1,decode=1,batch=1,predict=1", 6); },
+               "--stages read=1,decode=1,batch=1,predict=1: uses 4 ranks, the job has 6");
+  expect_error([] { layout_for(0); }, "at least one rank");
+}
+
+TEST_CASE("eval layout: every assignment of K ranks, once each") {
+  for (int K = 1; K <= 8; ++K) {
+    CAPTURE(K);
+    const std::vector<Layout> plain = all_layouts(K, false), folded = all_layouts(K, true);
+    // Compositions of K into 4 parts: C(K-1, 3); with folding, the 8 ways to cut the stages
+    // into g groups times C(K-1, g-1) each.
+    auto choose = [](int n, int k) {
+      if (k < 0 || n < k) return size_t(0);
+      size_t c = 1;
+      for (int i = 1; i <= k; ++i) c = c * size_t(n - k + i) / size_t(i);
+      return c;
+    };
+    CHECK(plain.size() == choose(K - 1, 3));
+    CHECK(folded.size() == choose(K - 1, 0) + 3 * choose(K - 1, 1) + 3 * choose(K - 1, 2) + choose(K - 1, 3));
+    std::set<std::string> specs;
+    for (const Layout& l : folded) {
+      check_well_formed(l);
+      CHECK(l.ranks == K);
+      CHECK(parse_stages(l.spec(), K) == l);
+      specs.insert(l.spec());
+    }
+    CHECK(specs.size() == folded.size());
+    for (const Layout& l : plain) {
+      CHECK(l.groups.size() == 4);
+      CHECK(specs.count(l.spec()) == 1);
+    }
+    CHECK(specs.count(layout_for(K).spec()) == 1);
+  }
+  CHECK(all_layouts(5, false).front().spec() == "read=1,decode=1,batch=1,predict=2");
+}
