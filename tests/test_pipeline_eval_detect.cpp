@@ -1,8 +1,9 @@
 // ./pipeline_eval on a Faster R-CNN run (`./train --task detection`, one epoch on a tiny
 // synthetic set at min-size 64), under mpiexec: the staged run's boxes are exactly
-// detect::predict's on the same images (1, 2 and 3 ranks, VOC and COCO), predictions.csv has
-// one row per box, report.json the mAP that detect::evaluate_predictions gives those boxes,
-// and a set with other classes or a classifier-only flag stops it with one line.
+// detect::predict's on the same images (1, 2 and 3 ranks, several ranks per stage, VOC and
+// COCO), predictions.csv has one row per box, report.json the mAP that
+// detect::evaluate_predictions gives those boxes, and a set with other classes or a
+// classifier-only flag stops it with one line.
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "data/detection.h"
 #include "detect/evaluate.h"
 #include "detect/faster_rcnn.h"
+#include "eval/layout.h"
 #include "io/safetensors.h"
 #include "io/trainer_record.h"
 #include "testing.h"
@@ -315,4 +317,24 @@ TEST_CASE("pipeline eval detection: other classes and classifier flags are one l
   expect_cli_error("pipeline_eval", {"--weights", fx.run + "/latest/model.safetensors", "-m", "fasterrcnn_resnet18_fpn",
                                      "-d", fx.shapes + "/test"},
                    "-m/--model fasterrcnn_resnet18_fpn: a detector is evaluated from its ./train --task detection run");
+}
+
+TEST_CASE("pipeline eval detection: boxes identical to detect::predict with several ranks per stage") {
+  // Stage-to-rank assignments (eval/layout.h) with several readers, decoders or batchers and
+  // folded groups; blocks of 2 of the 5 images go round each stage's ranks.
+  Fixture& fx = fixture();
+  TempDir dir;
+  const data::DetectionSet test = data::read_voc_folder(fx.shapes + "/test", kClasses);
+  const std::vector<detect::Detections> want = reference(test);
+  for (const char* spec : {"read=2,decode=2,batch=1,predict=1", "read=1,decode=2,batch=2,predict=1",
+                           "read+decode=2,batch+predict=2", "read+decode+batch+predict=3"}) {
+    CAPTURE(spec);
+    const std::string out = dir / "out";
+    const auto r = run_mpi(eval::parse_stages(spec).ranks, "pipeline_eval",
+                           {"-c", fx.run, "-d", fx.shapes + "/test", "-b", std::to_string(kBatch), "--threads", "1",
+                            "--stages", spec, "-o", out});
+    REQUIRE_MESSAGE(r.rc == 0, r.output);
+    check_csv(out + "/predictions.csv", test, want);
+    CHECK(json::parse(slurp(out + "/report.json"))["stage_ranks"] == spec);
+  }
 }
