@@ -126,12 +126,12 @@ void expect_within(const Problem& p, const std::vector<float>& got, bool bf16_in
   CHECK(bad == 0);
 }
 
-// The sizes every test below runs: odd everything, one of each block edge (kBf16MR rows,
-// kBf16NR columns, K blocks of kBf16KC, the driver's 192-row and 1152-column blocks), K odd (a
-// pair padded with zero) and even, and a column or row of one.
+// The sizes every test below runs: odd everything, each block edge (kBf16MR rows, kBf16NR
+// columns and the narrow last panels of 16 and 32, K blocks of kBf16KC, the driver's blocks of
+// 576 columns), K odd (a pair padded with zero) and even, a column or row of one.
 const std::vector<Shape3> kShapes = {
     {1, 1, 1},     {3, 5, 7},    {8, 48, 2},    {9, 49, 257},  {13, 97, 511},
-    {200, 50, 64}, {5, 1200, 33}, {16, 64, 600}, {47, 1, 300},  {1, 130, 1025},
+    {200, 50, 64}, {5, 1200, 33}, {16, 64, 600}, {47, 1, 300},  {1, 130, 1025}, {6, 80, 40},
 };
 
 }  // namespace

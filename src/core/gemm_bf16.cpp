@@ -1,7 +1,9 @@
 // The bf16 GEMM's driver: path selection, cache blocking, packing and threading; the kernels it
-// calls are core/cpu/gemm_bf16_*.cpp. GotoBLAS's loops: op(A) packed whole (once, shared by the
-// threads), each thread's block of columns of op(B) packed kKC x kNC at a time, and the 8 x 48
-// micro-kernel over A's panels (from L2) against one B panel (kept in L1).
+// calls are core/cpu/gemm_bf16_*.cpp. GotoBLAS's loops, with B streamed rather than A: op(A)
+// packed whole (once, shared by the threads); each thread packs its columns of op(B) a block of
+// KC x kNC at a time (512 x 576 bf16: 576 KiB, kept in L2), and runs each A panel (8 x 512
+// bf16: 8 KiB, kept in L1) against the block's B panels. A K block of 512 rather than 256
+// halves the passes over C (bench/RESULTS.md: 2048^3 at 2 threads 505-560 -> 780-815 GFLOP/s).
 #include "core/gemm_bf16.h"
 
 #include <omp.h>
@@ -24,9 +26,7 @@ using bf16k::MR;
 using bf16k::NR;
 constexpr int KC = kBf16KC;
 static_assert(KC % 2 == 0, "a K block holds whole pairs");
-// Rows of A per pass over a packed B block (its panels then stay in L2: 192 x 256 bf16 = 96
-// KiB), and columns of B per packed block (1152 x 256 bf16 = 576 KiB).
-constexpr int kMC = 24 * MR, kNC = 24 * NR;
+constexpr int kNC = 12 * NR;  // columns of B per packed block
 
 bool cpu_has_bf16() {
   __builtin_cpu_init();
@@ -93,32 +93,19 @@ void pack(const bf16k::Kernels&, bf16_t* dst, const Operand<bf16_t>& s, int64_t 
                      (kc + 1) / 2);
 }
 
-// C tile (rows x cols, row stride ldc) from the micro-kernel's acc[MR][NR], as gemm_bf16.h
-// states: `first` is K block 0.
-void write_back(float* c, int64_t ldc, const float* acc, int rows, int cols, float alpha,
-                float beta, bool first) {
-  for (int r = 0; r < rows; ++r, c += ldc, acc += NR) {
-    if (!first)
-      for (int j = 0; j < cols; ++j) c[j] = std::fma(alpha, acc[j], c[j]);
-    else if (beta == 0.0f)
-      for (int j = 0; j < cols; ++j) c[j] = alpha * acc[j];
-    else
-      for (int j = 0; j < cols; ++j) c[j] = std::fma(beta, c[j], alpha * acc[j]);
-  }
-}
-
-// The threads as a gm x gn grid over A's and B's panels: the split whose busiest thread has
-// the fewest tiles; on a tie, more column blocks (each thread then packs only its own B).
+// The threads as a gm x gn grid over A's panels of MR rows and C's units of 16 columns (the
+// micro-kernel's vectors): the split whose busiest thread has the fewest row panels x units;
+// on a tie, more column blocks (each thread then packs only its own part of B).
 struct Grid {
   int gm = 1, gn = 1;
 };
-Grid choose_grid(int threads, int64_t pm, int64_t pn) {
+Grid choose_grid(int threads, int64_t pm, int64_t units) {
   Grid best;
-  int64_t best_tiles = -1;
+  int64_t best_cost = -1;
   for (int gn = threads; gn >= 1; --gn) {
     const int gm = threads / gn;
-    const int64_t tiles = (pm + gm - 1) / gm * ((pn + gn - 1) / gn);
-    if (best_tiles < 0 || tiles < best_tiles) best = {gm, gn}, best_tiles = tiles;
+    const int64_t cost = (pm + gm - 1) / gm * ((units + gn - 1) / gn);
+    if (best_cost < 0 || cost < best_cost) best = {gm, gn}, best_cost = cost;
   }
   return best;
 }
@@ -131,29 +118,29 @@ struct Problem {
   int64_t Mp;  // M rounded up to whole A panels
 };
 
-// One thread's tiles: rows [m0, m1) and columns [n0, n1) of C, against all of K.
+// One thread's tiles: rows [m0, m1) and columns [n0, n1) of C, against all of K. B's panels are
+// NR columns but the last of a block, 16, 32 or 48 as its columns need.
 template <typename TB>
 void run_block(const bf16k::Kernels& k, const Problem& p, const bf16_t* apack,
                const Operand<TB>& b, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   static thread_local PackBuffer bbuf;
   bf16_t* bp = bbuf.get(int64_t(kNC) * KC);
-  alignas(64) float acc[MR * NR];
   for (int64_t jc = n0; jc < n1; jc += kNC) {
     const int nc = int(std::min<int64_t>(kNC, n1 - jc));
     for (int64_t k0 = 0; k0 < p.K; k0 += KC) {
       const int kc = int(std::min<int64_t>(KC, p.K - k0));
       const int64_t kcp = round_up(kc, 2);
-      for (int j = 0; j < nc; j += NR)
-        pack(k, bp + j * kcp, b, jc + j, std::min(NR, nc - j), NR, k0, kc);
-      for (int64_t i0 = m0; i0 < m1; i0 += kMC) {
-        const int64_t i1 = std::min<int64_t>(m1, i0 + kMC);
-        for (int j = 0; j < nc; j += NR)
-          for (int64_t i = i0; i < i1; i += MR) {
-            k.micro(acc, apack + p.Mp * k0 + i * kcp, bp + j * kcp, kcp / 2);
-            write_back(p.C + i * p.ldc + jc + j, p.ldc, acc, int(std::min<int64_t>(MR, i1 - i)),
-                       std::min(NR, nc - j), p.alpha, p.beta, k0 == 0);
-          }
+      for (int j = 0; j < nc; j += NR) {
+        const int cols = std::min(NR, nc - j);
+        pack(k, bp + j * kcp, b, jc + j, cols, int(round_up(cols, 16)), k0, kc);
       }
+      for (int64_t i = m0; i < m1; i += MR)
+        for (int j = 0; j < nc; j += NR) {
+          const int cols = std::min(NR, nc - j);
+          const bf16k::Tile t{p.C + i * p.ldc + jc + j, p.ldc, int(std::min<int64_t>(MR, m1 - i)),
+                              cols, p.alpha, p.beta, k0 == 0};
+          k.micro(apack + p.Mp * k0 + i * kcp, bp + j * kcp, kcp / 2, (cols + 15) / 16, t);
+        }
     }
   }
 }
@@ -164,7 +151,7 @@ void run(const Problem& p, const Operand<TA>& a, const Operand<TB>& b) {
   static thread_local PackBuffer abuf;
   // A packed by K block, then panel: block k0 starts at Mp * k0, its panel i / MR at i * kcp.
   bf16_t* apack = abuf.get(p.Mp * round_up(p.K, 2));
-  const int64_t pm = p.Mp / MR, pn = (p.N + NR - 1) / NR, kblocks = (p.K + KC - 1) / KC;
+  const int64_t pm = p.Mp / MR, units = (p.N + 15) / 16, kblocks = (p.K + KC - 1) / KC;
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
@@ -174,12 +161,12 @@ void run(const Problem& p, const Operand<TA>& a, const Operand<TB>& b) {
       pack(k, apack + p.Mp * k0 + i * round_up(kc, 2), a, i, int(std::min<int64_t>(MR, p.M - i)),
            MR, k0, kc);
     }
-    const Grid g = choose_grid(omp_get_num_threads(), pm, pn);
+    const Grid g = choose_grid(omp_get_num_threads(), pm, units);
     const int t = omp_get_thread_num();
     if (t < g.gm * g.gn) {
       const int tm = t / g.gn, tn = t % g.gn;
       const int64_t m0 = pm * tm / g.gm * MR, m1 = std::min<int64_t>(p.M, pm * (tm + 1) / g.gm * MR);
-      const int64_t n0 = pn * tn / g.gn * NR, n1 = std::min<int64_t>(p.N, pn * (tn + 1) / g.gn * NR);
+      const int64_t n0 = units * tn / g.gn * 16, n1 = std::min<int64_t>(p.N, units * (tn + 1) / g.gn * 16);
       if (m0 < m1 && n0 < n1) run_block(k, p, apack, b, m0, m1, n0, n1);
     }
   }

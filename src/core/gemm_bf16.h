@@ -9,7 +9,7 @@
 // - each fp32 input is rounded to bf16 to nearest even, with fp32 subnormals read as zero
 //   (bf16_round; PyTorch's float_to_bf16 in core/half.h keeps them); bf16 subnormals given as
 //   input are read as zero too (the instruction's DAZ);
-// - K is taken in pairs (k even, k + 1; a zero after an odd K), and in blocks of kKC values;
+// - K is taken in pairs (k even, k + 1; a zero after an odd K), and in blocks of kBf16KC values;
 //   within a block, for each pair in order, acc = flush(fma(a[k+1], b[k+1], acc)), then
 //   acc = flush(fma(a[k], b[k], acc)) (each product is exact in fp32, so each step is one
 //   rounded add; flush: a subnormal result becomes a zero of its sign, the instruction's FTZ);
@@ -42,9 +42,9 @@ bf16_t bf16_round(float x);
 void to_bf16(bf16_t* dst, const float* src, int64_t n);
 void from_bf16(float* dst, const bf16_t* src, int64_t n);  // exact
 
-// Kernel blocking, exported for tests that want to cross a block edge: register tile kMR x kNR
-// of C, kKC values of K per block (even).
-constexpr int kBf16MR = 8, kBf16NR = 48, kBf16KC = 256;
+// Kernel blocking, exported for tests that want to cross a block edge: register tile kBf16MR x
+// kBf16NR of C, kBf16KC values of K per block (even).
+constexpr int kBf16MR = 8, kBf16NR = 48, kBf16KC = 512;
 
 // op(A) is M x K, op(B) is K x N, C is M x N; lda/ldb/ldc are row strides of the stored
 // (untransposed) matrices, as core/blas.h's gemm. A and B are each float (rounded with

@@ -1,5 +1,5 @@
-// The bf16 GEMM's AVX512-BF16 kernels: an 8 x 48 register tile (24 accumulators) of
-// vdpbf16ps, and packing that rounds 32 floats per vcvtne2ps2bf16. Compiled with the AVX-512
+// The bf16 GEMM's AVX512-BF16 kernels: an 8 x 48 register tile (24 accumulators; 8 x 16 or
+// 8 x 32 for a narrow last panel) of vdpbf16ps, and packing that rounds 32 floats per vcvtne2ps2bf16. Compiled with the AVX-512
 // BF16 flags on any x86-64 build machine (Makefile); core/gemm_bf16.cpp calls them only on a
 // CPU that has avx512_bf16. Edges the vectors do not cover are packed by the shared scalar
 // code (gemm_bf16_kernels.h), whose rounding is the instruction's, bit for bit.
@@ -30,26 +30,43 @@ __m512bh broadcast_pair(const bf16_t* p) {
   return as_bh(_mm512_set1_epi32(v));
 }
 
-void micro(float* acc, const bf16_t* a, const bf16_t* b, int64_t kpairs) {
-  __m512 c[MR][3];
-  for (int i = 0; i < MR; ++i) c[i][0] = c[i][1] = c[i][2] = _mm512_setzero_ps();
-  for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 2 * NR) {
-    const __m512bh b0 = as_bh(_mm512_loadu_si512(b));
-    const __m512bh b1 = as_bh(_mm512_loadu_si512(b + 32));
-    const __m512bh b2 = as_bh(_mm512_loadu_si512(b + 64));
-    for (int i = 0; i < MR; ++i) {
-      const __m512bh ai = broadcast_pair(a + 2 * i);
-      c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
-      c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
-      c[i][2] = _mm512_dpbf16_ps(c[i][2], ai, b2);
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < 3; ++v) _mm512_storeu_ps(acc + i * NR + 16 * v, c[i][v]);
-}
-
 __mmask16 first_lanes(int n) {  // n clamped to [0, 16]
   return n <= 0 ? __mmask16(0) : n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+}
+
+// store_c (gemm_bf16_kernels.h) on 16 columns of C, the first n of them.
+void store_16(float* c, __m512 acc, int n, const Tile& t) {
+  const __mmask16 m = first_lanes(n);
+  const __m512 alpha = _mm512_set1_ps(t.alpha);
+  __m512 v;
+  if (!t.first) v = _mm512_fmadd_ps(alpha, acc, _mm512_maskz_loadu_ps(m, c));
+  else if (t.beta == 0.0f) v = _mm512_mul_ps(alpha, acc);
+  else v = _mm512_fmadd_ps(_mm512_set1_ps(t.beta), _mm512_maskz_loadu_ps(m, c), _mm512_mul_ps(alpha, acc));
+  _mm512_mask_storeu_ps(c, m, v);
+}
+
+// The tile's NV vectors of 16 columns per row; NV = 3 (48 columns) but in a narrow last panel.
+template <int NV>
+void micro_nv(const bf16_t* a, const bf16_t* b, int64_t kpairs, const Tile& t) {
+  __m512 c[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) c[i][v] = _mm512_setzero_ps();
+  for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 32 * NV) {
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = as_bh(_mm512_loadu_si512(b + 32 * v));
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh ai = broadcast_pair(a + 2 * i);
+      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_dpbf16_ps(c[i][v], ai, bv[v]);
+    }
+  }
+  for (int i = 0; i < MR && i < t.rows; ++i)
+    for (int v = 0; v < NV; ++v) store_16(t.c + i * t.ldc + 16 * v, c[i][v], t.cols - 16 * v, t);
+}
+
+void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile& t) {
+  if (nv == 3) return micro_nv<3>(a, b, kpairs, t);
+  if (nv == 2) return micro_nv<2>(a, b, kpairs, t);
+  micro_nv<1>(a, b, kpairs, t);
 }
 
 // 32 floats (lo = p[0, 16), hi = p[16, 32), lanes past n read as zero) as 32 bf16 in order,

@@ -7,21 +7,22 @@ namespace mpicnn::bf16k {
 
 namespace {
 
-void micro(float* acc, const bf16_t* a, const bf16_t* b, int64_t kpairs) {
+void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile& t) {
+  const int W = 16 * nv;
   float c[MR][NR] = {};
-  for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 2 * NR) {
+  for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 2 * W) {
     float b0[NR], b1[NR];
-    for (int j = 0; j < NR; ++j) {
+    for (int j = 0; j < W; ++j) {
       b0[j] = bf16_value(b[2 * j]);
       b1[j] = bf16_value(b[2 * j + 1]);
     }
     for (int i = 0; i < MR; ++i) {
       const float a0 = bf16_value(a[2 * i]), a1 = bf16_value(a[2 * i + 1]);
-      for (int j = 0; j < NR; ++j) c[i][j] = dot_pair(c[i][j], a0, a1, b0[j], b1[j]);
+      for (int j = 0; j < W; ++j) c[i][j] = dot_pair(c[i][j], a0, a1, b0[j], b1[j]);
     }
   }
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i * NR + j] = c[i][j];
+  for (int i = 0; i < t.rows; ++i)
+    for (int j = 0; j < t.cols; ++j) t.c[i * t.ldc + j] = store_c(t.c[i * t.ldc + j], c[i][j], t);
 }
 
 void pack_f32(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes, int W, int kc) {

@@ -25,9 +25,19 @@ constexpr int MR = kBf16MR, NR = kBf16NR;
 // odd) from src, whose element (lane l, k) is src[l * ls + k * ks], into dst.
 using PackF32 = void (*)(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes,
                          int W, int kc);
-// acc[MR][NR] '=' the tile of one A panel (MR lanes) times one B panel (NR lanes) over kpairs
-// pairs of K, in the order core/gemm_bf16.h states.
-using Micro = void (*)(float* acc, const bf16_t* a, const bf16_t* b, int64_t kpairs);
+// Where a micro-kernel's tile goes: rows x cols of C (row stride ldc), updated as
+// core/gemm_bf16.h states (store_c); `first`: K block 0.
+struct Tile {
+  float* c;
+  int64_t ldc;
+  int rows, cols;
+  float alpha, beta;
+  bool first;
+};
+// The tile of one A panel (MR lanes) times one B panel of 16 * nv lanes (nv = 1, 2 or 3: a
+// narrow last panel costs what its columns need) over kpairs pairs of K, summed in the order
+// core/gemm_bf16.h states and stored into t.
+using Micro = void (*)(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile& t);
 // dst[i] = round_bf16(src[i]) for i < n.
 using Round = void (*)(bf16_t* dst, const float* src, int64_t n);
 
@@ -58,6 +68,14 @@ static inline float bf16_value(bf16_t b) {
 // vdpbf16ps flushes results below FLT_MIN to a zero of their sign.
 static inline float flush_subnormal(float x) {
   return std::fabs(x) < FLT_MIN ? std::copysign(0.0f, x) : x;
+}
+
+// C's element from the K block's sum: the rule both kernels write with (the native one in
+// vector form, with the same single roundings).
+static inline float store_c(float c, float acc, const Tile& t) {
+  if (!t.first) return std::fma(t.alpha, acc, c);
+  if (t.beta == 0.0f) return t.alpha * acc;
+  return std::fma(t.beta, c, t.alpha * acc);
 }
 
 // One lane of vdpbf16ps: the odd element's product first, each added with one rounding.
