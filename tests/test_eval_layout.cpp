@@ -113,3 +113,37 @@ TEST_CASE("eval layout: every assignment of K ranks, once each") {
   }
   CHECK(all_layouts(5, false).front().spec() == "read=1,decode=1,batch=1,predict=2");
 }
+
+TEST_CASE("eval layout: balance gives the slowest stage the most ranks the job allows") {
+  // Decode 4x the cost of predict, read and batch nearly free (a light model on JPEGs).
+  const StageCosts jpeg = {0.0001, 0.004, 0.0001, 0.001};
+  // One rank per stage costs the sum on one rank; 2 ranks: all stages on each (the pipeline
+  // would leave a rank waiting on the other).
+  CHECK(balance(jpeg, 1).spec() == "read+decode+batch+predict=1");
+  CHECK(balance(jpeg, 2).spec() == "read+decode+batch+predict=2");
+  int slow = -1;
+  CHECK(layout_rate(balance(jpeg, 2), jpeg, &slow) == doctest::Approx(2 / 0.0052));
+  CHECK(slow == 0);
+  // A cheap stage split off only when it frees a rank for the expensive one: with decode and
+  // predict on their own ranks, 4 : 1 is the ratio of their costs.
+  const StageCosts pricey_read = {0.004, 0.004, 0.0001, 0.004};
+  const Layout l = balance(pricey_read, 9);
+  CHECK(layout_rate(l, pricey_read) >= layout_rate(parse_stages("read+decode+batch+predict=9"), pricey_read));
+  for (const Layout& other : all_layouts(9, true))
+    CHECK(layout_rate(l, pricey_read) >= layout_rate(other, pricey_read) * (1 - 1e-12));
+  // The rate of a given layout: the slowest group's count / its cost.
+  const Layout m = parse_stages("read=1,decode=5,batch=1,predict=1");
+  CHECK(layout_rate(m, jpeg, &slow) == doctest::Approx(1 / 0.001));
+  CHECK(slow == 3);  // predict
+  CHECK(layout_rate(parse_stages("read=1,decode=2,batch=1,predict=2"), jpeg, &slow) == doctest::Approx(2 / 0.004));
+  CHECK(slow == 1);  // decode
+  // Best over every layout for every K up to 8, at a few cost profiles.
+  for (const StageCosts& c : {jpeg, pricey_read, StageCosts{0.001, 0.001, 0.001, 0.001}, StageCosts{0, 0.002, 0, 0.01}})
+    for (int K = 1; K <= 8; ++K) {
+      CAPTURE(K);
+      const Layout b = balance(c, K);
+      CHECK(b.ranks == K);
+      CHECK(parse_stages(b.spec(), K) == b);
+      for (const Layout& other : all_layouts(K, true)) CHECK(layout_rate(b, c) >= layout_rate(other, c) * (1 - 1e-12));
+    }
+}

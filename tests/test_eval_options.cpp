@@ -137,6 +137,7 @@ TEST_CASE("eval options: every flag, long forms") {
   CHECK(a.credits == 0);
   // normalize is batch's other name; the value is kept as --stages writes it
   CHECK(parse(with_checkpoint({"--stages=read+decode+normalize=2,predict=1"})).stages == "read+decode+batch=2,predict=1");
+  CHECK(parse(with_checkpoint({"--stages", "auto"})).stages == "auto");  // calibrated at run time
   CHECK(a.batch_credits == 1);
   CHECK(a.output.empty());
 }

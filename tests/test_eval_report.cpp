@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -160,6 +161,25 @@ TEST_CASE("eval report: throughput and speedup") {
   CHECK(r.images_per_s() == 0.0);
 }
 
+TEST_CASE("eval report: --stages auto's calibration, text and JSON") {
+  Report r = small_report();
+  r.wall_s = 2;  // 6 images: 3 images/s
+  r.calibration.images = 16;
+  r.calibration.rates = {4000, 650, 9000, std::numeric_limits<double>::infinity()};
+  r.calibration.bottleneck = "decode on 4 ranks";
+  r.calibration.predicted_images_per_s = 2600;
+  const std::string t = format_report(r);
+  CHECK(has(t, "  calibration (16 images, rank 0, 1 thread), images/s per rank: read 4000.0, decode 650.0, "
+               "batch 9000.0, predict -\n"));  // too fast to measure
+  CHECK(has(t, "  bottleneck decode on 4 ranks: predicted 2600.0 images/s, measured 3.0\n"));
+  const json j = json::parse(report_json(r));
+  CHECK(j["calibration"]["images"] == 16);
+  CHECK(j["calibration"]["rates"]["decode"] == 650.0);
+  CHECK(j["calibration"]["rates"]["predict"].is_null());
+  CHECK(j["calibration"]["bottleneck"] == "decode on 4 ranks");
+  CHECK(j["calibration"]["predicted_images_per_s"] == 2600.0);
+}
+
 TEST_CASE("eval report: JSON keys and values") {
   Report r = small_report();
   const std::string text = report_json(r);
@@ -171,7 +191,9 @@ TEST_CASE("eval report: JSON keys and values") {
   CHECK(keys == std::set<std::string>{"mode", "ranks", "layout", "stage_ranks", "model", "weights", "dataset", "batch_size",
                                       "threads", "classes", "evaluated", "skipped", "top1", "top5", "confusion",
                                       "per_class", "wall_s", "images_per_s", "latency_s", "stages",
-                                      "sequential_images_per_s", "speedup", "mismatches_vs_sequential"});
+                                      "sequential_images_per_s", "speedup", "mismatches_vs_sequential",
+                                      "calibration"});
+  CHECK(j["calibration"].is_null());  // no --stages auto
   CHECK(j["mode"] == "pipeline");
   CHECK(j["ranks"] == 4);
   CHECK(j["layout"] == r.layout);

@@ -229,6 +229,29 @@ TEST_CASE("pipeline eval: predictions identical to --sequential for every stage-
   CHECK_MESSAGE(std::count(wrong.output.begin(), wrong.output.end(), '\n') == 1, wrong.output);
 }
 
+TEST_CASE("pipeline eval: --stages auto measures the stages, picks a layout, predicts what --sequential predicts") {
+  Fixture& f = fixture();
+  const auto seq = run_program("pipeline_eval", eval_args(f.dir / "auto-seq", {"--limit", "40", "--sequential"}));
+  REQUIRE_MESSAGE(seq.rc == 0, seq.output);
+  const std::string want = read_text(f.dir / "auto-seq/predictions.csv");
+  for (int K : {1, 3, 5}) {
+    CAPTURE(K);
+    const std::string out = f.dir / ("auto" + std::to_string(K));
+    const auto r = run_mpi(K, "pipeline_eval", eval_args(out, {"--limit", "40", "--stages", "auto"}));
+    REQUIRE_MESSAGE(r.rc == 0, r.output);
+    CHECK(read_text(out + "/predictions.csv") == want);
+    const json rep = read_json(out + "/report.json");
+    CHECK(eval::parse_stages(rep["stage_ranks"].get<std::string>(), K).ranks == K);
+    const json& cal = rep["calibration"];
+    CHECK(cal["images"] == 16);  // 2 batches of 7, at least 16
+    for (const char* stage : {"read", "decode", "batch", "predict"}) CHECK_MESSAGE(cal["rates"].contains(stage), stage);
+    CHECK(cal["predicted_images_per_s"].get<double>() > 0);
+    CHECK(cal["bottleneck"].get<std::string>().find(" on ") != std::string::npos);
+    CHECK(r.output.find("  calibration (16 images, rank 0, 1 thread), images/s per rank: read ") != std::string::npos);
+    CHECK(r.output.find("  bottleneck ") != std::string::npos);
+  }
+}
+
 TEST_CASE("pipeline eval: --checkpoint alone evaluates the test split of the data the run trained on") {
   Fixture& f = fixture();
   TempDir d;

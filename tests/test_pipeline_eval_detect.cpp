@@ -337,4 +337,10 @@ TEST_CASE("pipeline eval detection: boxes identical to detect::predict with seve
     check_csv(out + "/predictions.csv", test, want);
     CHECK(json::parse(slurp(out + "/report.json"))["stage_ranks"] == spec);
   }
+  // --stages auto: the detector's stages measured on rank 0, then the layout it chose.
+  const auto r = run_mpi(3, "pipeline_eval", {"-c", fx.run, "-d", fx.shapes + "/test", "-b", std::to_string(kBatch),
+                                              "--threads", "1", "--stages", "auto", "-o", dir / "auto"});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  check_csv(dir / "auto/predictions.csv", test, want);
+  CHECK(json::parse(slurp(dir / "auto/report.json"))["calibration"]["images"] == 5);  // all 5 (fewer than 16)
 }

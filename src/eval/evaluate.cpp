@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -92,6 +93,48 @@ EvalSetup open_data(const EvalOptions& o, std::unique_ptr<data::Dataset>& datase
   return setup;
 }
 
+// --stages auto, collective: the first images through every stage on rank 0 alone with one
+// thread (each rank of the pipeline is counted as one core), then the layout that gives its
+// slowest group the highest rate at those costs (eval/layout.h: balance). Every rank returns
+// the layout; rank 0 fills `cal` with what it measured and chose.
+Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Dataset* dataset,
+                 const data::DetectionSet& boxes, const PipelineOptions& po, const dist::Comm& comm, Calibration& cal) {
+  std::string spec;
+  comm.on_root([&] {
+    EvalSetup few = setup;
+    few.count = std::min<uint64_t>(setup.count, uint64_t(std::max<int64_t>(2 * setup.batch_size, 16)));
+    set_num_threads(1);
+    RunOutput run;
+    if (setup.task == Task::Detection) {
+      DetectionPredictor d(few);
+      d.warm_up();
+      run = run_sequential(few, boxes, d, po);
+    } else {
+      Predictor p(few, choose_device(o.device, "auto", false, comm.local_rank()).device);
+      p.warm_up();
+      run = run_sequential(few, *dataset, p, po);
+    }
+    StageCosts cost{};
+    for (const StageTime& t : run.stages)
+      for (int st = kRead; st <= kPredict; ++st)
+        if (t.stage == stage_name(st)) cost[size_t(st)] += t.busy_s / double(std::max<uint64_t>(few.count, 1));
+    const Layout l = balance(cost, comm.size());
+    int slow = 0;
+    cal.images = few.count;
+    cal.predicted_images_per_s = layout_rate(l, cost, &slow);
+    for (double c : cost) cal.rates.push_back(c > 0 ? 1 / c : std::numeric_limits<double>::infinity());
+    const StageGroup& g = l.groups[size_t(slow)];
+    for (int st = g.lo; st <= g.hi; ++st) {
+      if (st > g.lo) cal.bottleneck += '+';
+      cal.bottleneck += stage_key(st);
+    }
+    cal.bottleneck += " on " + std::to_string(g.count) + (g.count > 1 ? " ranks" : " rank");
+    spec = l.spec();
+  });
+  comm.broadcast(spec);
+  return parse_stages(spec, comm.size());
+}
+
 }  // namespace
 
 Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
@@ -101,7 +144,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   // Which ranks run which stages: --stages, else the default for K ranks (checked first, on
   // every rank alike, so that a wrong count fails before any data is read).
   Layout layout;
-  comm.on_all([&] { layout = o.stages.empty() ? layout_for(K) : parse_stages(o.stages, K); });
+  comm.on_all([&] { layout = o.stages.empty() || o.stages == "auto" ? layout_for(K) : parse_stages(o.stages, K); });
   std::unique_ptr<data::Dataset> dataset;
   data::DetectionSet boxes;  // a detection setup's evaluation set (the reading ranks)
   EvalSetup setup;
@@ -114,6 +157,13 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   comm.broadcast(text);
   if (!comm.root()) setup = setup_from_json(text);
   const bool detection = setup.task == Task::Detection;
+  PipelineOptions po;
+  po.credits = o.credits > 0 ? o.credits : int(4 * setup.batch_size);
+  po.batch_credits = o.batch_credits;
+  po.skip_bad = o.skip_bad;
+  Calibration cal;
+  if (pipeline && o.stages == "auto") layout = calibrate(o, setup, dataset.get(), boxes, po, comm, cal);
+  po.layout = layout;
   // The other reading ranks open the same data themselves: samples are read where they are read.
   comm.on_all([&] {
     if (comm.root() || !pipeline || layout.first(r) != kRead) return;
@@ -139,12 +189,6 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
       predictor = std::make_unique<Predictor>(
           setup, choose_device(o.device, "auto", false, comm.local_rank()).device);
   });
-
-  PipelineOptions po;
-  po.credits = o.credits > 0 ? o.credits : int(4 * setup.batch_size);
-  po.batch_credits = o.batch_credits;
-  po.skip_bad = o.skip_bad;
-  po.layout = layout;
 
   Report rep;
   rep.task = setup.task;
@@ -190,6 +234,7 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   }
 
   rep.stages = std::move(run.stages);
+  rep.calibration = std::move(cal);
   if (!comm.root()) return rep;
   rep.predictions = std::move(run.predictions);
   rep.skipped = std::move(run.skipped);

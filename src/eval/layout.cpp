@@ -2,6 +2,7 @@
 // the enumeration the tests walk through.
 #include "eval/layout.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/check.h"
@@ -154,6 +155,44 @@ Layout parse_stages(const std::string& spec, int ranks) {
   CHECK(l.ranks == ranks, "--stages ", spec, ": uses ", l.ranks, " ranks, the job has ", ranks,
         " (mpiexec -n); the counts must add up to the job's ranks");
   return l;
+}
+
+double layout_rate(const Layout& l, const StageCosts& cost_s, int* bottleneck) {
+  double slowest = 0;
+  for (size_t i = 0; i < l.groups.size(); ++i) {
+    const StageGroup& g = l.groups[i];
+    double cost = 0;
+    for (int s = g.lo; s <= g.hi; ++s) cost += cost_s[size_t(s)];
+    const double rate = double(g.count) / std::max(cost, 1e-12);  // an unmeasurably cheap stage: any rate
+    if (i == 0 || rate < slowest) {
+      slowest = rate;
+      if (bottleneck) *bottleneck = int(i);
+    }
+  }
+  return slowest;
+}
+
+Layout balance(const StageCosts& cost_s, int ranks) {
+  CHECK(ranks >= 1, "a pipeline needs at least one rank, not ", ranks);
+  Layout best;
+  double best_rate = -1;
+  for (size_t groups = 1; groups <= size_t(kStageCount); ++groups) {
+    for (const Layout& start : all_layouts(int(groups), true)) {
+      if (start.groups.size() != groups) continue;  // one per cut: every count 1
+      Layout l = start;
+      for (int spare = ranks - int(groups); spare > 0; --spare) {
+        int slow = 0;
+        layout_rate(l, cost_s, &slow);
+        ++l.groups[size_t(slow)].count;
+      }
+      if (ranks < int(groups)) continue;
+      for (size_t i = 1; i < l.groups.size(); ++i) l.groups[i].rank0 = l.groups[i - 1].rank0 + l.groups[i - 1].count;
+      l.ranks = ranks;
+      const double rate = layout_rate(l, cost_s);
+      if (rate > best_rate) best = l, best_rate = rate;
+    }
+  }
+  return best;
 }
 
 std::vector<Layout> all_layouts(int ranks, bool folded) {

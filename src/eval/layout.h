@@ -5,6 +5,7 @@
 // "read+decode+batch=1,predict=3"). Pure arithmetic: no MPI, no data (the stage loop is
 // eval/pipeline.h's).
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,19 @@ Layout layout_for(int ranks);
 Layout parse_stages(const std::string& spec);
 // parse_stages(spec), which must use exactly `ranks` ranks ("--stages ... uses 8 ranks, the job has 6").
 Layout parse_stages(const std::string& spec, int ranks);
+
+// Seconds per image of each stage on one rank (a calibration's measure, eval/evaluate.cpp).
+using StageCosts = std::array<double, kStageCount>;
+
+// The images/s the layout sustains at those costs, ignoring the cost of sending: each group's
+// count / (the sum of its stages' costs), the slowest group's. `bottleneck`: that group's index
+// (the first of equals).
+double layout_rate(const Layout& l, const StageCosts& cost_s, int* bottleneck = nullptr);
+
+// The layout of `ranks` ranks with the highest layout_rate at those costs: for each way to cut
+// the stages into groups, each spare rank to the group with the lowest rate; of equal rates the
+// one with fewer groups (less to send between ranks).
+Layout balance(const StageCosts& cost_s, int ranks);
 
 // Every layout of `ranks` ranks with the four stages unfolded (each composition of ranks into
 // 4 counts >= 1; none for ranks < 4), or with `folded` every layout (each way to cut the stages

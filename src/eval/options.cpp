@@ -139,8 +139,9 @@ const std::vector<Flag>& eval_flags() {
       {{"stages", "", "SPEC", Value,
         "ranks per stage, e.g. read=1,decode=4,batch=1,predict=2 (counts >= 1, stages in this "
         "order, adding up to the job's ranks); consecutive stages joined by '+' share their ranks: "
-        "read+decode+batch=1,predict=3 (default: see Stages below)"},
-       bind_to(&O::stages, [](const Given& g) { return parse_stages(g.value).spec(); })},
+        "read+decode+batch=1,predict=3; auto: measure each stage's cost on the first images "
+        "and choose the counts (default: see Stages below)"},
+       bind_to(&O::stages, [](const Given& g) { return g.value == "auto" ? g.value : parse_stages(g.value).spec(); })},
       {{"output", "o", "DIR", Value,
         "write DIR/predictions.csv and DIR/report.json (default: write no files)"},
        bind_to(&O::output, text)},

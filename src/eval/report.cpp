@@ -239,7 +239,10 @@ std::string skipped_section(const Report& r) {
   return o;
 }
 
-// Throughput, latency percentiles and the per-stage table.
+// The stages' names as --stages writes them, for the calibration's rates.
+constexpr const char* kStageKeys[] = {"read", "decode", "batch", "predict"};
+
+// Throughput, latency percentiles, the calibration (--stages auto) and the per-stage table.
 std::string timing_section(const Report& r) {
   std::string o = "\n  throughput " + fixed(r.images_per_s(), 1) + " images/s, wall " + fixed(r.wall_s, 2) + " s; ";
   if (r.latency_s.empty())
@@ -248,6 +251,13 @@ std::string timing_section(const Report& r) {
     o += "latency p50 " + fixed(1e3 * percentile(r.latency_s, 0.50), 1) + " ms, p95 " +
          fixed(1e3 * percentile(r.latency_s, 0.95), 1) + " ms, p99 " + fixed(1e3 * percentile(r.latency_s, 0.99), 1) +
          " ms\n";
+  const Calibration& c = r.calibration;
+  if (c.images > 0) {
+    o += "  calibration (" + std::to_string(c.images) + " images, rank 0, 1 thread), images/s per rank:";
+    for (size_t i = 0; i < c.rates.size(); ++i) o += (i ? ", " : " ") + std::string(kStageKeys[i]) + " " + fixed(c.rates[i], 1);
+    o += "\n  bottleneck " + c.bottleneck + ": predicted " + fixed(c.predicted_images_per_s, 1) + " images/s, measured " +
+         fixed(r.images_per_s(), 1) + "\n";
+  }
   if (r.stages.empty()) return o;
   size_t sw = 5;
   for (const StageTime& s : r.stages) sw = std::max(sw, s.stage.size());
@@ -364,6 +374,16 @@ std::string report_json(const Report& r) {
                       {"utilisation", num_or_null(utilisation(s))},
                       {"items", s.items}});
   j["stages"] = std::move(stages);
+  if (r.calibration.images > 0) {
+    ojson rates;
+    for (size_t i = 0; i < r.calibration.rates.size(); ++i) rates[kStageKeys[i]] = num_or_null(r.calibration.rates[i]);
+    j["calibration"] = {{"images", r.calibration.images},
+                        {"rates", std::move(rates)},
+                        {"bottleneck", r.calibration.bottleneck},
+                        {"predicted_images_per_s", num_or_null(r.calibration.predicted_images_per_s)}};
+  } else {
+    j["calibration"] = nullptr;
+  }
   j["sequential_images_per_s"] = r.sequential_images_per_s > 0 ? num_or_null(r.sequential_images_per_s) : ojson(nullptr);
   j["speedup"] = num_or_null(r.speedup());
   j["mismatches_vs_sequential"] = r.mismatches_vs_sequential >= 0 ? ojson(r.mismatches_vs_sequential) : ojson(nullptr);

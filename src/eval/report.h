@@ -52,6 +52,14 @@ struct StageTime {
   uint64_t items = 0;  // samples (read, decode, normalize) or batches (predict) processed
 };
 
+// --stages auto: what the calibration measured before the run and what it chose from that.
+struct Calibration {
+  uint64_t images = 0;           // the first images, every stage on rank 0 with one thread; 0: none ran
+  std::vector<double> rates;     // per stage (read, decode, batch, predict): images/s on one rank
+  std::string bottleneck;        // the chosen layout's slowest group: "predict on 3 ranks"
+  double predicted_images_per_s = 0;  // that group's rate: the bound on the measured throughput
+};
+
 struct Metrics {
   uint64_t evaluated = 0;  // predictions counted (skipped samples are not)
   double top1 = 0, top5 = 0;  // fractions in [0, 1]; top5 counts a hit in top[0..k)
@@ -91,6 +99,7 @@ struct Report {
   double wall_s = 0;                  // first read to last prediction
   std::vector<double> latency_s;      // per predicted image: read started -> prediction received
   std::vector<StageTime> stages;
+  Calibration calibration;
   double sequential_images_per_s = 0;  // 0 when no sequential baseline ran (--compare)
   int64_t mismatches_vs_sequential = -1;  // predictions differing from the baseline; -1 = not compared
 
@@ -113,7 +122,9 @@ std::string format_report(const Report& r);
 // arrays), "per_class" (array of {"class","precision","recall","support"}; NaN -> null),
 // "wall_s", "images_per_s", "latency_s" ({"p50","p95","p99","mean","max"}), "stages" (array
 // of {"stage","rank","busy_s","cpu_s","wall_s","utilisation","items"}), "sequential_images_per_s"
-// (null when 0), "speedup" (null when NaN), "mismatches_vs_sequential" (null when -1).
+// (null when 0), "speedup" (null when NaN), "mismatches_vs_sequential" (null when -1),
+// "calibration" ({"images","rates":{"read",...,"predict"},"bottleneck","predicted_images_per_s"};
+// null when none ran).
 // Detection: "task": "detection" (first), and instead of "top1", "top5", "confusion" and the classifier's
 // "per_class": "resize", "boxes" (detections counted), "map50" (VOC mAP@0.5), "map" (COCO
 // mAP@[.5:.95]), "map50_coco", "map75_coco", "classes_evaluated", "per_class" (array of
