@@ -132,7 +132,8 @@ const std::vector<Flag>& eval_flags() {
                        "sleep while they wait)"),
        &O::threads},
       {{"credits", "", "N", Value,
-        "samples allowed in flight between two stages (>= 0; 0 = 4 x batch size)"},
+        "samples allowed in flight from one rank to one rank of the next stage (>= 0; 0 = 4 x "
+        "batch size)"},
        bind_to(&O::credits, int32_from(0))},
       {{"batch-credits", "", "N", Value, "batches in flight per predicting rank (>= 1)"},
        bind_to(&O::batch_credits, int32_from(1))},

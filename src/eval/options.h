@@ -41,7 +41,7 @@ struct EvalOptions {
   bool sequential = false;  // run every stage in rank 0 alone, one after the other (baseline)
   bool compare = false;     // also run the sequential baseline first (rank 0) and report speedup
   int threads = 0;          // compute threads per predicting rank; 0 = usable CPUs / predicting ranks on the node
-  int credits = 0;          // in-flight samples allowed between two stages; 0 = 4 * batch size
+  int credits = 0;          // in-flight samples allowed from a rank to one of the next stage's; 0 = 4 * batch size
   int batch_credits = 2;    // batches in flight per predicting rank (>= 1)
   std::string stages;       // which ranks run which stages, "read=1,decode=4,batch=1,predict=2" (eval/layout.h); empty = default for K
   std::string output;       // folder for predictions.csv and report.json; empty = write none

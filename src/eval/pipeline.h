@@ -28,8 +28,8 @@ namespace mpicnn::eval {
 
 
 struct PipelineOptions {
-  int credits = 128;       // samples in flight between read, decode and normalize
-  int batch_credits = 2;   // batches in flight per predicting rank
+  int credits = 128;       // samples in flight from a rank to each of the next stage's (read..normalize)
+  int batch_credits = 2;   // batches in flight from a batching rank to each predicting rank
   bool skip_bad = false;   // skip samples that cannot be read or decoded (reported) instead of failing
   std::optional<Layout> layout;  // which ranks run which stages; none: layout_for(the job's ranks)
 };
