@@ -206,7 +206,8 @@ class RankLoop {
     const int g = layout.group_index(rank);
     if (hi_ < kPredict) {
       to_ = layout.groups[size_t(g) + 1];
-      for (int r = to_.rank0; r < to_.rank0 + to_.count; ++r) credits_[r] = to_.lo == kPredict ? o.batch_credits : o.credits;
+      for (int r = to_.rank0; r < to_.rank0 + to_.count; ++r)
+        credits_[r] = to_.lo == kPredict ? o.batch_credits : o.credits;
     }
     senders_ = g > 0 ? layout.groups[size_t(g) - 1].count : 0;
     next_ = uint64_t(rank - group_.rank0) * block_;  // this rank reads blocks member, member + count, ...
