@@ -9,7 +9,8 @@
 // into one GEMM keeps the GEMMs wide for deep layers with tiny planes (7x7); the rows buffer
 // converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here,
 // OpenBLAS the GEMMs; small layers instead run their chunks side by side, one thread per chunk
-// (Conv2d::parallel_chunks).
+// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) every layer takes this path,
+// its GEMMs in bf16: the direct and Winograd kernels are float32 only.
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -186,7 +187,9 @@ void Conv2d::plan(const Shape& in) {
     return;
   }
   gpu_plan_.reset();
-  if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups)) {
+  precision_ = cpu_precision();
+  const bool fp32 = precision_ == CpuPrecision::kFp32;
+  if (fp32 && conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups)) {
     // The direct kernels take all three passes: no columns, rows or chunks of images.
     direct_ = DirectConv(g, opt_.out_channels, N);
     use_winograd_ = parallel_chunks_ = false;
@@ -197,7 +200,8 @@ void Conv2d::plan(const Shape& in) {
     return;
   }
   direct_ = DirectConv();
-  use_winograd_ = conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
+  use_winograd_ =
+      fp32 && conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
   // Small layers run their chunks in parallel (parallel_chunks_), in chunks of at least
   // kParallelColumns columns: a rule on the geometry alone, never on the thread count, so that
   // the weight gradient's summation order, and with it every bit, is the same for any threads.
@@ -318,9 +322,9 @@ void Conv2d::forward_chunk(Tensor& out, const Tensor& in, const real* w, const r
     for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
   }
   for (int64_t gi = 0; gi < G; ++gi)
-    gemm(false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg, int(Kg),
-          cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f, rows + gi * OCg * BP,
-          int(BP));
+    gemm_in(precision_, false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg,
+            int(Kg), cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f,
+            rows + gi * OCg * BP, int(BP));
   if (B > 1) {
 #pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
     for (int64_t i = 0; i < B; ++i) {
@@ -458,16 +462,16 @@ void Conv2d::backward_chunk(Tensor& din, const Tensor& dout, const Tensor& in, c
     }
     const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
     for (int64_t gi = 0; gi < G; ++gi)
-      gemm(false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP, int(BP),
-            cols + gi * Kg * BP, int(BP), beta, gw + gi * OCg * Kg, int(Kg));
+      gemm_in(precision_, false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP,
+              int(BP), cols + gi * Kg * BP, int(BP), beta, gw + gi * OCg * Kg, int(Kg));
   }
   if (!data) return;
   // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
   real* dx = din.data() + x_off;            // (B, IC, H, W)
   real* dcol = direct ? dx : col;           // (IC*T, B*P)
   for (int64_t gi = 0; gi < G; ++gi)
-    gemm(true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg, int(Kg),
-          rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
+    gemm_in(precision_, true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg,
+            int(Kg), rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
   if (!direct) cols_.col2im(dx, dcol, B);
 }
 

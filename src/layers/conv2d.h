@@ -8,6 +8,7 @@
 
 #include "core/gpu.h"
 #include "layers/conv_direct.h"
+#include "layers/cpu_precision.h"
 #include "layers/im2col.h"
 #include "layers/layer.h"
 #include "layers/winograd.h"
@@ -79,6 +80,8 @@ class Conv2d : public UnaryLayer {
   bool direct() const { return direct_.planned(); }
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
+  // The GEMMs' precision, read by plan() (layers/cpu_precision.h); bf16 runs im2col.
+  CpuPrecision precision() const { return precision_; }
   // Geometry of the planned input (valid after plan() or note_input()).
   const ConvGeometry& geometry() const { return geo_; }
   // Records the geometry of inputs of this shape without planning anything: for a convolution
@@ -117,6 +120,7 @@ class Conv2d : public UnaryLayer {
   int64_t workspace_floats_ = 0;  // the largest of the columns + rows and Winograd's needs
   real* workspace_base();         // this thread's workspace, at least workspace_floats_
   bool use_winograd_ = false;
+  CpuPrecision precision_ = CpuPrecision::kFp32;
   // Small layers (plan's rule): the chunks run in parallel, one thread each, rather than one
   // chunk at a time on multi-threaded GEMMs; chunk_grads_ (chunks, OC, IC/groups * live taps)
   // holds each chunk's weight gradient until they are summed in chunk order.

@@ -1,5 +1,6 @@
 // Linear: three GEMM calls (forward, backward data, backward weight; core/blas.h, on the CPU or
-// the GPU) and the bias, a loop on the CPU and kernels/linear.cu on CUDA tensors.
+// the GPU; on the CPU in the precision plan() read, layers/cpu_precision.h) and the bias, a
+// loop on the CPU and kernels/linear.cu on CUDA tensors.
 #include "layers/linear.h"
 
 #include <cmath>
@@ -41,6 +42,8 @@ Shape Linear::output_shape(const Shape& in) const {
   return {in[0], out_};
 }
 
+void Linear::plan(const Shape& /*in*/) { precision_ = cpu_precision(); }
+
 void Linear::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == output_shape(in.shape()), "Linear: out ", out.shape().str(),
         ", expected ", output_shape(in.shape()).str());
@@ -60,15 +63,23 @@ void Linear::forward(Tensor& out, const Tensor& in) {
       for (int j = 0; j < out_; ++j) y[int64_t(n) * out_ + j] = b[j];
   }
   // y (N, out) = x (N, in) * W^T (in, out) [+ y]
-  gemm(false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, has_bias_ ? 1.f : 0.f,
-        y, out_);
+  gemm_in(precision_, false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_,
+          has_bias_ ? 1.f : 0.f, y, out_);
+}
+
+// The GEMMs on `dev`, on the CPU in the planned precision.
+void Linear::gemm_on(Device dev, bool ta, bool tb, int M, int N, int K, const real* A, int lda,
+                     const real* B, int ldb, real beta, real* C, int ldc) const {
+  if (dev == Device::CPU)
+    return gemm_in(precision_, ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+  gemm(dev, ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
 }
 
 void Linear::add_param_grads(Device dev, const Tensor& dout, const Tensor& in) {
   const int N = int(in.size(0));
   // grad_weight (out, in) += dy^T (out, N) * x (N, in)
-  gemm(dev, true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
-       grad_weight.data(), in_);
+  gemm_on(dev, true, false, out_, in_, N, dout.data(), out_, in.data(), in_, 1.f,
+          grad_weight.data(), in_);
   if (has_bias_ && dev == Device::CUDA) {
     gpu::backend().sum_rows(grad_bias.data(), dout.data(), N, out_);
   } else if (has_bias_) {
@@ -90,8 +101,8 @@ void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   if (!frozen_) add_param_grads(dev, dout, in);
   if (din.defined()) {
     // dx (N, in) = dy (N, out) * W (out, in)
-    gemm(dev, false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(), in_, 0.f,
-         din.data(), in_);
+    gemm_on(dev, false, false, N, in_, out_, dout.data(), out_, weight.data(), in_, 0.f,
+            din.data(), in_);
   }
 }
 

@@ -1,8 +1,10 @@
 // Linear (fully connected) as torch.nn.Linear: out = in * weight^T + bias, on (N, in_features)
-// inputs; flatten 4-D activations first (Flatten or Tensor::reshape). GEMMs through OpenBLAS.
+// inputs; flatten 4-D activations first (Flatten or Tensor::reshape). GEMMs through OpenBLAS,
+// or in bf16 on the CPU when planned under it (layers/cpu_precision.h).
 #pragma once
 #include <string>
 
+#include "layers/cpu_precision.h"
 #include "layers/layer.h"
 
 namespace mpicnn {
@@ -15,6 +17,8 @@ class Linear : public UnaryLayer {
   // PyTorch's default: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
   void reset_parameters(uint64_t seed) override;
   Shape output_shape(const Shape& in) const override;
+  // Reads the GEMMs' CPU precision (layers/cpu_precision.h); unplanned, a Linear runs fp32.
+  void plan(const Shape& in) override;
   void forward(Tensor& out, const Tensor& in) override;  // (N, in) -> (N, out)
   // din '=', grad_weight and grad_bias '+='.
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
@@ -22,6 +26,7 @@ class Linear : public UnaryLayer {
   int in_features() const { return in_; }
   int out_features() const { return out_; }
   bool has_bias() const { return has_bias_; }
+  CpuPrecision precision() const { return precision_; }
 
   Tensor weight, grad_weight;  // (out, in)
   Tensor bias, grad_bias;      // (out), undefined without bias
@@ -29,8 +34,12 @@ class Linear : public UnaryLayer {
  private:
   // grad_weight and grad_bias += from dout (N, out) and in (N, in), on `dev`.
   void add_param_grads(Device dev, const Tensor& dout, const Tensor& in);
+  // C (M, N) = op(A) op(B) + beta * C on `dev` (alpha 1).
+  void gemm_on(Device dev, bool ta, bool tb, int M, int N, int K, const real* A, int lda,
+               const real* B, int ldb, real beta, real* C, int ldc) const;
   int in_, out_;
   bool has_bias_;
+  CpuPrecision precision_ = CpuPrecision::kFp32;
   std::string weight_name_, bias_name_;
 };
 

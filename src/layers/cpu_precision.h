@@ -1,0 +1,25 @@
+// The precision of the CPU layers' GEMMs, process-wide: fp32 (the default: core/blas.h's gemm,
+// bit for bit as without this switch) or bf16 (core/gemm_bf16.h: inputs rounded to bfloat16,
+// products summed in float32). Conv2d (its im2col path: forward, weight and input gradients)
+// and Linear read it in plan(), once, when the model is built; weights stay float32 masters
+// and are rounded by each GEMM. Not mixed precision: activations, gradients, BatchNorm and
+// the optimizer stay float32. The float64 test build has fp32 only.
+#pragma once
+#include <string>
+
+#include "core/real.h"
+
+namespace mpicnn {
+
+enum class CpuPrecision { kFp32, kBf16 };
+// The default comes from MPICNN_CPU_PRECISION=fp32|bf16, else kFp32.
+CpuPrecision cpu_precision();
+void set_cpu_precision(CpuPrecision precision);
+CpuPrecision parse_cpu_precision(const std::string& name);  // "fp32" | "bf16", else an Error
+const char* cpu_precision_name(CpuPrecision precision);
+
+// gemm (core/blas.h, CPU) in `precision`: C = alpha * op(A) * op(B) + beta * C, row-major.
+void gemm_in(CpuPrecision precision, bool trans_a, bool trans_b, int M, int N, int K, real alpha,
+             const real* A, int lda, const real* B, int ldb, real beta, real* C, int ldc);
+
+}  // namespace mpicnn

@@ -1,0 +1,396 @@
+// The CPU layers' bf16 GEMMs (layers/cpu_precision.h): Conv2d (im2col: forward, weight and input
+// gradients) and Linear under bf16 against double references on the same bf16-rounded inputs,
+// and a small network (conv -> ReLU -> linear) forward and backward in bf16 against fp32 within
+// a bound carried through the layers; fp32 stays the default and keeps the direct kernels.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/gemm_bf16.h"
+#include "core/threads.h"
+#include "layers/conv2d.h"
+#include "layers/cpu_precision.h"
+#include "layers/linear.h"
+#include "layers/params.h"
+#include "testing.h"
+
+using namespace mpicnn;
+using namespace mpicnn::testing;
+
+namespace {
+
+const double kU32 = std::ldexp(1.0, -24);  // float32's unit roundoff
+const double kU16 = std::ldexp(1.0, -8);   // bfloat16's
+
+// Float32 sums of n terms (any order): off by at most sum_error(n) times the sum of magnitudes.
+double sum_error(double n) { return n * kU32 / (1 - n * kU32); }
+// One GEMM over K against the exact product of its unrounded inputs: fp32 sums only; bf16 also
+// rounds each input by at most u16, each product by 2 u16 + u16^2. The K block adds and the
+// epilogue's (beta, bias) are the few extra roundings.
+double gemm_error(CpuPrecision p, double K) {
+  const double sum = sum_error(K + K / kBf16KC + 4);
+  return p == CpuPrecision::kBf16 ? 2 * kU16 + kU16 * kU16 + sum : sum;
+}
+
+double bf16_of(double x) {
+  return double(std::bit_cast<float>(uint32_t(bf16_round(float(x))) << 16));
+}
+Vec rounded(const Vec& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_of(v[i]);
+  return r;
+}
+Vec absolute(const Vec& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(v[i]);
+  return r;
+}
+Vec plus(const Vec& a, const Vec& b) {
+  Vec r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] + b[i];
+  return r;
+}
+Vec scaled(const Vec& a, double s) {
+  Vec r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] * s;
+  return r;
+}
+
+// Sets the CPU precision for a scope.
+struct PrecisionScope {
+  CpuPrecision before = cpu_precision();
+  explicit PrecisionScope(CpuPrecision p) { set_cpu_precision(p); }
+  ~PrecisionScope() { set_cpu_precision(before); }
+};
+
+// A convolution's geometry (square kernel, stride and padding) and its three passes in double,
+// straight from the definition.
+struct Geo {
+  int N, IC, H, W, OC, k, s = 1, p = 0, groups = 1;
+  int OH() const { return (H + 2 * p - k) / s + 1; }
+  int OW() const { return (W + 2 * p - k) / s + 1; }
+  size_t x_size() const { return size_t(N) * IC * H * W; }
+  size_t w_size() const { return size_t(OC) * (IC / groups) * k * k; }
+  size_t y_size() const { return size_t(N) * OC * OH() * OW(); }
+  // f(x index, w index, y index) for every product the convolution sums.
+  template <typename F>
+  void each_product(F f) const {
+    const int ICg = IC / groups, OCg = OC / groups;
+    for (int n = 0; n < N; ++n)
+      for (int oc = 0; oc < OC; ++oc)
+        for (int oh = 0; oh < OH(); ++oh)
+          for (int ow = 0; ow < OW(); ++ow)
+            for (int j = 0; j < ICg; ++j)
+              for (int kh = 0; kh < k; ++kh)
+                for (int kw = 0; kw < k; ++kw) {
+                  const int ih = oh * s - p + kh, iw = ow * s - p + kw;
+                  if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                  const int ic = oc / OCg * ICg + j;
+                  f(((size_t(n) * IC + ic) * H + ih) * W + iw,
+                    ((size_t(oc) * ICg + j) * k + kh) * k + kw,
+                    ((size_t(n) * OC + oc) * OH() + oh) * OW() + ow);
+                }
+  }
+  Vec forward(const Vec& x, const Vec& w) const {
+    Vec y(y_size(), 0.0);
+    each_product([&](size_t xi, size_t wi, size_t yi) { y[yi] += x[xi] * w[wi]; });
+    return y;
+  }
+  Vec input_grad(const Vec& w, const Vec& dy) const {
+    Vec dx(x_size(), 0.0);
+    each_product([&](size_t xi, size_t wi, size_t yi) { dx[xi] += w[wi] * dy[yi]; });
+    return dx;
+  }
+  Vec weight_grad(const Vec& dy, const Vec& x) const {
+    Vec dw(w_size(), 0.0);
+    each_product([&](size_t xi, size_t wi, size_t yi) { dw[wi] += dy[yi] * x[xi]; });
+    return dw;
+  }
+  Vec add_bias(Vec y, const Vec& b) const {
+    const size_t P = size_t(OH()) * OW();
+    for (size_t i = 0; i < y.size(); ++i) y[i] += b[i / P % size_t(OC)];
+    return y;
+  }
+};
+
+// Linear's three products in double: y (N, O) = x (N, I) W^T, dx = dy W, dW = dy^T x.
+struct Lin {
+  int N, I, O;
+  Vec forward(const Vec& x, const Vec& w) const {
+    Vec y(size_t(N) * O, 0.0);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < O; ++o)
+        for (int i = 0; i < I; ++i) y[size_t(n) * O + o] += x[size_t(n) * I + i] * w[size_t(o) * I + i];
+    return y;
+  }
+  Vec input_grad(const Vec& w, const Vec& dy) const {
+    Vec dx(size_t(N) * I, 0.0);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < O; ++o)
+        for (int i = 0; i < I; ++i) dx[size_t(n) * I + i] += dy[size_t(n) * O + o] * w[size_t(o) * I + i];
+    return dx;
+  }
+  Vec weight_grad(const Vec& dy, const Vec& x) const {
+    Vec dw(size_t(O) * I, 0.0);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < O; ++o)
+        for (int i = 0; i < I; ++i) dw[size_t(o) * I + i] += dy[size_t(n) * O + o] * x[size_t(n) * I + i];
+    return dw;
+  }
+  Vec add_bias(Vec y, const Vec& b) const {
+    for (size_t i = 0; i < y.size(); ++i) y[i] += b[i % size_t(O)];
+    return y;
+  }
+};
+
+// |got - want| <= bound, element by element.
+void expect_within(const std::string& what, const Tensor& got, const Vec& want, const Vec& bound) {
+  REQUIRE(int64_t(want.size()) == got.numel());
+  int64_t bad = 0, worst = -1;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::fabs(double(got.data()[i]) - want[i]);
+    if (!(err <= bound[i])) ++bad;
+    const double ratio = bound[i] > 0 ? err / bound[i] : (err > 0 ? INFINITY : 0);
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = int64_t(i);
+  }
+  CAPTURE(what);
+  CAPTURE(worst);
+  CAPTURE(worst_ratio);  // the largest error as a fraction of its bound
+  CHECK(bad == 0);
+}
+
+// The layer ran bf16 and not fp32: it is far closer to the reference on the rounded inputs
+// than to the one on the unrounded inputs (bf16's rounding, 2^-9 of a term, against float32's
+// accumulation, 2^-24).
+void expect_rounded(const std::string& what, const Tensor& got, const Vec& on_rounded,
+                    const Vec& on_exact) {
+  double to_rounded = 0, to_exact = 0;
+  for (size_t i = 0; i < on_rounded.size(); ++i) {
+    to_rounded = std::max(to_rounded, std::fabs(double(got.data()[i]) - on_rounded[i]));
+    to_exact = std::max(to_exact, std::fabs(double(got.data()[i]) - on_exact[i]));
+  }
+  CAPTURE(what);
+  CAPTURE(to_rounded);
+  CAPTURE(to_exact);
+  CHECK(to_rounded * 64 < to_exact);
+}
+
+struct ConvCase {
+  std::string name;
+  Geo g;
+  bool bias = true;
+};
+
+}  // namespace
+
+TEST_CASE("cpu precision: fp32 by default, parsed and named; fp32 keeps the direct kernels") {
+  CHECK(parse_cpu_precision("fp32") == CpuPrecision::kFp32);
+  CHECK(parse_cpu_precision("bf16") == CpuPrecision::kBf16);
+  CHECK(std::string(cpu_precision_name(CpuPrecision::kBf16)) == "bf16");
+  expect_error([] { parse_cpu_precision("fp16"); }, "CPU precision must be fp32 or bf16, got 'fp16'");
+  if (std::getenv("MPICNN_CPU_PRECISION") == nullptr) CHECK(cpu_precision() == CpuPrecision::kFp32);
+  for (CpuPrecision p : {CpuPrecision::kFp32, CpuPrecision::kBf16}) {
+    PrecisionScope scope(p);
+    Conv2d conv({.in_channels = 4, .out_channels = 8, .kernel = 3, .padding = 1});
+    ParamStore store;
+    conv.register_state(store, "c.");
+    store.allocate();
+    conv.plan({2, 4, 8, 8});
+    CHECK(conv.precision() == p);
+    if (p == CpuPrecision::kBf16) CHECK(!conv.direct());
+    else if (conv_algorithm() == ConvAlgorithm::kDirect && direct_isa() != DirectIsa::kNone)
+      CHECK(conv.direct());
+    Linear lin(5, 3);
+    CHECK(lin.precision() == CpuPrecision::kFp32);  // unplanned
+    lin.plan({2, 5});
+    CHECK(lin.precision() == p);
+  }
+}
+
+TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded inputs") {
+  // Each pass is a GEMM (im2col) whose inputs are rounded to bf16 and whose products are then
+  // exact in float32: against the double result on the rounded inputs only float32's sums
+  // remain, sum_error(n) times the sum of |products| for n additions: K (+ K blocks, bias, beta)
+  // forward; every pixel of the batch for the weight gradient; OC per column then the taps
+  // col2im adds, for the input gradient.
+  const ConvCase cases[] = {
+      {"3x3 pad 1, chunks of images", {5, 3, 7, 6, 4, 3, 1, 1}},
+      {"3x3 stride 2, no bias", {3, 4, 9, 8, 5, 3, 2, 1}, false},
+      {"1x1 one image: the input is its own column", {1, 6, 5, 7, 4, 1}},
+      {"7x7/2 pad 3 (stem)", {2, 3, 15, 13, 8, 7, 2, 3}},
+      {"groups 2", {2, 4, 6, 7, 6, 3, 1, 1, 2}},
+      {"K = 576 over two K blocks", {2, 64, 5, 5, 16, 3, 1, 1}},
+      {"small layer: chunks in parallel", {16, 3, 8, 8, 4, 3, 1, 1}},
+  };
+  PrecisionScope scope(CpuPrecision::kBf16);
+  for (const ConvCase& c : cases) {
+    CAPTURE(c.name);
+    const Geo& g = c.g;
+    Conv2d conv({.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .stride = g.s,
+                 .padding = g.p, .groups = g.groups, .bias = c.bias});
+    ParamStore store;
+    conv.register_state(store, "c.");
+    store.allocate();
+    fill_uniform(conv.weight, 11);
+    if (c.bias) fill_uniform(conv.bias, 12);
+    const Shape in{g.N, g.IC, g.H, g.W};
+    conv.plan(in);
+    REQUIRE(!conv.direct());
+    if (c.name == "small layer: chunks in parallel") CHECK(conv.parallel_chunks());
+    Tensor x = random_tensor(in, 13), y = Tensor::empty(conv.output_shape(in));
+    Tensor dy = random_tensor(y.shape(), 14), dx = Tensor::empty(in);
+    conv.forward(y, x);
+    store.zero_grad();
+    conv.backward(dx, dy, x, y);
+
+    const Vec xd = to_double(x), wd = to_double(conv.weight), dyd = to_double(dy);
+    const Vec xq = rounded(xd), wq = rounded(wd), dyq = rounded(dyd);
+    const Vec b = c.bias ? to_double(conv.bias) : Vec(size_t(g.OC), 0.0);
+    const double K = double(g.IC / g.groups) * g.k * g.k, P = double(g.OH()) * g.OW();
+    const double T = double(g.k) * g.k, OCg = double(g.OC / g.groups);
+    const double kblocks = g.N * P / kBf16KC + g.N;  // the weight gradient's, chunks included
+    expect_within("forward", y, g.add_bias(g.forward(xq, wq), b),
+                  scaled(g.add_bias(g.forward(absolute(xq), absolute(wq)), absolute(b)), sum_error(K + K / kBf16KC + 4)));
+    expect_within("weight gradient", conv.grad_weight, g.weight_grad(dyq, xq),
+                  scaled(g.weight_grad(absolute(dyq), absolute(xq)), sum_error(g.N * P + kblocks + 4)));
+    expect_within("input gradient", dx, g.input_grad(wq, dyq),
+                  scaled(g.input_grad(absolute(wq), absolute(dyq)), sum_error(OCg + T + 4)));
+    expect_rounded("forward", y, g.add_bias(g.forward(xq, wq), b), g.add_bias(g.forward(xd, wd), b));
+    expect_rounded("weight gradient", conv.grad_weight, g.weight_grad(dyq, xq), g.weight_grad(dyd, xd));
+    expect_rounded("input gradient", dx, g.input_grad(wq, dyq), g.input_grad(wd, dyd));
+  }
+}
+
+TEST_CASE("Linear in bf16: the three GEMMs against double on the bf16-rounded inputs") {
+  PrecisionScope scope(CpuPrecision::kBf16);
+  const Lin l{6, 700, 37};  // I over a K block
+  Linear lin(l.I, l.O);
+  ParamStore store;
+  lin.register_state(store, "fc.");
+  store.allocate();
+  fill_uniform(lin.weight, 21);
+  fill_uniform(lin.bias, 22);
+  lin.plan({l.N, l.I});
+  Tensor x = random_tensor({l.N, l.I}, 23), y = Tensor::empty({l.N, l.O});
+  Tensor dy = random_tensor({l.N, l.O}, 24), dx = Tensor::empty({l.N, l.I});
+  lin.forward(y, x);
+  store.zero_grad();
+  lin.backward(dx, dy, x, y);
+  const Vec xd = to_double(x), wd = to_double(lin.weight), dyd = to_double(dy), b = to_double(lin.bias);
+  const Vec xq = rounded(xd), wq = rounded(wd), dyq = rounded(dyd);
+  expect_within("forward", y, l.add_bias(l.forward(xq, wq), b),
+                scaled(l.add_bias(l.forward(absolute(xq), absolute(wq)), absolute(b)), sum_error(l.I + 6)));
+  expect_within("weight gradient", lin.grad_weight, l.weight_grad(dyq, xq),
+                scaled(l.weight_grad(absolute(dyq), absolute(xq)), sum_error(l.N + 4)));
+  expect_within("input gradient", dx, l.input_grad(wq, dyq),
+                scaled(l.input_grad(absolute(wq), absolute(dyq)), sum_error(l.O + 4)));
+  expect_rounded("forward", y, l.add_bias(l.forward(xq, wq), b), l.add_bias(l.forward(xd, wd), b));
+  expect_rounded("input gradient", dx, l.input_grad(wq, dyq), l.input_grad(wd, dyd));
+}
+
+TEST_CASE("a conv -> ReLU -> linear network: bf16 within its carried bound of fp32") {
+  // Bound each path p (fp32, bf16) against the exact network on the same float inputs, then
+  // |bf16 - fp32| <= bound_bf16 + bound_fp32. A GEMM over K is off by gemm_error(p, K) times
+  // the product of magnitudes (|W| |x|); an error e in its input adds at most |W| e; ReLU passes
+  // errors on unchanged (1-Lipschitz), and backward, where |z1| <= e1 the two paths' ReLU masks
+  // may differ, the gradient there is off by up to its whole size.
+  const Geo g{4, 3, 6, 6, 8, 3, 1, 1};
+  const int F = g.OC * g.OH() * g.OW();
+  const Lin l{g.N, F, 5};
+  Conv2d conv({.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .padding = g.p});
+  Linear fc(F, l.O);
+  ParamStore store;
+  conv.register_state(store, "conv.");
+  fc.register_state(store, "fc.");
+  store.allocate();
+  fill_uniform(conv.weight, 31);
+  fill_uniform(conv.bias, 32, -0.1f, 0.1f);
+  fill_uniform(fc.weight, 33, -0.1f, 0.1f);
+  fill_uniform(fc.bias, 34);
+  const Shape in{g.N, g.IC, g.H, g.W};
+  const Tensor x = random_tensor(in, 35), up = random_tensor({g.N, l.O}, 36);
+
+  struct Run {
+    Tensor z1, z2, dh1, dx, gw1, gb1, gw2, gb2;
+  };
+  auto run = [&](CpuPrecision p) {
+    PrecisionScope scope(p);
+    conv.plan(in);
+    fc.plan({g.N, F});
+    Run r;
+    r.z1 = Tensor::empty(conv.output_shape(in));
+    r.z2 = Tensor::empty({g.N, l.O});
+    r.dh1 = Tensor::empty({g.N, F});
+    r.dx = Tensor::empty(in);
+    conv.forward(r.z1, x);
+    Tensor h1 = Tensor::empty(r.z1.shape());
+    for (int64_t i = 0; i < h1.numel(); ++i) h1.data()[i] = std::max(r.z1.data()[i], 0.0f);
+    const Tensor h1f = h1.reshape({g.N, F});
+    fc.forward(r.z2, h1f);
+    store.zero_grad();
+    fc.backward(r.dh1, up, h1f, r.z2);
+    Tensor dz1 = Tensor::empty(r.z1.shape());
+    for (int64_t i = 0; i < dz1.numel(); ++i)
+      dz1.data()[i] = r.z1.data()[i] > 0 ? r.dh1.data()[i] : 0.0f;
+    conv.backward(r.dx, dz1, x, h1);
+    for (auto [dst, src] : {std::pair{&r.gw1, &conv.grad_weight}, {&r.gb1, &conv.grad_bias},
+                            {&r.gw2, &fc.grad_weight}, {&r.gb2, &fc.grad_bias}}) {
+      *dst = Tensor::empty(src->shape());
+      dst->copy_from(*src);
+    }
+    return r;
+  };
+  const Run f32 = run(CpuPrecision::kFp32), b16 = run(CpuPrecision::kBf16);
+
+  // The exact network, in double, and its magnitudes.
+  const Vec xd = to_double(x), w1 = to_double(conv.weight), b1 = to_double(conv.bias);
+  const Vec w2 = to_double(fc.weight), b2 = to_double(fc.bias), gd = to_double(up);
+  const Vec z1 = g.add_bias(g.forward(xd, w1), b1);
+  Vec h1(z1.size());
+  for (size_t i = 0; i < z1.size(); ++i) h1[i] = std::max(z1[i], 0.0);
+  const Vec dh1 = l.input_grad(w2, gd);
+  Vec dz1(z1.size());
+  for (size_t i = 0; i < z1.size(); ++i) dz1[i] = z1[i] > 0 ? dh1[i] : 0.0;
+  const double K1 = double(g.IC) * g.k * g.k, P = double(g.OH()) * g.OW();
+
+  struct Bound {
+    Vec z1, z2, dh1, dz1, dx, gw1, gb1, gw2;
+  };
+  auto bound = [&](CpuPrecision p) {
+    Bound e;
+    e.z1 = scaled(g.add_bias(g.forward(absolute(xd), absolute(w1)), absolute(b1)), gemm_error(p, K1));
+    const Vec h1_mag = plus(absolute(h1), e.z1);
+    e.z2 = plus(l.forward(e.z1, absolute(w2)),
+                scaled(l.add_bias(l.forward(h1_mag, absolute(w2)), absolute(b2)), gemm_error(p, F)));
+    e.dh1 = scaled(l.input_grad(absolute(w2), absolute(gd)), gemm_error(p, l.O));
+    e.dz1.resize(z1.size());
+    for (size_t i = 0; i < z1.size(); ++i)
+      e.dz1[i] = std::fabs(z1[i]) > e.z1[i] ? e.dh1[i] : std::fabs(dh1[i]) + e.dh1[i];
+    const Vec dz1_mag = plus(absolute(dz1), e.dz1);
+    e.dx = plus(g.input_grad(absolute(w1), e.dz1),
+                scaled(g.input_grad(absolute(w1), dz1_mag), gemm_error(p, g.OC * g.k * g.k)));
+    e.gw1 = plus(g.weight_grad(e.dz1, absolute(xd)),
+                 scaled(g.weight_grad(dz1_mag, absolute(xd)), gemm_error(p, g.N * P)));
+    e.gb1.assign(size_t(g.OC), 0.0);  // a float32 sum of dz1 over the batch and pixels
+    for (size_t i = 0; i < z1.size(); ++i)
+      e.gb1[i / size_t(P) % size_t(g.OC)] += e.dz1[i] + sum_error(g.N * P) * dz1_mag[i];
+    e.gw2 = plus(l.weight_grad(absolute(gd), e.z1),
+                 scaled(l.weight_grad(absolute(gd), h1_mag), gemm_error(p, g.N)));
+    return e;
+  };
+  const Bound e32 = bound(CpuPrecision::kFp32), e16 = bound(CpuPrecision::kBf16);
+  expect_within("conv output", b16.z1, to_double(f32.z1), plus(e16.z1, e32.z1));
+  expect_within("logits", b16.z2, to_double(f32.z2), plus(e16.z2, e32.z2));
+  expect_within("linear input gradient", b16.dh1, to_double(f32.dh1), plus(e16.dh1, e32.dh1));
+  expect_within("conv input gradient", b16.dx, to_double(f32.dx), plus(e16.dx, e32.dx));
+  expect_within("conv weight gradient", b16.gw1, to_double(f32.gw1), plus(e16.gw1, e32.gw1));
+  expect_within("conv bias gradient", b16.gb1, to_double(f32.gb1), plus(e16.gb1, e32.gb1));
+  expect_within("linear weight gradient", b16.gw2, to_double(f32.gw2), plus(e16.gw2, e32.gw2));
+  expect_within("linear bias gradient", b16.gb2, to_double(f32.gb2), Vec(size_t(l.O), 0.0));
+  // And bf16 did run: the logits differ from fp32's.
+  CHECK(max_abs(plus(to_double(b16.z2), scaled(to_double(f32.z2), -1))) > 0);
+}
