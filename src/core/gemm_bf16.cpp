@@ -28,6 +28,9 @@ using bf16k::NR;
 constexpr int KC = kBf16KC;
 static_assert(KC % 2 == 0, "a K block holds whole pairs");
 constexpr int kNC = 12 * NR;  // columns of B per packed block
+// Below this many multiply-adds a GEMM runs on the calling thread: waking the pool would cost
+// more than the work (a few microseconds).
+constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
 bool cpu_has_bf16() {
   __builtin_cpu_init();
@@ -138,8 +141,9 @@ void run_block(const bf16k::Kernels& k, const Problem& p, const bf16_t* apack,
       for (int64_t i = m0; i < m1; i += MR)
         for (int j = 0; j < nc; j += NR) {
           const int cols = std::min(NR, nc - j);
-          const bf16k::Tile t{p.C + i * p.ldc + jc + j, p.ldc, int(std::min<int64_t>(MR, m1 - i)),
-                              cols, p.alpha, p.beta, k0 == 0};
+          const int rows = int(std::min<int64_t>(MR, m1 - i));
+          const bf16k::Tile t{p.C + i * p.ldc + jc + j, p.ldc, rows, cols,
+                              p.alpha, p.beta, k0 == 0};
           k.micro(apack + p.Mp * k0 + i * kcp, bp + j * kcp, kcp / 2, (cols + 15) / 16, t);
         }
     }
@@ -153,21 +157,24 @@ void run(const Problem& p, const Operand<TA>& a, const Operand<TB>& b) {
   // A packed by K block, then panel: block k0 starts at Mp * k0, its panel i / MR at i * kcp.
   bf16_t* apack = abuf.get(p.Mp * round_up(p.K, 2));
   const int64_t pm = p.Mp / MR, units = (p.N + 15) / 16, kblocks = (p.K + KC - 1) / KC;
-#pragma omp parallel
+  const bool parallel = int64_t(p.M) * p.N * p.K >= kParallelMacs;
+#pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < kblocks * pm; ++u) {
       const int64_t k0 = u / pm * KC, i = u % pm * MR;
       const int kc = int(std::min<int64_t>(KC, p.K - k0));
-      pack(k, apack + p.Mp * k0 + i * round_up(kc, 2), a, i, int(std::min<int64_t>(MR, p.M - i)),
-           MR, k0, kc);
+      const int rows = int(std::min<int64_t>(MR, p.M - i));
+      pack(k, apack + p.Mp * k0 + i * round_up(kc, 2), a, i, rows, MR, k0, kc);
     }
     const Grid g = choose_grid(omp_get_num_threads(), pm, units);
     const int t = omp_get_thread_num();
     if (t < g.gm * g.gn) {
       const int tm = t / g.gn, tn = t % g.gn;
-      const int64_t m0 = pm * tm / g.gm * MR, m1 = std::min<int64_t>(p.M, pm * (tm + 1) / g.gm * MR);
-      const int64_t n0 = units * tn / g.gn * 16, n1 = std::min<int64_t>(p.N, units * (tn + 1) / g.gn * 16);
+      const int64_t m0 = pm * tm / g.gm * MR;
+      const int64_t m1 = std::min<int64_t>(p.M, pm * (tm + 1) / g.gm * MR);
+      const int64_t n0 = units * tn / g.gn * 16;
+      const int64_t n1 = std::min<int64_t>(p.N, units * (tn + 1) / g.gn * 16);
       if (m0 < m1 && n0 < n1) run_block(k, p, apack, b, m0, m1, n0, n1);
     }
   }
@@ -205,7 +212,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {  // op(A) * op(B) does not count: C = beta * C (BLAS)
     for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * C[int64_t(i) * ldc + j];
+      for (float* c = C + int64_t(i) * ldc; c < C + int64_t(i) * ldc + N; ++c)
+        *c = beta == 0.0f ? 0.0f : beta * *c;
     return;
   }
   const Problem p{M, N, K, alpha, beta, C, ldc, round_up(M, MR)};

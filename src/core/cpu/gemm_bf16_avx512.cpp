@@ -1,13 +1,16 @@
 // The bf16 GEMM's AVX512-BF16 kernels: an 8 x 48 register tile (24 accumulators; 8 x 16 or
-// 8 x 32 for a narrow last panel) of vdpbf16ps, and packing that rounds 32 floats per vcvtne2ps2bf16. Compiled with the AVX-512
-// BF16 flags on any x86-64 build machine (Makefile); core/gemm_bf16.cpp calls them only on a
-// CPU that has avx512_bf16. Edges the vectors do not cover are packed by the shared scalar
-// code (gemm_bf16_kernels.h), whose rounding is the instruction's, bit for bit.
+// 8 x 32 for a narrow last panel) of vdpbf16ps, and packing that rounds 32 floats per
+// vcvtne2ps2bf16. Compiled with the AVX-512 BF16 flags on any x86-64 build machine (Makefile);
+// core/gemm_bf16.cpp calls them only on a CPU that has avx512_bf16. Edges are masked loads and
+// stores; an operand with no unit stride falls back to the shared scalar packing
+// (gemm_bf16_kernels.h), whose rounding is the instruction's, bit for bit.
 // GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized inside its own header (GCC bug
 // 105593, see layers/cpu/conv_direct_avx512.cpp): silenced for that header only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
@@ -41,7 +44,9 @@ void store_16(float* c, __m512 acc, int n, const Tile& t) {
   __m512 v;
   if (!t.first) v = _mm512_fmadd_ps(alpha, acc, _mm512_maskz_loadu_ps(m, c));
   else if (t.beta == 0.0f) v = _mm512_mul_ps(alpha, acc);
-  else v = _mm512_fmadd_ps(_mm512_set1_ps(t.beta), _mm512_maskz_loadu_ps(m, c), _mm512_mul_ps(alpha, acc));
+  else
+    v = _mm512_fmadd_ps(_mm512_set1_ps(t.beta), _mm512_maskz_loadu_ps(m, c),
+                        _mm512_mul_ps(alpha, acc));
   _mm512_mask_storeu_ps(c, m, v);
 }
 
@@ -132,8 +137,10 @@ void pack_lanes_contiguous(bf16_t* dst, const float* src, int64_t ks, int lanes,
     for (int l0 = 0; l0 < W; l0 += 16) {
       const __mmask16 load = first_lanes(lanes - l0);
       const __m512 lo = _mm512_maskz_loadu_ps(load, row0 + l0);
-      const __m512 hi = has_row1 ? _mm512_maskz_loadu_ps(load, row0 + ks + l0) : _mm512_setzero_ps();
-      const __m512i pairs = _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      const __m512 hi =
+          has_row1 ? _mm512_maskz_loadu_ps(load, row0 + ks + l0) : _mm512_setzero_ps();
+      const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's 16, then hi's 16
+      const __m512i pairs = _mm512_permutexvar_epi16(interleave, halves);
       _mm512_mask_storeu_epi32(dst + (int64_t(kp) * W + l0) * 2, first_lanes(W - l0), pairs);
     }
   }
