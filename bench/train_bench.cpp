@@ -29,6 +29,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "layers/cpu_precision.h"
 #include "layers/softmax_xent.h"
 #include "models/aux_loss.h"
 #include "models/registry.h"
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
     CHECK(steps >= 1 && warmup >= 0 && batch >= 1 && size >= 1, "bad --steps/--warmup/--batch/--size");
     set_num_threads(threads);
     const DeviceChoice dc = choose_device(device, precision, false, 0);
+    set_cpu_precision(dc.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);  // before plan()
     const bool cuda = dc.device == Device::CUDA;
     const int classes = 1000;
     auto model = build_model(model_name, {.num_classes = classes, .in_channels = 3}, 1);

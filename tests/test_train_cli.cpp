@@ -146,3 +146,25 @@ TEST_CASE("train CLI: --progress none prints no epoch lines, but the closing lin
   REQUIRE(quiet.rc == 0);
   CHECK(quiet.output.find("done: " + (dir / "run2") + ": no test evaluation (") != std::string::npos);
 }
+
+// --precision bf16 on the CPU: the convolutions and linear layers multiply bf16-rounded inputs
+// (layers/cpu_precision.h), the header says which path, the checkpoint records the precision
+// (a resume keeps it), and the weights differ from an fp32 run's (bf16 ran, not fp32 under its
+// name). Precisions the CPU has not are one line.
+TEST_CASE("train CLI: --precision bf16 on the CPU") {
+  TempDir dir;
+  const auto bf = run_program("train", with(kSmall, {"--epochs", "1", "--precision", "bf16", "-s", dir / "bf"}));
+  INFO(bf.output);
+  REQUIRE(bf.rc == 0);
+  CHECK(bf.output.find("device cpu, bf16 GEMMs (") != std::string::npos);
+  CHECK(read_json(dir / "bf/summary.json")["params"]["precision"] == "bf16");
+  const auto fp = run_program("train", with(kSmall, {"--epochs", "1", "-s", dir / "fp"}));
+  REQUIRE(fp.rc == 0);
+  CHECK(fp.output.find("device cpu\n") != std::string::npos);
+  std::ifstream a(dir / "bf/latest/model.safetensors", std::ios::binary), b(dir / "fp/latest/model.safetensors", std::ios::binary);
+  const std::string wa{std::istreambuf_iterator<char>(a), {}}, wb{std::istreambuf_iterator<char>(b), {}};
+  CHECK(wa.size() == wb.size());
+  CHECK(wa != wb);
+  expect_cli_error("train", with(kSmall, {"--precision", "fp16", "-s", dir / "x"}),
+                   "--precision fp16: the CPU computes in fp32 or bf16 (fp16 needs --device cuda)");
+}

@@ -2,6 +2,7 @@
 #include "core/device.h"
 
 #include "core/check.h"
+#include "core/gemm_bf16.h"
 
 namespace mpicnn {
 
@@ -18,9 +19,13 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
   }
   DeviceChoice c;
   if (!cuda) {
-    CHECK(precision == "auto" || precision == "fp32", precision_flag, " ", precision,
-          ": the CPU computes in fp32 only (", precision, " needs --device cuda)");
-    c.description = "cpu";
+    CHECK(precision == "auto" || precision == "fp32" || precision == "bf16", precision_flag, " ", precision,
+          ": the CPU computes in fp32 or bf16 (", precision, " needs --device cuda)");
+    c.cpu_bf16 = precision == "bf16";
+    c.description = !c.cpu_bf16 ? "cpu"
+                    : bf16_native()
+                        ? "cpu, bf16 GEMMs (AVX512-BF16)"
+                        : "cpu, bf16 GEMMs emulated in float32 (this CPU has no AVX512-BF16: slower than fp32)";
     return c;
   }
   if (precision == "auto" || precision == "tf32") c.precision = gpu::Precision::TF32;

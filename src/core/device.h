@@ -16,11 +16,16 @@ namespace mpicnn {
 struct DeviceChoice {
   Device device = Device::CPU;
   gpu::Precision precision = gpu::Precision::FP32;
-  std::string description;  // "cpu" or "cuda: NVIDIA H100 ... (device 0, sm_90), tf32"
+  // On the CPU, --precision bf16: the convolutions' and linear layers' GEMMs multiply
+  // bf16-rounded inputs with float32 sums (layers/cpu_precision.h, which the caller sets before
+  // planning the model).
+  bool cpu_bf16 = false;
+  std::string description;  // "cpu", "cpu, bf16 GEMMs (AVX512-BF16)" or "cuda: NVIDIA H100 ..., tf32"
 };
 
 // device: auto | cpu | cuda; precision: auto | fp32 | tf32 | bf16 | fp16 (auto: tf32 on the
-// GPU, fp32 on the CPU, which computes in fp32 only); deterministic: cuDNN's deterministic
+// GPU, fp32 on the CPU; the CPU takes fp32 and bf16, the latter on AVX512-BF16 where the CPU has
+// it, else emulated in float32 with the same bits, slower); deterministic: cuDNN's deterministic
 // algorithms only. On the GPU, selects device local_rank % visible GPUs (one GPU per rank on
 // a node) and applies the settings. `device_flag` / `precision_flag` name the options in errors.
 DeviceChoice choose_device(const std::string& device, const std::string& precision,

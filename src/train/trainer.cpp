@@ -29,6 +29,7 @@
 #include "dist/split_data.h"
 #include "io/progress.h"
 #include "io/tracking.h"
+#include "layers/cpu_precision.h"
 #include "layers/dropout.h"
 #include "layers/softmax_xent.h"
 #include "models/registry.h"
@@ -147,10 +148,12 @@ void Trainer::choose_same_device() {
   });
   // --device auto decides per rank: a rank without a visible GPU would train on the CPU in
   // fp32 while the others use the GPU, and the replicas would drift apart unnoticed.
-  CHECK(comm_.agree(std::array<int, 2>{int(dev_.device), int(dev_.precision)}), "--device ", o_.device,
-        ": the ranks chose different devices or precisions (rank ", comm_.rank(), ": ",
+  CHECK(comm_.agree(std::array<int, 3>{int(dev_.device), int(dev_.precision), int(dev_.cpu_bf16)}),
+        "--device ", o_.device, ": the ranks chose different devices or precisions (rank ", comm_.rank(), ": ",
         dev_.description, "); give every rank a GPU, or pass --device cpu");
   fp16_ = dev_.device == Device::CUDA && dev_.precision == gpu::Precision::FP16;
+  // Read by the CPU layers when the replica is planned (build_replica).
+  set_cpu_precision(dev_.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);
 }
 
 // The task's model replica on the device, the schedule and the optimizer.
