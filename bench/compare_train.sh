@@ -6,7 +6,8 @@
 # table gets a column for each; the ratio is for the first.
 # Usage: bench/compare_train.sh [ROUNDS] (default 2); THREADS defaults to all cores; ROWS
 # ("model size batch" triples, ';'-separated) picks rows; STEPS and WARMUP (default 10 and 3)
-# are each run's timed and untimed steps, the same for both engines.
+# are each run's timed and untimed steps, the same for both engines. PRECISION=bf16 runs ours
+# with --precision bf16 (the CPU's bf16 GEMMs) against PyTorch's bf16 autocast (default fp32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
@@ -16,7 +17,7 @@ read -r -a backends <<<"${BACKENDS:-openblas}"
 bin=${BENCH_BIN:-build/release/bench/train_bench}
 [ -x "$bin" ] || make -s bench >/dev/null
 IFS=';' read -r -a rows <<<"${ROWS:-resnet18 32 64;resnet18 224 16;alexnet 224 16;vgg11 64 32;resnet50 224 16;densenet121 224 16}"
-steps=(--steps "${STEPS:-10}" --warmup "${WARMUP:-3}")
+steps=(--steps "${STEPS:-10}" --warmup "${WARMUP:-3}" --precision "${PRECISION:-fp32}")
 field() { sed -E "s/.*$1=([0-9.]+).*/\1/"; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 header=$(printf "%-10s %5s %5s %-6s" model size batch mode)
