@@ -180,6 +180,59 @@ TEST_CASE("eval report: --stages auto's calibration, text and JSON") {
   CHECK(j["calibration"]["predicted_images_per_s"] == 2600.0);
 }
 
+TEST_CASE("eval report: what the sequential baseline ran on, text and JSON") {
+  Report r = small_report();
+  r.sequential_images_per_s = 1.5;
+  r.baseline = {16, 16, 16};
+  CHECK(has(format_report(r), "  sequential baseline: rank 0 alone with 16 threads on the 16 CPUs the job's ranks on "
+                              "its node may use\n  speedup over sequential: 2.00x"));
+  CHECK(json::parse(report_json(r))["baseline"] == json{{"threads", 16}, {"cpus", 16}, {"node_cpus", 16}});
+  r.baseline = {1, 1, 4};  // its binding could not be widened: said, not hidden
+  CHECK(has(format_report(r), "  sequential baseline: rank 0 alone with 1 thread on 1 CPU, its own binding (it could "
+                              "not widen it to the 4 CPUs the job's ranks on its node may use)\n"));
+}
+
+// A pipeline with --stages auto and --compare: the calibration's rates, the bound of the chosen
+// layout, the baseline's measured rate, the ranks and CPUs of rank 0's node.
+Report judged(double predicted, double sequential, int ranks, int cpus) {
+  Report r = small_report();
+  r.calibration.images = 16;
+  r.calibration.rates = {100000, 50000, 50000, 5000};  // 250 us per image in all, predict 200 of them
+  r.calibration.bottleneck = "predict on 1 rank";
+  r.calibration.predicted_images_per_s = predicted;
+  r.sequential_images_per_s = sequential;
+  r.node_ranks = ranks;
+  r.node_cpus = cpus;
+  return r;
+}
+
+TEST_CASE("eval report: the verdict says when pipelining cannot pay, with the numbers") {
+  // The slowest stage is slower than the baseline: it says so, in the text and the JSON.
+  const Report slow = judged(5000, 6000, 2, 2);
+  const std::string want = "pipelining cannot pay here: the slowest stage (predict on 1 rank) runs at 5000.0 "
+                           "images/s, the sequential baseline at 6000.0 images/s; 2 ranks on 2 CPUs";
+  CHECK(pipelining_verdict(slow) == want);
+  CHECK(has(format_report(slow), "x (sequential 6000.0 images/s)\n  " + want + "\n"));
+  CHECK(json::parse(report_json(slow))["verdict"] == want);
+  CHECK(has(pipelining_verdict(judged(6000, 6000, 2, 2)),  // equal: no gain
+            "runs at 6000.0 images/s, the sequential baseline at 6000.0"));
+  // Faster than the baseline, with a CPU per rank: nothing to say.
+  CHECK(pipelining_verdict(judged(8000, 6000, 2, 2)).empty());
+  // More ranks than CPUs: the stages share them, 2 CPUs / 250 us = 8000 images/s at most.
+  CHECK(pipelining_verdict(judged(20000, 9000, 4, 2)) ==
+        "pipelining cannot pay here: 4 ranks on 2 CPUs share every stage's work, at most 8000.0 images/s (the "
+        "slowest stage, predict on 1 rank, at 20000.0), the sequential baseline at 9000.0 images/s");
+  CHECK(pipelining_verdict(judged(20000, 7000, 4, 2)).empty());  // 8000 still beats 7000
+  // Nothing to judge: no calibration, no baseline, or the sequential run itself.
+  Report none = judged(5000, 6000, 2, 2);
+  none.calibration = {};
+  CHECK(pipelining_verdict(none).empty());
+  CHECK(pipelining_verdict(judged(5000, 0, 2, 2)).empty());
+  Report seq = judged(5000, 6000, 2, 2);
+  seq.mode = "sequential";
+  CHECK(pipelining_verdict(seq).empty());
+}
+
 TEST_CASE("eval report: JSON keys and values") {
   Report r = small_report();
   const std::string text = report_json(r);
@@ -189,11 +242,14 @@ TEST_CASE("eval report: JSON keys and values") {
   std::set<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.insert(it.key());
   CHECK(keys == std::set<std::string>{"mode", "ranks", "layout", "stage_ranks", "model", "weights", "dataset", "batch_size",
-                                      "threads", "classes", "evaluated", "skipped", "top1", "top5", "confusion",
+                                      "threads", "node_cpus", "node_ranks", "classes", "evaluated", "skipped",
+                                      "top1", "top5", "confusion",
                                       "per_class", "wall_s", "images_per_s", "latency_s", "stages",
-                                      "sequential_images_per_s", "speedup", "mismatches_vs_sequential",
-                                      "calibration"});
+                                      "baseline", "sequential_images_per_s", "speedup", "mismatches_vs_sequential",
+                                      "verdict", "calibration"});
   CHECK(j["calibration"].is_null());  // no --stages auto
+  CHECK(j["baseline"].is_null());     // no --compare
+  CHECK(j["verdict"].is_null());
   CHECK(j["mode"] == "pipeline");
   CHECK(j["ranks"] == 4);
   CHECK(j["layout"] == r.layout);

@@ -3,6 +3,8 @@
 // checkpoint and data, a corrupt image stops the job with one line naming it (or is skipped with
 // --skip-bad), and weights exported from torchvision give torchvision's predictions.
 // The stage layout, setup and checkpoint record are unit-tested here too.
+#include <sched.h>
+
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 
 #include "data/dataset.h"
 #include "data/holdout.h"
+#include "eval/evaluate.h"
 #include "eval/pipeline.h"
 #include "eval/setup.h"
 #include "recipes.h"
@@ -227,6 +230,42 @@ TEST_CASE("pipeline eval: predictions identical to --sequential for every stage-
   CHECK_MESSAGE(wrong.output.starts_with("pipeline_eval: --stages read=1,decode=1,batch=1,predict=1: uses 4 ranks, "
                                          "the job has 3"), wrong.output);
   CHECK_MESSAGE(std::count(wrong.output.begin(), wrong.output.end(), '\n') == 1, wrong.output);
+}
+
+TEST_CASE("pipeline eval: NodeWideAffinity lets every thread onto the given CPUs, then restores the binding") {
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  std::vector<int> ids;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) ids.push_back(c);
+  if (ids.size() < 2) return;  // nothing to widen to on one CPU
+  cpu_set_t one;  // bound to one CPU, as mpiexec binds a rank
+  CPU_ZERO(&one);
+  CPU_SET(ids[0], &one);
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  {
+    const eval::NodeWideAffinity wide(ids);
+    CHECK(eval::NodeWideAffinity::cpus() == int(ids.size()));
+  }
+  CHECK(eval::NodeWideAffinity::cpus() == 1);
+  REQUIRE(sched_setaffinity(0, sizeof all, &all) == 0);
+}
+
+TEST_CASE("pipeline eval: --compare's baseline runs on the CPUs of the job's ranks, one thread each") {
+  // Two ranks: mpiexec binds each to its own core, so rank 0's own binding is one core.
+  Fixture& f = fixture();
+  const std::string out = f.dir / "fair";
+  const auto r = run_mpi(2, "pipeline_eval", {"--checkpoint", f.run, "-d", f.png, "--limit", "40", "--batch-size", "7",
+                                              "--compare", "-o", out});
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  const json rep = read_json(out + "/report.json");
+  const int cpus = rep["node_cpus"].get<int>();
+  CHECK(rep["node_ranks"] == 2);
+  CHECK(rep["baseline"] == json{{"threads", cpus}, {"cpus", cpus}, {"node_cpus", cpus}});
+  const std::string line = "  sequential baseline: rank 0 alone with " + std::to_string(cpus) +
+                           (cpus > 1 ? " threads" : " thread") + " on the ";
+  CHECK(r.output.find(line) != std::string::npos);
+  CHECK(rep["mismatches_vs_sequential"] == 0);
 }
 
 TEST_CASE("pipeline eval: --stages auto measures the stages, picks a layout, predicts what --sequential predicts") {

@@ -115,6 +115,8 @@ Comm::Comm(int* argc, char*** argv) {
   own_cpus_ = std::max(1, CPU_COUNT(&mask));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mask, int(sizeof mask), MPI_BYTE, MPI_BOR, node_));
   node_cpus_ = std::max(1, CPU_COUNT(&mask));
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) node_cpu_ids_.push_back(c);
 }
 
 Comm::~Comm() {

@@ -118,6 +118,9 @@ class Comm {
   // CPU set or cgroup, or the cores mpiexec bound them to), and this rank's own mask's count.
   int node_cpus() const { return node_cpus_; }
   int own_cpus() const { return own_cpus_; }
+  // The ids of those node CPUs (node_cpus() of them, ascending): where a process that has the
+  // node to itself (pipeline_eval's sequential baseline) may widen its affinity to.
+  const std::vector<int>& node_cpu_ids() const { return node_cpu_ids_; }
   // requested if > 0, else node_cpus() / ranks on this node, at most own_cpus(), at least 1:
   // 4 ranks in a 16-CPU cgroup get 4 threads each, ranks bound to one core each get 1.
   int threads_per_rank(int requested) const;
@@ -205,6 +208,7 @@ class Comm {
   bool owns_mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
   int node_cpus_ = 1, own_cpus_ = 1;
+  std::vector<int> node_cpu_ids_;
   int thread_level_ = MPI_THREAD_SINGLE;
   std::string host_;
   MPI_Comm node_ = MPI_COMM_NULL;

@@ -3,11 +3,13 @@
 // setup, stages and scoring (eval/detect_stages.h).
 #include "eval/evaluate.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -135,7 +137,41 @@ Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Datas
   return parse_stages(spec, comm.size());
 }
 
+// Every thread of this process allowed onto `mask`; false if any refused. All threads, not only
+// the calling one: OpenMP's (and so OpenBLAS's) pool threads keep the binding they were born with.
+bool set_all_threads_affinity(const cpu_set_t& mask) {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return sched_setaffinity(0, sizeof mask, &mask) == 0;
+  bool ok = true;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const pid_t tid = pid_t(std::atol(e->d_name));
+    ok &= sched_setaffinity(tid, sizeof mask, &mask) == 0 || errno == ESRCH;  // ESRCH: it has just ended
+  }
+  closedir(dir);
+  return ok;
+}
+
 }  // namespace
+
+NodeWideAffinity::NodeWideAffinity(const std::vector<int>& cpu_ids) {
+  CPU_ZERO(&own_);
+  if (sched_getaffinity(0, sizeof own_, &own_) != 0) return;
+  cpu_set_t wide;
+  CPU_ZERO(&wide);
+  for (int c : cpu_ids) CPU_SET(c, &wide);
+  widened_ = set_all_threads_affinity(wide);
+  if (!widened_) set_all_threads_affinity(own_);  // all or nothing
+}
+
+NodeWideAffinity::~NodeWideAffinity() {
+  if (widened_) set_all_threads_affinity(own_);
+}
+
+int NodeWideAffinity::cpus() {
+  cpu_set_t now;
+  return sched_getaffinity(0, sizeof now, &now) == 0 ? std::max(1, CPU_COUNT(&now)) : 1;
+}
 
 Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const int K = comm.size(), r = comm.rank();
@@ -179,7 +215,6 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const int predictors_here = comm.node_sum(pipeline && layout.last(r) == kPredict ? 1 : 0);
   const int threads = dist::threads_per_rank(o.threads, comm.node_cpus(), std::max(1, predictors_here),
                                              comm.own_cpus());
-  const int alone_threads = dist::threads_per_rank(o.threads, comm.node_cpus(), 1, comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
   std::unique_ptr<DetectionPredictor> detector;  // detection plans: the CPU (make_detection_setup refuses cuda)
   comm.on_all([&] {
@@ -200,17 +235,23 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   rep.weights = setup.weights;
   rep.dataset = setup.dataset;
   rep.batch_size = int(setup.batch_size);
-  rep.threads = pipeline ? threads : alone_threads;
+  rep.threads = threads;
+  rep.node_cpus = comm.node_cpus();
+  rep.node_ranks = comm.local_size();
   rep.class_names = setup.class_names;
 
   std::optional<RunOutput> seq;
   if (baseline) {
-    // Rank 0 alone, with the threads a single-rank run would get; the others wait without
-    // spinning so that the baseline has the machine to itself, for as long as it takes (no
-    // --timeout: a large dataset's baseline may run for hours).
+    // Rank 0 alone, on the node's CPUs that the pipeline uses, with a thread on each (or
+    // --threads); the others wait without spinning so that the baseline has the machine to
+    // itself, for as long as it takes (no --timeout: a large dataset's baseline may run for hours).
     const dist::WatchdogPause long_wait;
     comm.on_root([&] {
-      set_num_threads(alone_threads);
+      const NodeWideAffinity wide(comm.node_cpu_ids());
+      const int cpus = NodeWideAffinity::cpus();
+      rep.baseline = {dist::threads_per_rank(o.threads, cpus, 1, cpus), cpus, comm.node_cpus()};
+      if (!pipeline) rep.threads = rep.baseline.threads;
+      set_num_threads(rep.baseline.threads);
       if (detection) {
         detector->warm_up();
         seq = run_sequential(setup, boxes, *detector, po);

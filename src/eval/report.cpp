@@ -271,7 +271,7 @@ std::string timing_section(const Report& r) {
   return o;
 }
 
-std::string speedup_section(const Report& r) {
+std::string speedup_line(const Report& r) {
   if (!(r.sequential_images_per_s > 0))
     return r.mode == "sequential" ? "  speedup over sequential: not applicable (this is the sequential run)\n"
                                   : "  speedup over sequential: not measured (run with --compare)\n";
@@ -285,7 +285,40 @@ std::string speedup_section(const Report& r) {
   return o + "\n";
 }
 
+// What the sequential baseline ran on, when one ran.
+std::string baseline_line(const Baseline& b) {
+  if (b.threads <= 0) return "";
+  std::string o = "  sequential baseline: rank 0 alone with " + plural(uint64_t(b.threads), "thread") + " on ";
+  if (b.cpus >= b.node_cpus)
+    return o + "the " + plural(uint64_t(b.cpus), "CPU") + " the job's ranks on its node may use\n";
+  return o + plural(uint64_t(b.cpus), "CPU") + ", its own binding (it could not widen it to the " +
+         plural(uint64_t(b.node_cpus), "CPU") + " the job's ranks on its node may use)\n";
+}
+
+std::string speedup_section(const Report& r) {
+  const std::string verdict = pipelining_verdict(r);
+  return baseline_line(r.baseline) + speedup_line(r) + (verdict.empty() ? "" : "  " + verdict + "\n");
+}
+
 }  // namespace
+
+std::string pipelining_verdict(const Report& r) {
+  const Calibration& c = r.calibration;
+  if (r.mode != "pipeline" || c.images == 0 || !(r.sequential_images_per_s > 0) || r.node_cpus <= 0) return "";
+  double per_image_s = 0;  // every stage's work for one image, on one core
+  for (double rate : c.rates) per_image_s += rate > 0 ? 1 / rate : 0;
+  const double cpu_bound = per_image_s > 0 ? r.node_cpus / per_image_s : kNaN;
+  const bool shared = r.node_ranks > r.node_cpus && cpu_bound < c.predicted_images_per_s;
+  const double bound = shared ? cpu_bound : c.predicted_images_per_s;
+  if (bound > r.sequential_images_per_s) return "";
+  const std::string seq = "the sequential baseline at " + fixed(r.sequential_images_per_s, 1) + " images/s";
+  const std::string on = plural(uint64_t(r.node_ranks), "rank") + " on " + plural(uint64_t(r.node_cpus), "CPU");
+  if (!shared)
+    return "pipelining cannot pay here: the slowest stage (" + c.bottleneck + ") runs at " +
+           fixed(c.predicted_images_per_s, 1) + " images/s, " + seq + "; " + on;
+  return "pipelining cannot pay here: " + on + " share every stage's work, at most " + fixed(cpu_bound, 1) +
+         " images/s (the slowest stage, " + c.bottleneck + ", at " + fixed(c.predicted_images_per_s, 1) + "), " + seq;
+}
 
 std::string format_report(const Report& r) {
   if (r.task == Task::Detection) {
@@ -319,6 +352,8 @@ std::string report_json(const Report& r) {
   j["dataset"] = r.dataset;
   j["batch_size"] = r.batch_size;
   j["threads"] = r.threads;
+  j["node_cpus"] = r.node_cpus;
+  j["node_ranks"] = r.node_ranks;
   j["classes"] = r.class_names;
   j["evaluated"] = r.task == Task::Detection ? uint64_t(r.detections.size()) : m.evaluated;
   ojson skipped = ojson::array();
@@ -384,9 +419,15 @@ std::string report_json(const Report& r) {
   } else {
     j["calibration"] = nullptr;
   }
+  j["baseline"] = r.baseline.threads > 0 ? ojson{{"threads", r.baseline.threads},
+                                                  {"cpus", r.baseline.cpus},
+                                                  {"node_cpus", r.baseline.node_cpus}}
+                                           : ojson(nullptr);
   j["sequential_images_per_s"] = r.sequential_images_per_s > 0 ? num_or_null(r.sequential_images_per_s) : ojson(nullptr);
   j["speedup"] = num_or_null(r.speedup());
   j["mismatches_vs_sequential"] = r.mismatches_vs_sequential >= 0 ? ojson(r.mismatches_vs_sequential) : ojson(nullptr);
+  const std::string verdict = pipelining_verdict(r);
+  j["verdict"] = verdict.empty() ? ojson(nullptr) : ojson(verdict);
   return j.dump(2) + "\n";
 }
 

@@ -60,6 +60,15 @@ struct Calibration {
   double predicted_images_per_s = 0;  // that group's rate: the bound on the measured throughput
 };
 
+// The sequential baseline (--compare, --sequential): rank 0 alone, on the CPUs of its node that the
+// job's ranks may use (the cores the pipeline runs on).
+struct Baseline {
+  int threads = 0;    // 0: no baseline ran
+  int cpus = 0;       // CPUs rank 0 could run on during it
+  int node_cpus = 0;  // CPUs the job's ranks on rank 0's node may use (cpus is less only when
+                      // rank 0 could not widen its binding to them)
+};
+
 struct Metrics {
   uint64_t evaluated = 0;  // predictions counted (skipped samples are not)
   double top1 = 0, top5 = 0;  // fractions in [0, 1]; top5 counts a hit in top[0..k)
@@ -85,6 +94,7 @@ struct Report {
   std::string model, weights;  // model name; the checkpoint directory or weights file
   std::string dataset;         // Dataset::describe()
   int batch_size = 0, threads = 0;  // threads per predicting rank
+  int node_cpus = 0, node_ranks = 0;  // on rank 0's node: CPUs the job's ranks may use, and those ranks
   std::vector<std::string> class_names;  // detection: without the background (label k: [k - 1])
   std::vector<std::string> sources;  // Dataset::source(i) for every evaluated index (path column)
   // results
@@ -100,6 +110,7 @@ struct Report {
   std::vector<double> latency_s;      // per predicted image: read started -> prediction received
   std::vector<StageTime> stages;
   Calibration calibration;
+  Baseline baseline;
   double sequential_images_per_s = 0;  // 0 when no sequential baseline ran (--compare)
   int64_t mismatches_vs_sequential = -1;  // predictions differing from the baseline; -1 = not compared
 
@@ -108,21 +119,31 @@ struct Report {
   double speedup() const;       // images_per_s() / sequential_images_per_s; NaN without baseline
 };
 
+// One line when the pipeline ran with a calibration (--stages auto) and a baseline (--compare)
+// and what the calibration measured says that no layout of these ranks can beat the baseline on
+// these CPUs: the pipeline's bound (the slowest group's rate, and, with more ranks than CPUs, the
+// CPUs shared by every stage's work: cpus / the sum of the stages' seconds per image) is at or
+// below the sequential rate. Empty otherwise. No newline.
+std::string pipelining_verdict(const Report& r);
+
 // The human-readable report printed at the end: what ran, top-1/top-5, per-class precision and
 // recall with class names, the confusion matrix (classes x classes; for more than 20 classes
 // only the 20 most confused pairs are listed), skipped samples, throughput, latency p50/p95/p99,
-// per-stage busy time and utilisation, speedup. Ends with a newline. A detection report has,
+// per-stage busy time and utilisation, what the sequential baseline ran on, speedup, and the
+// verdict when pipelining cannot pay (pipelining_verdict). Ends with a newline. A detection report has,
 // instead of top-1/top-5 and the class tables, the images and boxes counted, VOC mAP@0.5, COCO
 // mAP@[.5:.95] and the per-class table of detect::format_map_table.
 std::string format_report(const Report& r);
 
 // The same content as one JSON object (pretty-printed, 2-space indent): keys "mode", "ranks",
-// "layout", "stage_ranks" (null when empty), "model", "weights", "dataset", "batch_size", "threads", "classes", "evaluated",
+// "layout", "stage_ranks" (null when empty), "model", "weights", "dataset", "batch_size", "threads",
+// "node_cpus", "node_ranks", "classes", "evaluated",
 // "skipped" (array of {"index","source","reason"}), "top1", "top5", "confusion" (array of
 // arrays), "per_class" (array of {"class","precision","recall","support"}; NaN -> null),
 // "wall_s", "images_per_s", "latency_s" ({"p50","p95","p99","mean","max"}), "stages" (array
-// of {"stage","rank","busy_s","cpu_s","wall_s","utilisation","items"}), "sequential_images_per_s"
-// (null when 0), "speedup" (null when NaN), "mismatches_vs_sequential" (null when -1),
+// of {"stage","rank","busy_s","cpu_s","wall_s","utilisation","items"}), "baseline" ({"threads","cpus",
+// "node_cpus"}; null when none ran), "sequential_images_per_s" (null when 0), "speedup" (null when
+// NaN), "mismatches_vs_sequential" (null when -1), "verdict" (pipelining_verdict; null when empty),
 // "calibration" ({"images","rates":{"read",...,"predict"},"bottleneck","predicted_images_per_s"};
 // null when none ran).
 // Detection: "task": "detection" (first), and instead of "top1", "top5", "confusion" and the classifier's

@@ -1,8 +1,10 @@
 // MPI tests of dist::Comm: world and node-local ranks, the thread rule, the launcher check,
 // MPI_CHECK, broadcasts, reductions, agreement checks, gathers and the --check-sync checksum.
 // Every rank runs every case and reaches the same collectives; checks come after the collectives.
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <optional>
@@ -66,6 +68,14 @@ TEST_CASE("dist comm: threads per rank") {
   CHECK(comm().own_cpus() >= 1);
   CHECK(comm().node_cpus() >= comm().own_cpus());
   CHECK(comm().node_cpus() <= sysconf(_SC_NPROCESSORS_CONF));
+  // Their ids: as many, ascending, and this rank's own CPUs among them.
+  const std::vector<int>& ids = comm().node_cpu_ids();
+  CHECK(int(ids.size()) == comm().node_cpus());
+  CHECK(std::is_sorted(ids.begin(), ids.end()));
+  cpu_set_t own;
+  REQUIRE(sched_getaffinity(0, sizeof own, &own) == 0);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &own)) CHECK(std::binary_search(ids.begin(), ids.end(), c));
 }
 
 TEST_CASE("dist comm: launcher size check") {
