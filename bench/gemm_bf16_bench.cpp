@@ -22,29 +22,14 @@
 #include "core/threads.h"
 #include "core/timer.h"
 
+#include "resnet18_convs.h"
+
 using namespace mpicnn;
 
 namespace {
 
-struct Layer {
-  const char* name;
-  int ic, oc, hw, k, s, p;
-};
-
-// ResNet-18's distinct convolution shapes (224x224 input), as bench/conv_bench.cpp.
-const Layer kLayers[] = {
-    {"conv1 7x7/2 3->64 @224", 3, 64, 224, 7, 2, 3},
-    {"3x3 64->64 @56", 64, 64, 56, 3, 1, 1},
-    {"3x3/2 64->128 @56", 64, 128, 56, 3, 2, 1},
-    {"1x1/2 64->128 @56", 64, 128, 56, 1, 2, 0},
-    {"3x3 128->128 @28", 128, 128, 28, 3, 1, 1},
-    {"3x3/2 128->256 @28", 128, 256, 28, 3, 2, 1},
-    {"1x1/2 128->256 @28", 128, 256, 28, 1, 2, 0},
-    {"3x3 256->256 @14", 256, 256, 14, 3, 1, 1},
-    {"3x3/2 256->512 @14", 256, 512, 14, 3, 2, 1},
-    {"1x1/2 256->512 @14", 256, 512, 14, 1, 2, 0},
-    {"3x3 512->512 @7", 512, 512, 7, 3, 1, 1},
-};
+using Layer = ConvShape;
+constexpr const auto& kLayers = kResnet18Convs;
 
 struct Args {
   int threads = 0, batch = 16, reps = 5, warmup = 1;
