@@ -3,15 +3,21 @@
 .PHONY: demo demo-detect reliability
 
 # The main job on the built-in default (lenet on Fashion-MNIST, 10 epochs) on 2 ranks; about
-# 1.5-3 minutes on 2 cores, ends near 91% test accuracy. The run goes to runs/lenet-<time>.
+# 1.5-3 minutes on 2 cores, ends near 91% test accuracy. The run goes to runs/demo-<time>. Then
+# its evaluation on one rank per core, the stages spread over them from measured costs (--stages
+# auto), against the sequential baseline on the same cores: the report says what the stages cost,
+# the layout it chose and, when no layout of these ranks can beat the baseline here, why. Unbound
+# ranks: a rank that starts bound to one core keeps GNU OpenMP's one-core thread waits even once
+# widened, which slows a small model's baseline on several threads.
 DEMO_RANKS ?= 2
+DEMO_EVAL_RANKS ?= $(shell nproc)
 demo: deps
 	$(MAKE) --no-print-directory -j$$(nproc) apps
 	@run=runs/demo-$$(date +%Y%m%d-%H%M%S) && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 && \
 	  echo "mpiexec -n $(DEMO_RANKS) --oversubscribe ./train -s $$run" && \
 	  mpiexec -n $(DEMO_RANKS) --oversubscribe ./train -s $$run && \
-	  echo "mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --compare -o $$run/eval" && \
-	  mpiexec -n 4 --oversubscribe ./pipeline_eval --checkpoint $$run --compare -o $$run/eval
+	  cmd="mpiexec -n $(DEMO_EVAL_RANKS) --oversubscribe --bind-to none ./pipeline_eval --checkpoint $$run --stages auto --compare -o $$run/eval" && \
+	  echo "$$cmd" && $$cmd
 
 # Faster R-CNN (ResNet-18 FPN, from random weights) on a seeded synthetic shapes set (VOC
 # folders data/shapes-demo/train and data/shapes-demo/test, made once), 2 ranks; prints each

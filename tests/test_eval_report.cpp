@@ -183,11 +183,16 @@ TEST_CASE("eval report: --stages auto's calibration, text and JSON") {
 TEST_CASE("eval report: what the sequential baseline ran on, text and JSON") {
   Report r = small_report();
   r.sequential_images_per_s = 1.5;
-  r.baseline = {16, 16, 16};
+  r.baseline = {16, 16, 16, 16};
   CHECK(has(format_report(r), "  sequential baseline: rank 0 alone with 16 threads on the 16 CPUs the job's ranks on "
                               "its node may use\n  speedup over sequential: 2.00x"));
-  CHECK(json::parse(report_json(r))["baseline"] == json{{"threads", 16}, {"cpus", 16}, {"node_cpus", 16}});
-  r.baseline = {1, 1, 4};  // its binding could not be widened: said, not hidden
+  CHECK(json::parse(report_json(r))["baseline"] ==
+        json{{"threads", 16}, {"cpus", 16}, {"node_cpus", 16}, {"own_cpus", 16}});
+  r.baseline = {2, 2, 2, 1};  // widened from mpiexec's binding: GNU OpenMP still waits as on 1 CPU
+  CHECK(has(format_report(r), "  sequential baseline: rank 0 alone with 2 threads on the 2 CPUs the job's ranks on "
+                              "its node may use (started bound to 1 CPU, so OpenMP's threads nap between loops; "
+                              "mpiexec --bind-to none gives a small model a faster baseline)\n"));
+  r.baseline = {1, 1, 4, 1};  // its binding could not be widened: said, not hidden
   CHECK(has(format_report(r), "  sequential baseline: rank 0 alone with 1 thread on 1 CPU, its own binding (it could "
                               "not widen it to the 4 CPUs the job's ranks on its node may use)\n"));
 }

@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -95,6 +97,24 @@ EvalSetup open_data(const EvalOptions& o, std::unique_ptr<data::Dataset>& datase
   return setup;
 }
 
+// Comm::on_root, but the other ranks nap while rank 0 runs fn: in Comm::on_root they would spin in
+// MPI, each on a core that rank 0's threads (the baseline's) or time slices (more ranks than
+// cores) need, and its timings would measure that contention.
+void on_root_napping(const dist::Comm& comm, const std::function<void()>& fn) {
+  std::exception_ptr failed;
+  if (comm.root()) {
+    try {
+      fn();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  dist::napping_barrier(comm);
+  comm.on_root([&] {
+    if (failed) std::rethrow_exception(failed);
+  });
+}
+
 // --stages auto, collective: the first images through every stage on rank 0 alone with one
 // thread (each rank of the pipeline is counted as one core), then the layout that gives its
 // slowest group the highest rate at those costs (eval/layout.h: balance). Every rank returns
@@ -102,7 +122,7 @@ EvalSetup open_data(const EvalOptions& o, std::unique_ptr<data::Dataset>& datase
 Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Dataset* dataset,
                  const data::DetectionSet& boxes, const PipelineOptions& po, const dist::Comm& comm, Calibration& cal) {
   std::string spec;
-  comm.on_root([&] {
+  on_root_napping(comm, [&] {
     EvalSetup few = setup;
     few.count = std::min<uint64_t>(setup.count, uint64_t(std::max<int64_t>(2 * setup.batch_size, 16)));
     set_num_threads(1);
@@ -246,10 +266,10 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
     // --threads); the others wait without spinning so that the baseline has the machine to
     // itself, for as long as it takes (no --timeout: a large dataset's baseline may run for hours).
     const dist::WatchdogPause long_wait;
-    comm.on_root([&] {
+    on_root_napping(comm, [&] {
       const NodeWideAffinity wide(comm.node_cpu_ids());
       const int cpus = NodeWideAffinity::cpus();
-      rep.baseline = {dist::threads_per_rank(o.threads, cpus, 1, cpus), cpus, comm.node_cpus()};
+      rep.baseline = {dist::threads_per_rank(o.threads, cpus, 1, cpus), cpus, comm.node_cpus(), comm.own_cpus()};
       if (!pipeline) rep.threads = rep.baseline.threads;
       set_num_threads(rep.baseline.threads);
       if (detection) {
@@ -260,7 +280,6 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
         seq = run_sequential(setup, *dataset, *predictor, po);
       }
     });
-    dist::napping_barrier(comm);
   }
   RunOutput run;
   if (pipeline) {

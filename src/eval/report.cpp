@@ -289,10 +289,14 @@ std::string speedup_line(const Report& r) {
 std::string baseline_line(const Baseline& b) {
   if (b.threads <= 0) return "";
   std::string o = "  sequential baseline: rank 0 alone with " + plural(uint64_t(b.threads), "thread") + " on ";
-  if (b.cpus >= b.node_cpus)
-    return o + "the " + plural(uint64_t(b.cpus), "CPU") + " the job's ranks on its node may use\n";
-  return o + plural(uint64_t(b.cpus), "CPU") + ", its own binding (it could not widen it to the " +
-         plural(uint64_t(b.node_cpus), "CPU") + " the job's ranks on its node may use)\n";
+  if (b.cpus < b.node_cpus)
+    return o + plural(uint64_t(b.cpus), "CPU") + ", its own binding (it could not widen it to the " +
+           plural(uint64_t(b.node_cpus), "CPU") + " the job's ranks on its node may use)\n";
+  o += "the " + plural(uint64_t(b.cpus), "CPU") + " the job's ranks on its node may use";
+  if (b.own_cpus > 0 && b.own_cpus < b.threads)
+    o += " (started bound to " + plural(uint64_t(b.own_cpus), "CPU") +
+         ", so OpenMP's threads nap between loops; mpiexec --bind-to none gives a small model a faster baseline)";
+  return o + "\n";
 }
 
 std::string speedup_section(const Report& r) {
@@ -421,7 +425,8 @@ std::string report_json(const Report& r) {
   }
   j["baseline"] = r.baseline.threads > 0 ? ojson{{"threads", r.baseline.threads},
                                                   {"cpus", r.baseline.cpus},
-                                                  {"node_cpus", r.baseline.node_cpus}}
+                                                  {"node_cpus", r.baseline.node_cpus},
+                                                  {"own_cpus", r.baseline.own_cpus}}
                                            : ojson(nullptr);
   j["sequential_images_per_s"] = r.sequential_images_per_s > 0 ? num_or_null(r.sequential_images_per_s) : ojson(nullptr);
   j["speedup"] = num_or_null(r.speedup());

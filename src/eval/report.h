@@ -67,6 +67,9 @@ struct Baseline {
   int cpus = 0;       // CPUs rank 0 could run on during it
   int node_cpus = 0;  // CPUs the job's ranks on rank 0's node may use (cpus is less only when
                       // rank 0 could not widen its binding to them)
+  int own_cpus = 0;   // rank 0's own binding, as the job started it: GNU OpenMP sizes its thread
+                      // waits for that count once, at start, so more threads than that nap
+                      // between parallel regions (slow for small models) even once widened
 };
 
 struct Metrics {
@@ -142,7 +145,7 @@ std::string format_report(const Report& r);
 // arrays), "per_class" (array of {"class","precision","recall","support"}; NaN -> null),
 // "wall_s", "images_per_s", "latency_s" ({"p50","p95","p99","mean","max"}), "stages" (array
 // of {"stage","rank","busy_s","cpu_s","wall_s","utilisation","items"}), "baseline" ({"threads","cpus",
-// "node_cpus"}; null when none ran), "sequential_images_per_s" (null when 0), "speedup" (null when
+// "node_cpus","own_cpus"}; null when none ran), "sequential_images_per_s" (null when 0), "speedup" (null when
 // NaN), "mismatches_vs_sequential" (null when -1), "verdict" (pipelining_verdict; null when empty),
 // "calibration" ({"images","rates":{"read",...,"predict"},"bottleneck","predicted_images_per_s"};
 // null when none ran).
