@@ -228,10 +228,18 @@ TEST_CASE("eval report: the verdict says when pipelining cannot pay, with the nu
         "pipelining cannot pay here: 4 ranks on 2 CPUs share every stage's work, at most 8000.0 images/s (the "
         "slowest stage, predict on 1 rank, at 20000.0), the sequential baseline at 9000.0 images/s");
   CHECK(pipelining_verdict(judged(20000, 7000, 4, 2)).empty());  // 8000 still beats 7000
-  // Nothing to judge: no calibration, no baseline, or the sequential run itself.
+  // No calibration: what was measured, only with more ranks than CPUs (3 images/s measured).
   Report none = judged(5000, 6000, 2, 2);
   none.calibration = {};
   CHECK(pipelining_verdict(none).empty());
+  Report crowded = judged(5000, 6, 4, 2);
+  crowded.calibration = {};
+  CHECK(pipelining_verdict(crowded) == "pipelining did not pay here: 4 ranks took turns on 2 CPUs, 3.0 images/s "
+                                       "against the sequential baseline's 6.0 (--stages auto on at most 2 ranks "
+                                       "spreads the stages from their costs)");
+  crowded.sequential_images_per_s = 2;
+  CHECK(pipelining_verdict(crowded).empty());  // faster all the same
+  // Nothing to judge: no baseline, or the sequential run itself.
   CHECK(pipelining_verdict(judged(5000, 0, 2, 2)).empty());
   Report seq = judged(5000, 6000, 2, 2);
   seq.mode = "sequential";

@@ -306,9 +306,25 @@ std::string speedup_section(const Report& r) {
 
 }  // namespace
 
+namespace {
+
+// Without a calibration: only what was measured, when more ranks than CPUs ran slower than the
+// baseline.
+std::string measured_verdict(const Report& r) {
+  if (r.node_ranks <= r.node_cpus || !(r.images_per_s() < r.sequential_images_per_s)) return "";
+  return "pipelining did not pay here: " + plural(uint64_t(r.node_ranks), "rank") + " took turns on " +
+         plural(uint64_t(r.node_cpus), "CPU") + ", " + fixed(r.images_per_s(), 1) +
+         " images/s against the sequential baseline's " + fixed(r.sequential_images_per_s, 1) +
+         " (--stages auto on at most " + plural(uint64_t(r.node_cpus), "rank") +
+         " spreads the stages from their costs)";
+}
+
+}  // namespace
+
 std::string pipelining_verdict(const Report& r) {
   const Calibration& c = r.calibration;
-  if (r.mode != "pipeline" || c.images == 0 || !(r.sequential_images_per_s > 0) || r.node_cpus <= 0) return "";
+  if (r.mode != "pipeline" || !(r.sequential_images_per_s > 0) || r.node_cpus <= 0) return "";
+  if (c.images == 0) return measured_verdict(r);
   double per_image_s = 0;  // every stage's work for one image, on one core
   for (double rate : c.rates) per_image_s += rate > 0 ? 1 / rate : 0;
   const double cpu_bound = per_image_s > 0 ? r.node_cpus / per_image_s : kNaN;

@@ -126,7 +126,8 @@ struct Report {
 // and what the calibration measured says that no layout of these ranks can beat the baseline on
 // these CPUs: the pipeline's bound (the slowest group's rate, and, with more ranks than CPUs, the
 // CPUs shared by every stage's work: cpus / the sum of the stages' seconds per image) is at or
-// below the sequential rate. Empty otherwise. No newline.
+// below the sequential rate. Without a calibration, one line when more ranks than CPUs on rank 0's
+// node measured a lower rate than the baseline. Empty otherwise. No newline.
 std::string pipelining_verdict(const Report& r);
 
 // The human-readable report printed at the end: what ran, top-1/top-5, per-class precision and
