@@ -25,7 +25,7 @@
 #include "layers/im2col.h"
 #include "layers/params.h"
 
-#include "resnet18_convs.h"
+#include "conv_rows.h"
 
 using namespace mpicnn;
 
@@ -69,32 +69,11 @@ Tensor random(const Shape& s, uint64_t seed) {
   return t;
 }
 
-// Median seconds of each fn over reps, after warmup calls. The fns run interleaved, one of
-// each per repetition, so load from other processes hits them alike and the ratios hold.
-std::vector<double> median_seconds(const Args& a, const std::vector<std::function<void()>>& fns) {
-  for (int i = 0; i < a.warmup; ++i)
-    for (const auto& fn : fns) fn();
-  std::vector<std::vector<double>> t(fns.size());
-  for (int i = 0; i < a.reps; ++i) {
-    for (size_t f = 0; f < fns.size(); ++f) {
-      Timer timer;
-      fns[f]();
-      t[f].push_back(timer.seconds());
-    }
-  }
-  std::vector<double> med;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
-  }
-  return med;
-}
-
 double square_sgemm_gflops(Args a, int n) {
   Tensor A = random({n, n}, 1), B = random({n, n}, 2), C = Tensor::zeros({n, n});
   a.warmup = std::max(a.warmup, 3);  // the first calls start OpenBLAS's threads
   a.reps = std::max(a.reps, 11);
-  const double s = median_seconds(a, {[&] {
+  const double s = median_seconds(a.warmup, a.reps, {[&] {
     gemm(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
   }})[0];
   return 2.0 * n * n * double(n) / s * 1e-9;
@@ -163,7 +142,7 @@ int main(int argc, char** argv) {
         }
       };
       const std::vector<double> t = median_seconds(
-          a, {[&] { conv.forward(y, x); }, [&] { conv.backward(dx, dy, x, y); }, gemms, unfold});
+          a.warmup, a.reps, {[&] { conv.forward(y, x); }, [&] { conv.backward(dx, dy, x, y); }, gemms, unfold});
       const double t_fwd = t[0], t_bwd = t[1], t_conv = t_fwd + t_bwd, t_gemm = t[2];
       const double t_unfold = t[3];
 

@@ -22,7 +22,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 
-#include "resnet18_convs.h"
+#include "conv_rows.h"
 
 using namespace mpicnn;
 
@@ -65,26 +65,6 @@ std::vector<float> random(int64_t n, uint64_t seed) {
   return v;
 }
 
-// Median seconds of each fn over reps after warmup calls, the fns interleaved so that load from
-// other processes hits them alike (as conv_bench.cpp).
-std::vector<double> median_seconds(const Args& a, const std::vector<std::function<void()>>& fns) {
-  for (int i = 0; i < a.warmup; ++i)
-    for (const auto& fn : fns) fn();
-  std::vector<std::vector<double>> t(fns.size());
-  for (int i = 0; i < a.reps; ++i)
-    for (size_t f = 0; f < fns.size(); ++f) {
-      Timer timer;
-      fns[f]();
-      t[f].push_back(timer.seconds());
-    }
-  std::vector<double> med;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
-  }
-  return med;
-}
-
 // One GEMM shape timed both ways; prints a row.
 void row(const Args& a, const std::string& name, const char* pass, bool ta, bool tb, int M, int N,
          int K) {
@@ -92,7 +72,7 @@ void row(const Args& a, const std::string& name, const char* pass, bool ta, bool
   std::vector<float> C(size_t(M) * N);
   const int lda = ta ? M : K, ldb = tb ? K : N;
   const std::vector<double> t = median_seconds(
-      a, {[&] { gemm(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), N); },
+      a.warmup, a.reps, {[&] { gemm(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), N); },
           [&] { gemm_bf16(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), N); }});
   const double flop = 2.0 * M * double(N) * K;
   std::printf("%-24s %-4s %5d %7d %7d %7.2f %9.2f %9.2f %8.1f %8.1f %6.2f\n", name.c_str(), pass,

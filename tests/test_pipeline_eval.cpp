@@ -43,6 +43,16 @@ std::string read_text(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// A copy of the image folder `from` at `to`, to spoil: its image files, sorted.
+std::vector<fs::path> copy_images(const std::string& from, const std::string& to) {
+  fs::copy(from, to, fs::copy_options::recursive);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(to))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 // Fashion-MNIST as PNG folders (200 train, 200 test images) and a LeNet trained on them for one
 // epoch at 32x32, so evaluation decodes PNGs and resizes them. Made once per test process.
 struct Fixture {
@@ -201,11 +211,7 @@ TEST_CASE("pipeline eval: predictions identical to --sequential for every stage-
   // its block, and the rest is predicted as the sequential run predicts it.
   TempDir d;
   const std::string bad = d / "bad";
-  fs::copy(f.png + "/test", bad, fs::copy_options::recursive);
-  std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(bad))
-    if (e.is_regular_file()) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
+  const std::vector<fs::path> files = copy_images(f.png + "/test", bad);
   for (size_t i : {size_t(3), files.size() / 2}) std::ofstream(files[i], std::ios::binary | std::ios::trunc) << "not a png";
   auto bad_args = [&](const std::string& out, std::vector<std::string> more) {
     std::vector<std::string> a = {"--checkpoint", f.run, "-d", bad, "--threads", "1", "--batch-size", "7",
@@ -401,11 +407,7 @@ TEST_CASE("pipeline eval: a corrupt image stops the job with one line naming it,
   Fixture& f = fixture();
   TempDir d;
   const std::string bad = d / "bad";
-  fs::copy(f.png + "/test", bad, fs::copy_options::recursive);
-  std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(bad))
-    if (e.is_regular_file()) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
+  const std::vector<fs::path> files = copy_images(f.png + "/test", bad);
   const fs::path victim = files[files.size() / 2];
   const std::string head = read_text(files[0].string()).substr(0, 60);  // a PNG cut short
   std::ofstream(victim, std::ios::binary | std::ios::trunc) << head;

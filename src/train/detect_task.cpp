@@ -227,10 +227,9 @@ Evaluation DetectionTask::evaluate(bool last) {
   Evaluation ev;
   ev.metrics = {{"map50", map.map50_voc}, {"map", map.map_coco}};
   char text[128];
-  std::snprintf(text, sizeof text, "test mAP@0.5 (VOC) %.4f, mAP@[.5:.95] (COCO) %.4f", map.map50_voc,
-                map.map_coco);
-  ev.result = text;
-  ev.lines = "  test: " + ev.result.substr(5) + "\n";
+  std::snprintf(text, sizeof text, "mAP@0.5 (VOC) %.4f, mAP@[.5:.95] (COCO) %.4f", map.map50_voc, map.map_coco);
+  ev.result = std::string("test ") + text;
+  ev.lines = std::string("  test: ") + text + "\n";
   if (last) {
     std::vector<std::string> names{"background"};
     names.insert(names.end(), train_.classes.begin(), train_.classes.end());

@@ -1,0 +1,47 @@
+// What the convolution and bf16 GEMM benchmarks (bench/conv_bench.cpp, bench/gemm_bf16_bench.cpp)
+// share: ResNet-18's distinct convolution shapes at a 224x224 input, and the median timer.
+#pragma once
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "core/timer.h"
+
+struct ConvShape {
+  const char* name;
+  int ic, oc, hw, k, s, p;  // in and out channels, input height = width, kernel, stride, padding
+};
+
+inline constexpr ConvShape kResnet18Convs[] = {
+    {"conv1 7x7/2 3->64 @224", 3, 64, 224, 7, 2, 3},
+    {"3x3 64->64 @56", 64, 64, 56, 3, 1, 1},
+    {"3x3/2 64->128 @56", 64, 128, 56, 3, 2, 1},
+    {"1x1/2 64->128 @56", 64, 128, 56, 1, 2, 0},
+    {"3x3 128->128 @28", 128, 128, 28, 3, 1, 1},
+    {"3x3/2 128->256 @28", 128, 256, 28, 3, 2, 1},
+    {"1x1/2 128->256 @28", 128, 256, 28, 1, 2, 0},
+    {"3x3 256->256 @14", 256, 256, 14, 3, 1, 1},
+    {"3x3/2 256->512 @14", 256, 512, 14, 3, 2, 1},
+    {"1x1/2 256->512 @14", 256, 512, 14, 1, 2, 0},
+    {"3x3 512->512 @7", 512, 512, 7, 3, 1, 1},
+};
+
+// Each function's median seconds over `reps` runs after `warmup` untimed ones, the functions
+// interleaved within each repetition so that drifting clocks hit them alike.
+inline std::vector<double> median_seconds(int warmup, int reps, const std::vector<std::function<void()>>& fns) {
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& fn : fns) fn();
+  std::vector<std::vector<double>> t(fns.size());
+  for (int i = 0; i < reps; ++i)
+    for (size_t f = 0; f < fns.size(); ++f) {
+      mpicnn::Timer timer;
+      fns[f]();
+      t[f].push_back(timer.seconds());
+    }
+  std::vector<double> med;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
+}
