@@ -147,3 +147,57 @@ TEST_CASE("eval layout: balance gives the slowest stage the most ranks the job a
       for (const Layout& other : all_layouts(K, true)) CHECK(layout_rate(b, c) >= layout_rate(other, c) * (1 - 1e-12));
     }
 }
+
+TEST_CASE("eval layout: on a node's CPUs, predict's threads and the CPUs shared by every stage") {
+  // ResNet-18 on JPEGs on 2 CPUs: predict 80 ms on one thread, 1.8x faster on two.
+  const StageCosts photos = {0.0001, 0.0015, 0.0001, 0.08};
+  NodeModel two;
+  two.cpus = 2;
+  two.speedup_at_cpus = 1.8;
+  two.predict_threads = [](int predictors) { return std::max(1, 2 / predictors); };
+  CHECK(two.predict_speedup(1) == 1);
+  CHECK(two.predict_speedup(2) == doctest::Approx(1.8));
+  CHECK(two.predict_speedup(8) == doctest::Approx(1.8));  // no more than the node's CPUs
+  NodeModel sixteen = two;
+  sixteen.cpus = 16;
+  sixteen.speedup_at_cpus = 11.5;  // linear between the measured ends
+  CHECK(sixteen.predict_speedup(9) == doctest::Approx(1 + 10.5 * 8 / 15));
+  // One rank, everything on two threads: its rank's time is 1.7 ms + 80 / 1.8 ms; its CPU
+  // time (the threads hold both cores) 1.7 + 2 x 80 / 1.8 ms bounds it at 2 CPUs / that.
+  int slow = 0;
+  const double one_rank = 1 / (0.0017 + 0.08 / 1.8), cpus_two = 2 / (0.0017 + 2 * 0.08 / 1.8);
+  CHECK(layout_rate(parse_stages("read+decode+batch+predict=1"), photos, &slow, two) ==
+        doctest::Approx(std::min(one_rank, cpus_two)));
+  CHECK(slow == 0);
+  // Four ranks on two CPUs: per rank (one thread each) 4 / 81.7 ms, but the CPUs can do only
+  // 2 / 81.7 ms, and they bind (-1).
+  CHECK(layout_rate(parse_stages("read+decode+batch+predict=4"), photos, &slow, two) == doctest::Approx(2 / 0.0817));
+  CHECK(slow == -1);
+  // balance sees it: every layout of 4 ranks at most that; the chosen one reaches it.
+  const Layout b = balance(photos, 4, two);
+  CHECK(layout_rate(b, photos, nullptr, two) == doctest::Approx(2 / 0.0817));
+  for (const Layout& other : all_layouts(4, true))
+    CHECK(layout_rate(b, photos, nullptr, two) >= layout_rate(other, photos, nullptr, two) * (1 - 1e-12));
+  // Without the node (one core per rank, one thread): 4 ranks would do twice that.
+  CHECK(layout_rate(parse_stages("read+decode+batch+predict=4"), photos) == doctest::Approx(4 / 0.0817));
+  // A GPU predicts at 0.1 ms per image and serves every predicting rank; the CPUs do the rest.
+  NodeModel gpu;
+  gpu.cpus = 16;
+  gpu.predict_on_cpu = false;
+  const StageCosts on_gpu = {0.00005, 0.0015, 0.0001, 0.0001};
+  // Decode on 13 ranks: 8667 images/s, below the GPU's 10000 and the CPUs' 16 / 1.65 ms.
+  CHECK(layout_rate(parse_stages("read=1,decode=13,batch=1,predict=1"), on_gpu, &slow, gpu) == doctest::Approx(13 / 0.0015));
+  CHECK(slow == 1);
+  // With CPUs to spare, 5 ranks that batch and predict share the one GPU's 10000.
+  NodeModel big = gpu;
+  big.cpus = 64;
+  CHECK(layout_rate(parse_stages("read=1,decode=20,batch+predict=5"), on_gpu, &slow, big) == doctest::Approx(10000));
+  CHECK(slow == 2);
+  // One decode rank caps it at 667 images/s; balance spreads decode (8x that at least) and
+  // stays under the CPUs' bound of 16 / 1.65 ms.
+  CHECK(layout_rate(layout_for(16), on_gpu, &slow, gpu) == doctest::Approx(1 / 0.0015));
+  const Layout spread = balance(on_gpu, 16, gpu);
+  CHECK(layout_rate(spread, on_gpu, nullptr, gpu) >= 8 * layout_rate(layout_for(16), on_gpu, nullptr, gpu));
+  for (const Layout& other : all_layouts(16, true))
+    CHECK(layout_rate(spread, on_gpu, nullptr, gpu) >= layout_rate(other, on_gpu, nullptr, gpu) * (1 - 1e-12));
+}

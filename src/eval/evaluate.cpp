@@ -115,42 +115,66 @@ void on_root_napping(const dist::Comm& comm, const std::function<void()>& fn) {
   });
 }
 
-// --stages auto, collective: the first images through every stage on rank 0 alone with one
-// thread (each rank of the pipeline is counted as one core), then the layout that gives its
-// slowest group the highest rate at those costs (eval/layout.h: balance). Every rank returns
-// the layout; rank 0 fills `cal` with what it measured and chose.
+// --stages auto, collective: the first images through every stage on rank 0 alone, with one
+// thread and then (predicting on the CPU) with a thread on each of the node's CPUs, then the
+// layout with the highest rate at those costs on this node (eval/layout.h: balance, NodeModel:
+// the stages share the node's CPUs; predict runs on the threads the pipeline will give it).
+// Every rank returns the layout; rank 0 fills `cal` with what it measured and chose.
 Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Dataset* dataset,
                  const data::DetectionSet& boxes, const PipelineOptions& po, const dist::Comm& comm, Calibration& cal) {
   std::string spec;
   on_root_napping(comm, [&] {
     EvalSetup few = setup;
     few.count = std::min<uint64_t>(setup.count, uint64_t(std::max<int64_t>(2 * setup.batch_size, 16)));
-    set_num_threads(1);
-    RunOutput run;
-    if (setup.task == Task::Detection) {
-      DetectionPredictor d(few);
-      d.warm_up();
-      run = run_sequential(few, boxes, d, po);
-    } else {
-      Predictor p(few, choose_device(o.device, "auto", false, comm.local_rank()).device);
-      p.warm_up();
-      run = run_sequential(few, *dataset, p, po);
+    const Device device = setup.task == Task::Detection
+                              ? Device::CPU
+                              : choose_device(o.device, "auto", false, comm.local_rank()).device;
+    std::unique_ptr<DetectionPredictor> detector;
+    std::unique_ptr<Predictor> predictor;
+    if (setup.task == Task::Detection)
+      detector = std::make_unique<DetectionPredictor>(few);
+    else
+      predictor = std::make_unique<Predictor>(few, device);
+    // Seconds per image of each stage on `threads` threads.
+    const auto measure = [&](int threads) {
+      set_num_threads(threads);
+      detector ? detector->warm_up() : predictor->warm_up();
+      const RunOutput run = detector ? run_sequential(few, boxes, *detector, po) : run_sequential(few, *dataset, *predictor, po);
+      StageCosts cost{};
+      for (const StageTime& t : run.stages)
+        for (int st = kRead; st <= kPredict; ++st)
+          if (t.stage == stage_name(st)) cost[size_t(st)] += t.busy_s / double(std::max<uint64_t>(few.count, 1));
+      return cost;
+    };
+    const StageCosts cost = measure(1);
+    NodeModel node;
+    node.cpus = comm.node_cpus();
+    node.predict_on_cpu = device != Device::CUDA;
+    node.predict_threads = [&](int predictors) {
+      return dist::threads_per_rank(o.threads, comm.node_cpus(), predictors, comm.own_cpus());
+    };
+    if (node.predict_on_cpu && node.cpus > 1) {
+      const NodeWideAffinity wide(comm.node_cpu_ids());
+      cal.threads = NodeWideAffinity::cpus();
+      const double wide_s = measure(cal.threads)[kPredict];
+      if (wide_s > 0 && cal.threads == node.cpus) node.speedup_at_cpus = std::max(1.0, cost[kPredict] / wide_s);
+      cal.predict_rate_threads = wide_s > 0 ? 1 / wide_s : 0;
     }
-    StageCosts cost{};
-    for (const StageTime& t : run.stages)
-      for (int st = kRead; st <= kPredict; ++st)
-        if (t.stage == stage_name(st)) cost[size_t(st)] += t.busy_s / double(std::max<uint64_t>(few.count, 1));
-    const Layout l = balance(cost, comm.size());
+    const Layout l = balance(cost, comm.size(), node);
     int slow = 0;
     cal.images = few.count;
-    cal.predicted_images_per_s = layout_rate(l, cost, &slow);
+    cal.predicted_images_per_s = layout_rate(l, cost, &slow, node);
     for (double c : cost) cal.rates.push_back(c > 0 ? 1 / c : std::numeric_limits<double>::infinity());
-    const StageGroup& g = l.groups[size_t(slow)];
-    for (int st = g.lo; st <= g.hi; ++st) {
-      if (st > g.lo) cal.bottleneck += '+';
-      cal.bottleneck += stage_key(st);
+    if (slow < 0) {
+      cal.bottleneck = "the node's " + std::to_string(node.cpus) + " CPUs, shared by every stage";
+    } else {
+      const StageGroup& g = l.groups[size_t(slow)];
+      for (int st = g.lo; st <= g.hi; ++st) {
+        if (st > g.lo) cal.bottleneck += '+';
+        cal.bottleneck += stage_key(st);
+      }
+      cal.bottleneck += " on " + std::to_string(g.count) + (g.count > 1 ? " ranks" : " rank");
     }
-    cal.bottleneck += " on " + std::to_string(g.count) + (g.count > 1 ? " ranks" : " rank");
     spec = l.spec();
   });
   comm.broadcast(spec);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 #include "core/check.h"
 
@@ -157,39 +158,72 @@ Layout parse_stages(const std::string& spec, int ranks) {
   return l;
 }
 
-double layout_rate(const Layout& l, const StageCosts& cost_s, int* bottleneck) {
-  double slowest = 0;
+double NodeModel::predict_speedup(int threads) const {
+  if (cpus <= 1 || threads <= 1) return 1;
+  return 1 + (speedup_at_cpus - 1) * double(std::min(threads, cpus) - 1) / double(cpus - 1);
+}
+
+namespace {
+
+// layout_rate without the CPUs' bound, and that bound (infinite without node.cpus).
+double group_rate(const Layout& l, const StageCosts& cost_s, const NodeModel& node, int* slowest_group,
+                  double* cpu_bound) {
+  const int predictors = l.groups.back().count;  // the last group predicts
+  int threads = node.predict_threads ? std::max(1, node.predict_threads(predictors)) : 1;
+  if (node.cpus > 0) threads = std::min(threads, node.cpus);
+  const double speedup = node.predict_on_cpu ? node.predict_speedup(threads) : 1;
+  const double predict_s = std::max(cost_s[kPredict], 1e-12);
+  double slowest = 0, cpu_s = 0;  // cpu_s: the CPU seconds one image costs, all stages
   for (size_t i = 0; i < l.groups.size(); ++i) {
     const StageGroup& g = l.groups[i];
-    double cost = 0;
-    for (int s = g.lo; s <= g.hi; ++s) cost += cost_s[size_t(s)];
-    const double rate = double(g.count) / std::max(cost, 1e-12);  // an unmeasurably cheap stage: any rate
-    if (i == 0 || rate < slowest) {
-      slowest = rate;
-      if (bottleneck) *bottleneck = int(i);
+    double rank_s = 0;  // one rank's time per image
+    for (int s = g.lo; s <= g.hi; ++s) {
+      const double c = cost_s[size_t(s)];
+      if (s != kPredict) {
+        rank_s += c, cpu_s += c;
+      } else if (node.predict_on_cpu) {
+        rank_s += c / speedup, cpu_s += c * threads / speedup;  // its threads hold their cores
+      } else {
+        rank_s += c;
+      }
     }
+    double rate = double(g.count) / std::max(rank_s, 1e-12);  // an unmeasurably cheap stage: any rate
+    if (g.hi == kPredict && !node.predict_on_cpu) rate = std::min(rate, 1 / predict_s);  // one GPU
+    if (i == 0 || rate < slowest) slowest = rate, *slowest_group = int(i);
   }
+  *cpu_bound = node.cpus > 0 && cpu_s > 0 ? node.cpus / cpu_s : std::numeric_limits<double>::infinity();
   return slowest;
 }
 
-Layout balance(const StageCosts& cost_s, int ranks) {
+}  // namespace
+
+double layout_rate(const Layout& l, const StageCosts& cost_s, int* bottleneck, const NodeModel& node) {
+  int slow = 0;
+  double cpu_bound = 0;
+  const double rate = group_rate(l, cost_s, node, &slow, &cpu_bound);
+  if (bottleneck) *bottleneck = cpu_bound < rate ? -1 : slow;
+  return std::min(rate, cpu_bound);
+}
+
+Layout balance(const StageCosts& cost_s, int ranks, const NodeModel& node) {
   CHECK(ranks >= 1, "a pipeline needs at least one rank, not ", ranks);
   Layout best;
   double best_rate = -1;
   for (size_t groups = 1; groups <= size_t(kStageCount); ++groups) {
     for (const Layout& start : all_layouts(int(groups), true)) {
       if (start.groups.size() != groups) continue;  // one per cut: every count 1
+      if (ranks < int(groups)) continue;
       Layout l = start;
+      l.ranks = ranks;
       for (int spare = ranks - int(groups); spare > 0; --spare) {
         int slow = 0;
-        layout_rate(l, cost_s, &slow);
+        double cpu_bound = 0;
+        group_rate(l, cost_s, node, &slow, &cpu_bound);
         ++l.groups[size_t(slow)].count;
       }
-      if (ranks < int(groups)) continue;
       for (size_t i = 1; i < l.groups.size(); ++i) l.groups[i].rank0 = l.groups[i - 1].rank0 + l.groups[i - 1].count;
-      l.ranks = ranks;
-      const double rate = layout_rate(l, cost_s);
-      if (rate > best_rate) best = l, best_rate = rate;
+      const double rate = layout_rate(l, cost_s, nullptr, node);
+      if (rate > best_rate * (1 + 1e-9)) best = l, best_rate = rate;  // equal (the CPUs bind): fewer groups
     }
   }
   return best;

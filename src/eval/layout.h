@@ -6,6 +6,7 @@
 // eval/pipeline.h's).
 #pragma once
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,15 +59,34 @@ Layout parse_stages(const std::string& spec, int ranks);
 // Seconds per image of each stage on one rank (a calibration's measure, eval/evaluate.cpp).
 using StageCosts = std::array<double, kStageCount>;
 
-// The images/s the layout sustains at those costs, ignoring the cost of sending: each group's
-// count / (the sum of its stages' costs), the slowest group's. `bottleneck`: that group's index
-// (the first of equals).
-double layout_rate(const Layout& l, const StageCosts& cost_s, int* bottleneck = nullptr);
+// What the ranks of one node share, for layout_rate: the CPUs, and how predicting scales with
+// threads or runs on a GPU. The default (cpus 0) is the pure per-rank model: every rank a core of
+// its own, predicting on one thread.
+struct NodeModel {
+  int cpus = 0;                 // CPUs the node's ranks share; 0: as many as ranks
+  bool predict_on_cpu = true;   // false: a GPU predicts; its time is not the CPUs' and one GPU
+                                // serves every predicting rank of the node
+  // The threads each predicting rank runs when `predictors` ranks predict (evaluate.cpp passes
+  // its threads rule); unset: one.
+  std::function<int(int predictors)> predict_threads;
+  double speedup_at_cpus = 1;   // predict's measured speedup on `cpus` threads over one thread
+  // Predict's speedup on `threads` threads: linear between 1 (one thread) and speedup_at_cpus
+  // (cpus threads), the measured end points.
+  double predict_speedup(int threads) const;
+};
+
+// The images/s the layout sustains at those costs (seconds per image on one rank, one thread),
+// ignoring the cost of sending: the lowest of each group's count / (its ranks' time per image:
+// the sum of its stages' costs, predict's divided by its threads' speedup) and, with node.cpus,
+// of what the node's CPUs can do (cpus / the CPU time one image costs in all: the stages share
+// the cores whatever the layout). `bottleneck`: the slowest group's index (the first of equals),
+// or -1 when the CPUs bind.
+double layout_rate(const Layout& l, const StageCosts& cost_s, int* bottleneck = nullptr, const NodeModel& node = {});
 
 // The layout of `ranks` ranks with the highest layout_rate at those costs: for each way to cut
 // the stages into groups, each spare rank to the group with the lowest rate; of equal rates the
 // one with fewer groups (less to send between ranks).
-Layout balance(const StageCosts& cost_s, int ranks);
+Layout balance(const StageCosts& cost_s, int ranks, const NodeModel& node = {});
 
 // Every layout of `ranks` ranks with the four stages unfolded (each composition of ranks into
 // 4 counts >= 1; none for ranks < 4), or with `folded` every layout (each way to cut the stages

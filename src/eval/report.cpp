@@ -255,6 +255,7 @@ std::string timing_section(const Report& r) {
   if (c.images > 0) {
     o += "  calibration (" + std::to_string(c.images) + " images, rank 0, 1 thread), images/s per rank:";
     for (size_t i = 0; i < c.rates.size(); ++i) o += (i ? ", " : " ") + std::string(kStageKeys[i]) + " " + fixed(c.rates[i], 1);
+    if (c.threads > 0) o += "; predict on " + plural(uint64_t(c.threads), "thread") + " " + fixed(c.predict_rate_threads, 1);
     o += "\n  bottleneck " + c.bottleneck + ": predicted " + fixed(c.predicted_images_per_s, 1) + " images/s, measured " +
          fixed(r.images_per_s(), 1) + "\n";
   }
@@ -325,19 +326,10 @@ std::string pipelining_verdict(const Report& r) {
   const Calibration& c = r.calibration;
   if (r.mode != "pipeline" || !(r.sequential_images_per_s > 0) || r.node_cpus <= 0) return "";
   if (c.images == 0) return measured_verdict(r);
-  double per_image_s = 0;  // every stage's work for one image, on one core
-  for (double rate : c.rates) per_image_s += rate > 0 ? 1 / rate : 0;
-  const double cpu_bound = per_image_s > 0 ? r.node_cpus / per_image_s : kNaN;
-  const bool shared = r.node_ranks > r.node_cpus && cpu_bound < c.predicted_images_per_s;
-  const double bound = shared ? cpu_bound : c.predicted_images_per_s;
-  if (bound > r.sequential_images_per_s) return "";
-  const std::string seq = "the sequential baseline at " + fixed(r.sequential_images_per_s, 1) + " images/s";
-  const std::string on = plural(uint64_t(r.node_ranks), "rank") + " on " + plural(uint64_t(r.node_cpus), "CPU");
-  if (!shared)
-    return "pipelining cannot pay here: the slowest stage (" + c.bottleneck + ") runs at " +
-           fixed(c.predicted_images_per_s, 1) + " images/s, " + seq + "; " + on;
-  return "pipelining cannot pay here: " + on + " share every stage's work, at most " + fixed(cpu_bound, 1) +
-         " images/s (the slowest stage, " + c.bottleneck + ", at " + fixed(c.predicted_images_per_s, 1) + "), " + seq;
+  if (c.predicted_images_per_s > r.sequential_images_per_s) return "";
+  return "pipelining cannot pay here: at most " + fixed(c.predicted_images_per_s, 1) + " images/s (bound by " +
+         c.bottleneck + "), the sequential baseline at " + fixed(r.sequential_images_per_s, 1) + " images/s; " +
+         plural(uint64_t(r.node_ranks), "rank") + " on " + plural(uint64_t(r.node_cpus), "CPU");
 }
 
 std::string format_report(const Report& r) {
@@ -434,6 +426,8 @@ std::string report_json(const Report& r) {
     for (size_t i = 0; i < r.calibration.rates.size(); ++i) rates[kStageKeys[i]] = num_or_null(r.calibration.rates[i]);
     j["calibration"] = {{"images", r.calibration.images},
                         {"rates", std::move(rates)},
+                        {"predict_threads", r.calibration.threads},
+                        {"predict_rate_threads", num_or_null(r.calibration.predict_rate_threads)},
                         {"bottleneck", r.calibration.bottleneck},
                         {"predicted_images_per_s", num_or_null(r.calibration.predicted_images_per_s)}};
   } else {

@@ -56,8 +56,11 @@ struct StageTime {
 struct Calibration {
   uint64_t images = 0;           // the first images, every stage on rank 0 with one thread; 0: none ran
   std::vector<double> rates;     // per stage (read, decode, batch, predict): images/s on one rank
-  std::string bottleneck;        // the chosen layout's slowest group: "predict on 3 ranks"
-  double predicted_images_per_s = 0;  // that group's rate: the bound on the measured throughput
+  int threads = 0;               // predict measured again on this many threads (0: not)
+  double predict_rate_threads = 0;  // its images/s then
+  std::string bottleneck;        // what bounds the chosen layout: "predict on 3 ranks", or the
+                                 // node's CPUs, shared by every stage
+  double predicted_images_per_s = 0;  // that bound on the measured throughput
 };
 
 // The sequential baseline (--compare, --sequential): rank 0 alone, on the CPUs of its node that the
@@ -124,9 +127,8 @@ struct Report {
 
 // One line when the pipeline ran with a calibration (--stages auto) and a baseline (--compare)
 // and what the calibration measured says that no layout of these ranks can beat the baseline on
-// these CPUs: the pipeline's bound (the slowest group's rate, and, with more ranks than CPUs, the
-// CPUs shared by every stage's work: cpus / the sum of the stages' seconds per image) is at or
-// below the sequential rate. Without a calibration, one line when more ranks than CPUs on rank 0's
+// these CPUs: the calibration's bound (eval/layout.h layout_rate: the slowest group's rate, or
+// what the node's CPUs can do, shared by every stage's work) is at or below the sequential rate. Without a calibration, one line when more ranks than CPUs on rank 0's
 // node measured a lower rate than the baseline. Empty otherwise. No newline.
 std::string pipelining_verdict(const Report& r);
 
@@ -148,7 +150,7 @@ std::string format_report(const Report& r);
 // of {"stage","rank","busy_s","cpu_s","wall_s","utilisation","items"}), "baseline" ({"threads","cpus",
 // "node_cpus","own_cpus"}; null when none ran), "sequential_images_per_s" (null when 0), "speedup" (null when
 // NaN), "mismatches_vs_sequential" (null when -1), "verdict" (pipelining_verdict; null when empty),
-// "calibration" ({"images","rates":{"read",...,"predict"},"bottleneck","predicted_images_per_s"};
+// "calibration" ({"images","rates":{"read",...,"predict"},"predict_threads","predict_rate_threads","bottleneck","predicted_images_per_s"};
 // null when none ran).
 // Detection: "task": "detection" (first), and instead of "top1", "top5", "confusion" and the classifier's
 // "per_class": "resize", "boxes" (detections counted), "map50" (VOC mAP@0.5), "map" (COCO
