@@ -302,6 +302,31 @@ TEST_CASE("pipeline eval: --stages auto measures the stages, picks a layout, pre
   }
 }
 
+TEST_CASE("pipeline eval: --precision bf16 on the CPU: bf16 GEMMs, the same predictions on every layout") {
+  Fixture& f = fixture();
+  const auto fp32 = run_program("pipeline_eval", eval_args(f.dir / "fp32-seq", {"--limit", "40", "--sequential"}));
+  const auto bf16 = run_program("pipeline_eval", eval_args(f.dir / "bf16-seq", {"--limit", "40", "--sequential", "--precision", "bf16"}));
+  REQUIRE_MESSAGE(fp32.rc == 0, fp32.output);
+  REQUIRE_MESSAGE(bf16.rc == 0, bf16.output);
+  const json a = read_json(f.dir / "fp32-seq/report.json"), b = read_json(f.dir / "bf16-seq/report.json");
+  CHECK(a["device"] == "cpu");
+  CHECK(b["device"].get<std::string>().rfind("cpu, bf16 GEMMs", 0) == 0);
+  CHECK(bf16.output.find("per predictor, cpu, bf16 GEMMs") != std::string::npos);
+  // bf16 ran: the scores moved (inputs and weights rounded to 8 bits of mantissa), the
+  // predictions barely (accuracy within 5 points on 40 images).
+  const std::string want = read_text(f.dir / "bf16-seq/predictions.csv");
+  CHECK(want != read_text(f.dir / "fp32-seq/predictions.csv"));
+  CHECK(std::abs(a["top1"].get<double>() - b["top1"].get<double>()) <= 0.05 + 1e-9);
+  // The same bf16 predictions on a pipeline of 3 ranks.
+  const auto r = run_mpi(3, "pipeline_eval", eval_args(f.dir / "bf16-3", {"--limit", "40", "--precision", "bf16"}));
+  REQUIRE_MESSAGE(r.rc == 0, r.output);
+  CHECK(read_text(f.dir / "bf16-3/predictions.csv") == want);
+  // GPU precisions without a GPU: one line naming the flag.
+  const auto fp16 = run_program("pipeline_eval", eval_args(f.dir / "fp16", {"--device", "cpu", "--precision", "fp16"}));
+  CHECK(fp16.rc != 0);
+  CHECK(fp16.output.find("--precision fp16: the CPU computes in fp32 or bf16") != std::string::npos);
+}
+
 TEST_CASE("pipeline eval: --checkpoint alone evaluates the test split of the data the run trained on") {
   Fixture& f = fixture();
   TempDir d;

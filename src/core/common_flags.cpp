@@ -60,4 +60,12 @@ Shared<std::string> device(const std::string& help_suffix) {
           }};
 }
 
+Shared<std::string> precision(const std::string& help_suffix) {
+  return {{"precision", "", "P", Kind::Value,
+           "GPU math: auto (tf32), fp32, tf32, bf16 or fp16. CPU: auto (fp32), fp32 or bf16 "
+           "(convolutions and linear layers multiply bf16-rounded inputs with fp32 sums, on "
+           "AVX512-BF16 where the CPU has it, else emulated with the same bits, slower)" + help_suffix},
+          [](const Given& g) { return to_choice(g, {"auto", "fp32", "tf32", "bf16", "fp16"}); }};
+}
+
 }  // namespace mpicnn::cli::common

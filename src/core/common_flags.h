@@ -17,5 +17,6 @@ Shared<std::vector<float>> stddev(const std::string& help_suffix = "");  // --st
 Shared<int> threads(const std::string& help_suffix = "");
 Shared<double> timeout(const std::string& help_suffix = "");
 Shared<std::string> device(const std::string& help_suffix = "");
+Shared<std::string> precision(const std::string& help_suffix = "");
 
 }  // namespace mpicnn::cli::common

@@ -29,6 +29,7 @@
 #include "eval/pipeline.h"
 #include "eval/setup.h"
 #include "io/checkpoint.h"
+#include "layers/cpu_precision.h"
 
 namespace mpicnn::eval {
 
@@ -115,6 +116,14 @@ void on_root_napping(const dist::Comm& comm, const std::function<void()>& fn) {
   });
 }
 
+// Where a predicting rank computes, in what math (--device, --precision). The CPU's GEMM
+// precision is process-wide and taken when the model is planned: set here, before.
+DeviceChoice predict_device(const EvalOptions& o, const dist::Comm& comm) {
+  const DeviceChoice d = choose_device(o.device, o.precision, false, comm.local_rank());
+  set_cpu_precision(d.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);
+  return d;
+}
+
 // --stages auto, collective: the first images through every stage on rank 0 alone, with one
 // thread and then (predicting on the CPU) with a thread on each of the node's CPUs, then the
 // layout with the highest rate at those costs on this node (eval/layout.h: balance, NodeModel:
@@ -126,9 +135,7 @@ Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Datas
   on_root_napping(comm, [&] {
     EvalSetup few = setup;
     few.count = std::min<uint64_t>(setup.count, uint64_t(std::max<int64_t>(2 * setup.batch_size, 16)));
-    const Device device = setup.task == Task::Detection
-                              ? Device::CPU
-                              : choose_device(o.device, "auto", false, comm.local_rank()).device;
+    const Device device = setup.task == Task::Detection ? Device::CPU : predict_device(o, comm).device;
     std::unique_ptr<DetectionPredictor> detector;
     std::unique_ptr<Predictor> predictor;
     if (setup.task == Task::Detection)
@@ -237,6 +244,8 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   comm.broadcast(text);
   if (!comm.root()) setup = setup_from_json(text);
   const bool detection = setup.task == Task::Detection;
+  CHECK(!detection || o.precision == "auto" || o.precision == "fp32", "--precision ", o.precision,
+        ": a detection checkpoint evaluates in fp32 on the CPU");
   PipelineOptions po;
   po.credits = o.credits > 0 ? o.credits : int(4 * setup.batch_size);
   po.batch_credits = o.batch_credits;
@@ -261,12 +270,16 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
                                              comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
   std::unique_ptr<DetectionPredictor> detector;  // detection plans: the CPU (make_detection_setup refuses cuda)
+  std::string device;  // a predicting rank's DeviceChoice::description
   comm.on_all([&] {
-    if (predicts && detection)
+    if (predicts && detection) {
       detector = std::make_unique<DetectionPredictor>(setup);
-    else if (predicts)
-      predictor = std::make_unique<Predictor>(
-          setup, choose_device(o.device, "auto", false, comm.local_rank()).device);
+      device = "cpu";
+    } else if (predicts) {
+      const DeviceChoice d = predict_device(o, comm);
+      predictor = std::make_unique<Predictor>(setup, d.device);
+      device = d.description;
+    }
   });
 
   Report rep;
@@ -280,6 +293,8 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   rep.dataset = setup.dataset;
   rep.batch_size = int(setup.batch_size);
   rep.threads = threads;
+  for (const std::string& d : comm.allgather(device))  // the first predicting rank's
+    if (rep.device.empty()) rep.device = d;
   rep.node_cpus = comm.node_cpus();
   rep.node_ranks = comm.local_size();
   rep.class_names = setup.class_names;

@@ -148,7 +148,8 @@ const std::vector<Flag>& eval_flags() {
        bind_to(&O::output, text)},
       {{"json", "", "[=BOOL]", Switch, "print the JSON report on stdout instead of the text report"},
        bind_to(&O::json, to_bool)},
-      {common::device("; the predict stage runs there, in tf32 math"), &O::device},
+      {common::device("; the predict stage runs there"), &O::device},
+      {common::precision("; detection evaluates in fp32 on the CPU"), &O::precision},
       {common::timeout(), &O::timeout},
       {{"help", "h", "", Help, "print this help and exit"}},
   };

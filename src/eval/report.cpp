@@ -143,7 +143,8 @@ std::string header_section(const Report& r) {
   std::string o = "pipeline_eval: " + (r.model.empty() ? std::string("model") : r.model);
   if (!r.weights.empty()) o += " (" + r.weights + ")";
   o += ": " + plural(uint64_t(r.ranks), "rank") + " (" + r.mode + "), batch " + std::to_string(r.batch_size) +
-       ", " + plural(uint64_t(r.threads), "thread") + " per predictor\n";
+       ", " + plural(uint64_t(r.threads), "thread") + " per predictor" +
+       (r.device.empty() ? "" : ", " + r.device) + "\n";
   if (!r.dataset.empty()) o += "  data: " + r.dataset + "\n";
   if (!r.layout.empty()) o += "  layout: " + r.layout + (r.stage_ranks.empty() ? "" : " (--stages " + r.stage_ranks + ")") + "\n";
   if (r.task == Task::Detection) {
@@ -364,6 +365,7 @@ std::string report_json(const Report& r) {
   j["dataset"] = r.dataset;
   j["batch_size"] = r.batch_size;
   j["threads"] = r.threads;
+  j["device"] = r.device;
   j["node_cpus"] = r.node_cpus;
   j["node_ranks"] = r.node_ranks;
   j["classes"] = r.class_names;

@@ -100,6 +100,8 @@ struct Report {
   std::string model, weights;  // model name; the checkpoint directory or weights file
   std::string dataset;         // Dataset::describe()
   int batch_size = 0, threads = 0;  // threads per predicting rank
+  std::string device;           // where and in what math the predicting ranks computed
+                                // (DeviceChoice::description: "cpu", "cuda: NVIDIA H100..., tf32")
   int node_cpus = 0, node_ranks = 0;  // on rank 0's node: CPUs the job's ranks may use, and those ranks
   std::vector<std::string> class_names;  // detection: without the background (label k: [k - 1])
   std::vector<std::string> sources;  // Dataset::source(i) for every evaluated index (path column)
@@ -142,7 +144,7 @@ std::string pipelining_verdict(const Report& r);
 std::string format_report(const Report& r);
 
 // The same content as one JSON object (pretty-printed, 2-space indent): keys "mode", "ranks",
-// "layout", "stage_ranks" (null when empty), "model", "weights", "dataset", "batch_size", "threads",
+// "layout", "stage_ranks" (null when empty), "model", "weights", "dataset", "batch_size", "threads", "device",
 // "node_cpus", "node_ranks", "classes", "evaluated",
 // "skipped" (array of {"index","source","reason"}), "top1", "top5", "confusion" (array of
 // arrays), "per_class" (array of {"class","precision","recall","support"}; NaN -> null),

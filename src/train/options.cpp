@@ -262,13 +262,8 @@ const std::vector<Flag>& train_flags() {
       {common::timeout(), &O::timeout, both, {"60"}},
       // Detection runs on the CPU in fp32 for now.
       {common::device(), &O::device, both, {"cpu"}, {Task::Detection, {"cuda"}}},
-      {{"precision", "", "P", Value,
-        "GPU math: auto (tf32), fp32, tf32, bf16 or fp16 (with dynamic loss scaling); weights "
-        "and activations stay fp32. CPU: auto (fp32), fp32 or bf16 (convolutions and linear "
-        "layers multiply bf16-rounded inputs with fp32 sums, on AVX512-BF16 where the CPU has "
-        "it, else emulated with the same bits, slower)"},
-       bind_to(&O::precision, choice({"auto", "fp32", "tf32", "bf16", "fp16"})), both, {"bf16"},
-       {Task::Detection, {"tf32", "bf16", "fp16"}}},
+      {common::precision("; fp16 trains with dynamic loss scaling; weights and activations stay fp32"),
+       &O::precision, both, {"bf16"}, {Task::Detection, {"tf32", "bf16", "fp16"}}},
       {{"deterministic", "", "[=BOOL]", Switch,
         "GPU: deterministic cuDNN algorithms only (bit-identical reruns, maybe slower)"},
        bind_to(&O::deterministic, to_bool), both, {"true"}},
