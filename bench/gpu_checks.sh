@@ -16,6 +16,9 @@
 #   train    ./train: LeNet on Fashion-MNIST on the CPU and on the GPU (same accuracy),
 #            --deterministic reruns (same bytes), a GPU checkpoint resumed on the CPU and back,
 #            resnet18 on synthetic data, ./pipeline_eval --device cuda against --device cpu;
+#   pipeline issue 42's rows: bench/pipeline_scaling.sh on 2000 generated JPEGs, resnet18 and
+#            resnet50, --device cuda on K = 1..16 ranks and today's fixed 4-rank layout (one
+#            decode rank), then the CPU alone on K = 1..16;
 #   bench    bench/gpu_train.sh [ARGS] (training and inference vs the machine's PyTorch; ARGS:
 #            its MODELS PRECISIONS MODES).
 # Fashion-MNIST comes from FMNIST (default .gpu/fmnist: copy the Debian package's four .gz
@@ -30,7 +33,7 @@ T=build/release/cuda/tests
 BENCH=build/release/cuda/bench
 work=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
-checks=${CHECKS:-info profile conv unit train bench}
+checks=${CHECKS:-info profile conv unit train pipeline bench}
 want() { [[ " $checks " == *" $1 "* ]]; }
 # PyTorch with its own cuDNN: the libraries put on LD_LIBRARY_PATH for our binaries are not its.
 torch_python=(env -u LD_LIBRARY_PATH python3)
@@ -129,6 +132,15 @@ if [ -f "$work/eval-cpu/predictions.csv" ] && [ -f "$work/eval-cuda/predictions.
   echo "pipeline_eval predictions cpu vs cuda: $([ "$a" = "$b" ] && echo identical || echo "$n differ")" | tee -a "$out/train.log"
 fi
 
+fi
+
+# ---- the self-balancing pipeline on the 16 cores, with and without the GPU ---------------------
+if want pipeline; then
+  printf '#!/bin/sh\nexec env -u LD_LIBRARY_PATH python3 "$@"\n' >"$work/python" && chmod +x "$work/python"
+  scaling=(env BIN="$B" PYTHON="$work/python" PHOTOS=2000 MODELS="resnet18 resnet50" bash bench/pipeline_scaling.sh)
+  step pipeline 200 env DEVICE=cuda RANKS="1 2 4 8 12 16 read=1,decode=1,batch=1,predict=1" "${scaling[@]}"
+  step pipeline 150 env DEVICE=cpu RANKS="1 4 8 16" "${scaling[@]}"
+  grep -v '^===' "$out/pipeline.log" | tail -n 30
 fi
 
 # ---- speed vs PyTorch -------------------------------------------------------------------------

@@ -7,10 +7,14 @@
 # 333x500..640x480 (most 500x375), Resize(256) + CenterCrop(224), batch 16; and LeNet on
 # Fashion-MNIST's 10000 test images (tiny samples: per-message costs dominate).
 # Every row is one `mpiexec -n K --bind-to none ./pipeline_eval --stages auto` job; K = 1 runs
-# every stage on one rank with all threads (the sequential run). Best of ROUNDS by throughput.
+# every stage on one rank with all threads (the sequential run). An item of RANKS may instead be
+# a --stages layout (read=1,decode=1,batch=1,predict=1: today's fixed layout of 4 ranks), run
+# as given on its ranks; its bound is then the calibration's for the auto layout of as many
+# ranks, printed for reference. Best of ROUNDS by throughput.
 # Usage: bench/pipeline_scaling.sh [ROUNDS] (default 1). Environment: RANKS="1 2 3 4",
-# PHOTOS=2000, MODELS="lenet resnet18 resnet50", DEVICE=cpu|cuda, COMPARE=1 (each job also runs
-# --compare's sequential baseline: its rate, and whether the predictions are identical).
+# PHOTOS=2000, MODELS="lenet resnet18 resnet50", DEVICE=cpu|cuda, BIN=. (where pipeline_eval and
+# train are), COMPARE=1 (each job also runs --compare's sequential baseline: its rate, and
+# whether the predictions are identical).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
@@ -18,16 +22,17 @@ read -r -a ranks <<<"${RANKS:-1 2 3 4}"
 read -r -a models <<<"${MODELS:-lenet resnet18 resnet50}"
 photos=${PHOTOS:-2000}
 device=${DEVICE:-cpu}
+bin=${BIN:-.}
 python=${PYTHON:-/usr/bin/python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ -x ./pipeline_eval ] && [ -x ./train ] || make -s apps >/dev/null
+[ -x "$bin/pipeline_eval" ] && [ -x "$bin/train" ] || make -s apps >/dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 model_flags() {  # model -> ./pipeline_eval's model and data flags, batch
   case $1 in
     lenet)
-      [ -d "$tmp/lenet" ] || ./train --epochs 1 --progress none -s "$tmp/lenet" >/dev/null
+      [ -d "$tmp/lenet" ] || "$bin/train" --epochs 1 --progress none -s "$tmp/lenet" >/dev/null
       echo "--checkpoint $tmp/lenet --dataset fashion-mnist -b 64" ;;
     resnet*)
       if [ ! -f "$tmp/photos.csv" ]; then
@@ -48,13 +53,25 @@ printf "%-9s %3s %10s %10s %6s  %-40s %-44s %s\n" model K "images/s" bound "/bou
   "calibration images/s (read decode batch predict; predict on all threads)${compare:+; sequential, speedup, mismatches}"
 for model in "${models[@]}"; do
   flags=$(model_flags "$model")
-  for k in "${ranks[@]}"; do
+  for item in "${ranks[@]}"; do
+    k=$item stages=auto
+    if [[ $item == *=* ]]; then  # a layout: its ranks are the sum of its counts
+      stages=$item k=0
+      for n in $(tr ',' '\n' <<<"$item" | cut -d= -f2); do k=$((k + n)); done
+    fi
     best=""
     for ((r = 0; r < rounds; r++)); do
       out="$tmp/$model-$k-$r.json"
       # shellcheck disable=SC2086
-      mpiexec -n "$k" --oversubscribe --bind-to none ./pipeline_eval $flags --device "$device" --stages auto \
-        "${compare[@]}" --json >"$out"
+      mpiexec -n "$k" --oversubscribe --bind-to none "$bin/pipeline_eval" $flags --device "$device" \
+        --stages "$stages" "${compare[@]}" --json >"$out"
+      if [ "$stages" != auto ]; then  # the bound: the calibration of an auto job of as many ranks
+        # shellcheck disable=SC2086
+        mpiexec -n "$k" --oversubscribe --bind-to none "$bin/pipeline_eval" $flags --device "$device" \
+          --stages auto --limit 128 --json >"$out.auto"
+        "$python" -c 'import json, sys; a = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2]))
+r["calibration"] = a["calibration"]; json.dump(r, open(sys.argv[2], "w"))' "$out.auto" "$out"
+      fi
       line=$("$python" - "$out" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
