@@ -142,13 +142,20 @@ Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Datas
       detector = std::make_unique<DetectionPredictor>(few);
     else
       predictor = std::make_unique<Predictor>(few, device);
-    // Seconds per image of each stage on `threads` threads.
+    const auto run = [&](const EvalSetup& s) {
+      return detector ? run_sequential(s, boxes, *detector, po) : run_sequential(s, *dataset, *predictor, po);
+    };
+    // Seconds per image of each stage on `threads` threads, after one batch through every stage
+    // unmeasured (first calls: the decoder's and the allocator's buffers, the model's on these
+    // threads).
     const auto measure = [&](int threads) {
       set_num_threads(threads);
-      detector ? detector->warm_up() : predictor->warm_up();
-      const RunOutput run = detector ? run_sequential(few, boxes, *detector, po) : run_sequential(few, *dataset, *predictor, po);
+      EvalSetup first = few;
+      first.count = std::min<uint64_t>(few.count, uint64_t(setup.batch_size));
+      (void)run(first);
+      const RunOutput run_few = run(few);
       StageCosts cost{};
-      for (const StageTime& t : run.stages)
+      for (const StageTime& t : run_few.stages)
         for (int st = kRead; st <= kPredict; ++st)
           if (t.stage == stage_name(st)) cost[size_t(st)] += t.busy_s / double(std::max<uint64_t>(few.count, 1));
       return cost;
