@@ -366,7 +366,7 @@ void Trainer::print_header() const {
                                    : std::string())
        << (init_line_.empty() ? std::string() : "\n  " + init_line_)
        << (frozen_line.empty() ? std::string() : "\n  " + frozen_line)
-       << (K > 1 ? "\n  gradient sync: " + describe_sync(*sync_) : std::string())
+       << (K > 1 || sync_->options().nccl ? "\n  gradient sync: " + describe_sync(*sync_) : std::string())
        << "\n  device " << dev_.description
        << "\n  " << opt_->name() << ", " << schedule_->describe()
        << describe_head_lr(*model_, o_.head_lr_mult)
