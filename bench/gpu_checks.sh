@@ -13,7 +13,8 @@
 #            tf32/bf16/fp16, forward, data and weight gradient;
 #   unit     unit_tests -ts=cuda (every layer against the CPU; the model test last, the longest)
 #            and the 2-rank GPU gradient sync (both ranks on the one GPU);
-#   nccl     issue 43's --gpu-allreduce nccl on the one GPU: the device-sync unit tests, a 1-rank
+#   nccl     issue 43's --gpu-allreduce nccl on the one GPU: the device-sync unit tests, GradSync
+#            through NCCL at one rank (mpi_tests, fp32 and bf16), a 1-rank
 #            ./train through NCCL against the same run without an allreduce (--gpu-allreduce mpi:
 #            one rank sums nothing), bit for bit; NCCL's bus bandwidth at 1 rank against the
 #            host-staged MPI path (allreduce_bench nccl); 2 ranks sharing the GPU: auto must run
@@ -104,6 +105,9 @@ fi
 # ---- NCCL gradient exchange (issue 43) ----------------------------------------------------------
 if want nccl; then
   step nccl 30 "$T/unit_tests" -tc='device sync*'
+  # GradSync through NCCL at one rank: fp32 bit for bit, bf16 exactly the CPU's rounding.
+  step nccl 60 mpiexec -n 1 "$T/mpi_tests" -tc='cuda dist grad sync: NCCL*'
+  tail -n 4 "$out/nccl.log"
   n1=(-m lenet -d "$fmnist" --dataset fashion-mnist -e 1 --progress plain --seed 3 --workers 2
       --device cuda --deterministic)
   step nccl 40 "$B/train" "${n1[@]}" --gpu-allreduce mpi -s "$work/n1-mpi"
