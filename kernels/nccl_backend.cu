@@ -3,6 +3,9 @@
 // and the 16-bit casts around the allreduce when compressing. Built only when `make CUDA=1`
 // finds nccl.h (MPICNN_HAVE_NCCL); src/dist/nccl_absent.cpp otherwise. The bookkeeping of which
 // slot is queued when is src/dist/device_sync.cpp's, tested on the CPU with a stand-in.
+#ifndef MPICNN_HAVE_NCCL
+#error "kernels/nccl_backend.cu is built only when the Makefile finds nccl.h (MPICNN_HAVE_NCCL)"
+#endif
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <nccl.h>
@@ -50,10 +53,12 @@ class NcclCollective final : public DeviceCollective {
   NcclCollective(const ncclUniqueId& id, int rank, int size, GradCompression compression, int64_t slab_floats)
       : compression_(compression) {
     gpu::ctx();  // a device is selected (throws otherwise)
+    // The collective first: what may fail on one rank alone (memory) comes after every rank has
+    // joined, so that the caller's agreement (Comm::on_all) reaches all of them.
+    NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank), nullptr);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     if (compression_ != GradCompression::None)
       wire_ = gpu::backend().alloc(size_t(slab_floats) * sizeof(uint16_t));
-    NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank), nullptr);
   }
   ~NcclCollective() override {
     // No throwing here: a failed step already reported its error.

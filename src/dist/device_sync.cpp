@@ -51,6 +51,8 @@ std::unique_ptr<DeviceCollective> open_nccl(const Comm& comm, GradCompression co
   comm.on_root([&] { id = nccl::unique_id(); });
   comm.broadcast(id);
   std::unique_ptr<DeviceCollective> coll;
+  // ncclCommInitRank waits for every rank: a rank that never joins is the watchdog's to end.
+  WaitGuard wait("ncclCommInitRank", "NCCL communicator");
   comm.on_all([&] { coll = nccl::open(id, comm.rank(), comm.size(), compression, slab_floats); });
   return coll;
 }

@@ -26,7 +26,7 @@ std::atomic<const char*> g_op{nullptr}, g_what{nullptr};
 std::atomic<int64_t> g_index{-1}, g_count{0};
 std::atomic<const char*> g_phase{nullptr};
 std::atomic<int64_t> g_epoch{-1}, g_step{-1};
-Watchdog* g_watchdog = nullptr;  // the running one (polled_wait's deadline), set by the MPI thread
+std::atomic<Watchdog*> g_watchdog{nullptr};  // the running one: polled_wait's deadline
 
 void publish(const char* op, const char* what, int64_t index, int64_t count, int64_t start) {
   g_start.store(0, std::memory_order_relaxed);
@@ -106,7 +106,7 @@ Watchdog::Watchdog(Options options) : o_(std::move(options)) {
   CHECK(o_.timeout_s > 0, "watchdog: timeout must be > 0 s, got ", o_.timeout_s);
   CHECK(!g_enabled.exchange(true), "watchdog: one at a time per process");
   if (o_.poll_s <= 0) o_.poll_s = std::min(1.0, o_.timeout_s / 4);
-  g_watchdog = this;
+  g_watchdog.store(this);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -117,7 +117,7 @@ Watchdog::~Watchdog() {
   }
   cv_.notify_all();
   thread_.join();
-  g_watchdog = nullptr;
+  g_watchdog.store(nullptr);
   g_enabled.store(false);
   g_start.store(0);
 }
@@ -177,7 +177,7 @@ void polled_wait(const std::function<bool()>& done, const std::function<void()>&
                  const char* op, const char* what, int index, int count) {
   const int64_t start = monotonic_ns();
   while (!done()) {
-    Watchdog* w = g_watchdog;
+    Watchdog* w = g_watchdog.load();
     if (w && g_paused.load() == 0) {
       const std::string line = w->overdue(start, op, what, index, count);
       if (!line.empty()) {
