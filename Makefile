@@ -68,7 +68,7 @@ ifeq ($(COVERAGE),1)
   LDFLAGS  += --coverage
 endif
 
-LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*' ! -name gpu_absent.cpp))
+LIB_SRC   := $(sort $(shell find src -name '*.cpp' ! -path 'src/apps/*' ! -name gpu_absent.cpp ! -name nccl_absent.cpp))
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/obj/%.o)
 LIB       := $(BUILD)/libmpicnn.a
 TEST_SRC  := $(sort $(wildcard tests/*.cpp))
@@ -103,19 +103,33 @@ APPS_SRC  := $(sort $(wildcard src/apps/*.cpp))
 APPS      := $(APPS_SRC:src/apps/%.cpp=%)
 APPS_BIN  := $(APPS:%=$(OUT)/bin/%)
 # The GPU backend: kernels/X.cu -> $(BUILD)/obj/kernels/X.o with nvcc, or the CPU build's none.
+# NCCL (--gpu-allreduce nccl): kernels/nccl_backend.cu when CUDA=1 finds nccl.h under NCCL_HOME
+# or CUDA_HOME, else src/dist/nccl_absent.cpp, which refuses it.
 CU_SRC    := $(sort $(wildcard kernels/*.cu))
-CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+NCCL_HOME ?=
+NCCL_DIR  := $(firstword $(foreach d,$(NCCL_HOME) $(CUDA_HOME),$(if $(wildcard $(d)/include/nccl.h),$(d))))
 ifeq ($(CUDA),1)
   ifeq ($(wildcard $(NVCC)),)
     $(error CUDA=1: nvcc not found at $(NVCC) (set CUDA_HOME=/path/to/cuda))
   endif
-  BACKEND := $(CU_OBJ)
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
   LDLIBS  += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lcudart
-else
-  BACKEND := $(BUILD)/obj/src/core/gpu_absent.o
 endif
-NVCCFLAGS := -std=c++20 -O3 -Isrc -Ikernels -Xcompiler -Wall,-Wextra \
+ifneq ($(and $(filter 1,$(CUDA)),$(NCCL_DIR)),)
+  NCCL_LIBDIR := $(firstword $(wildcard $(NCCL_DIR)/lib64 $(NCCL_DIR)/lib))
+  NCCL_FLAGS := -DMPICNN_HAVE_NCCL=1 -I$(NCCL_DIR)/include
+  LDLIBS  += -L$(NCCL_LIBDIR) -Wl,-rpath,$(NCCL_LIBDIR) -lnccl
+else
+  CU_SRC  := $(filter-out kernels/nccl_backend.cu,$(CU_SRC))
+  NCCL_ABSENT := $(BUILD)/obj/src/dist/nccl_absent.o
+endif
+CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+ifeq ($(CUDA),1)
+  BACKEND := $(CU_OBJ) $(NCCL_ABSENT)
+else
+  BACKEND := $(BUILD)/obj/src/core/gpu_absent.o $(NCCL_ABSENT)
+endif
+NVCCFLAGS := -std=c++20 -O3 -Isrc -Ikernels $(NCCL_FLAGS) -Xcompiler -Wall,-Wextra \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH)) -MMD -MP
 
@@ -230,4 +244,4 @@ clean:
 
 include mk/fuzz.mk mk/deps.mk mk/test.mk mk/demo.mk
 
--include $(GPU_BENCH_SRC:%.cu=$(BUILD)/obj/%.d) $(F64_OBJ:.o=.d) $(F64_TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/src/core/gpu_absent.d $(APPS_SRC:%.cpp=$(BUILD)/obj/%.d) $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)
+-include $(GPU_BENCH_SRC:%.cu=$(BUILD)/obj/%.d) $(F64_OBJ:.o=.d) $(F64_TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/src/core/gpu_absent.d $(BUILD)/obj/src/dist/nccl_absent.d $(APPS_SRC:%.cpp=$(BUILD)/obj/%.d) $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d) $(BENCH_SRC:%.cpp=$(BUILD)/obj/%.d) $(TOOLS_SRC:%.cpp=$(BUILD)/obj/%.d)

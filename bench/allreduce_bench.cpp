@@ -6,12 +6,17 @@
 // which shows the overlap gain.
 // Usage: mpiexec -n K allreduce_bench [model=resnet18] [reps=20] [bucket_mb=0 (auto)]
 //        [batch=16] [size=64] [step_reps=5]   (batch 0 skips the step timing)
+// GPU: mpiexec -n K allreduce_bench nccl [max_mb=256] [reps=20]: bus bandwidth of NCCL (the
+// path of ./train --gpu-allreduce nccl) against the host-staged MPI path, 1 MiB .. max_mb MiB,
+// one rank per GPU (nccl_bench below). Needs the CUDA build with NCCL.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "core/gpu.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "dist/grad_sync.h"
@@ -25,11 +30,71 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// nccl-tests' allreduce bus bandwidth: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n, what
+// each rank's busiest link carries in a ring (0 at one rank: nothing crosses a link).
+double bus_factor(int ranks) { return 2.0 * (ranks - 1) / ranks; }
+
+// One allreduce of 1 MiB .. max_mb MiB of floats in device memory (doubling), median of reps
+// after two warm-ups: through NCCL, as ./train queues a bucket (dist::DeviceBuckets with one
+// bucket: ready event, allreduce on NCCL's stream, the host polling until done), and through
+// the host-staged MPI path (device -> pinned host, MPI_Allreduce, host -> device, as GradSync
+// stages a GPU slab without NCCL or a CUDA-aware MPI, here without overlap).
+void nccl_bench(const dist::Comm& comm, int max_mb, int reps) {
+  const DeviceChoice dev = choose_device("cuda", "fp32", false, comm.local_rank());
+  gpu::Backend& g = gpu::backend();
+  const int64_t max_floats = int64_t(max_mb) << 18;  // MiB / 4 bytes
+  auto buf = g.alloc(size_t(max_floats) * sizeof(float));
+  auto host = g.alloc_pinned(size_t(max_floats) * sizeof(float));
+  float* d = static_cast<float*>(buf.get());
+  float* h = static_cast<float*>(host.get());
+  auto coll = dist::open_nccl(comm, dist::GradCompression::None, max_floats);
+  const int K = comm.size();
+  if (comm.root())
+    std::printf("allreduce_bench nccl: %d ranks on %d node(s), %s, median of %d; GB/s = 1e9 bytes/s, "
+                "busbw = algbw * 2(n-1)/n\n%10s %10s %10s %10s %12s %10s %10s\n",
+                K, comm.nodes(), dev.description.c_str(), reps, "MiB", "nccl ms", "algbw", "busbw",
+                "staged ms", "algbw", "busbw");
+  for (int64_t n = int64_t(1) << 18; n <= max_floats; n *= 2) {
+    const double bytes = double(n) * sizeof(float);
+    dist::DeviceBuckets one(*coll, d, {{0, n}});
+    std::vector<double> t_nccl, t_staged;
+    for (int r = 0; r < reps + 2; ++r) {
+      g.fill(d, 1e-3f, n);  // sums stay small whatever the rank count and repetitions
+      g.synchronize();
+      comm.barrier();
+      double t = MPI_Wtime();
+      one.begin_step();
+      one.finish();
+      const double a = MPI_Wtime() - t;
+      comm.barrier();
+      t = MPI_Wtime();
+      g.copy(h, false, d, true, size_t(bytes));
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, int(n), MPI_FLOAT, MPI_SUM, comm.world()));
+      g.copy(d, true, h, false, size_t(bytes));
+      const double b = MPI_Wtime() - t;
+      if (r >= 2) t_nccl.push_back(a), t_staged.push_back(b);
+    }
+    if (comm.root()) {
+      const double a = median(t_nccl), b = median(t_staged);
+      std::printf("%10.0f %10.3f %10.2f %10.2f %12.3f %10.2f %10.2f\n", bytes / (1 << 20), a * 1e3, bytes / a / 1e9,
+                  bytes / a / 1e9 * bus_factor(K), b * 1e3, bytes / b / 1e9, bytes / b / 1e9 * bus_factor(K));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   dist::Comm comm(&argc, &argv);
   try {
+    if (argc > 1 && std::string(argv[1]) == "nccl") {
+      const int max_mb = argc > 2 ? std::atoi(argv[2]) : 256;
+      const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
+      CHECK(max_mb >= 1 && max_mb <= 4096 && reps >= 1, "allreduce_bench nccl: max_mb in [1, 4096], reps >= 1");
+      nccl_bench(comm, max_mb, reps);
+      return 0;
+    }
     const std::string name = argc > 1 ? argv[1] : "resnet18";
     const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
     const double bucket_mb = argc > 3 ? std::atof(argv[3]) : 0.0;

@@ -13,6 +13,12 @@
 #            tf32/bf16/fp16, forward, data and weight gradient;
 #   unit     unit_tests -ts=cuda (every layer against the CPU; the model test last, the longest)
 #            and the 2-rank GPU gradient sync (both ranks on the one GPU);
+#   nccl     issue 43's --gpu-allreduce nccl on the one GPU: the device-sync unit tests, GradSync
+#            through NCCL at one rank (mpi_tests, fp32 and bf16), a 1-rank
+#            ./train through NCCL against the same run without an allreduce (--gpu-allreduce mpi:
+#            one rank sums nothing), bit for bit; NCCL's bus bandwidth at 1 rank against the
+#            host-staged MPI path (allreduce_bench nccl); 2 ranks sharing the GPU: auto must run
+#            MPI, and nccl must be refused with one line;
 #   train    ./train: LeNet on Fashion-MNIST on the CPU and on the GPU (same accuracy),
 #            --deterministic reruns (same bytes), a GPU checkpoint resumed on the CPU and back,
 #            resnet18 on synthetic data, ./pipeline_eval --device cuda against --device cpu;
@@ -33,7 +39,7 @@ T=build/release/cuda/tests
 BENCH=build/release/cuda/bench
 work=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
-checks=${CHECKS:-info profile conv unit train pipeline bench}
+checks=${CHECKS:-info profile conv unit nccl train pipeline bench}
 want() { [[ " $checks " == *" $1 "* ]]; }
 # PyTorch with its own cuDNN: the libraries put on LD_LIBRARY_PATH for our binaries are not its.
 torch_python=(env -u LD_LIBRARY_PATH python3)
@@ -97,6 +103,34 @@ if want unit; then
   tail -n 8 "$out/unit.log"
   step unit 120 "$T/unit_tests" -tc='cuda: every model matches*'
   tail -n 25 "$out/unit.log"
+fi
+
+# ---- NCCL gradient exchange (issue 43) ----------------------------------------------------------
+if want nccl; then
+  step nccl 30 "$T/unit_tests" -tc='device sync*'
+  # GradSync through NCCL at one rank: fp32 bit for bit, bf16 exactly the CPU's rounding.
+  step nccl 60 mpiexec -n 1 "$T/mpi_tests" -tc='cuda dist grad sync: NCCL*'
+  tail -n 4 "$out/nccl.log"
+  n1=(-m lenet -d "$fmnist" --dataset fashion-mnist -e 1 --progress plain --seed 3 --workers 2
+      --device cuda --deterministic)
+  step nccl 40 "$B/train" "${n1[@]}" --gpu-allreduce mpi -s "$work/n1-mpi"
+  step nccl 40 "$B/train" "${n1[@]}" --gpu-allreduce nccl -s "$work/n1-nccl"
+  {
+    grep -m1 'gradient sync:' "$out/nccl.log"
+    if cmp "$work/n1-mpi/latest/model.safetensors" "$work/n1-nccl/latest/model.safetensors"; then
+      echo "1-rank nccl vs no allreduce: identical model.safetensors"
+    else echo "1-rank nccl vs no allreduce: DIFFERENT"; fi
+  } | tee -a "$out/nccl.log"
+  step nccl 60 "$BENCH/allreduce_bench" nccl 256 10
+  # Two ranks on the one GPU: auto falls back to MPI (the header says ring), nccl is refused.
+  step nccl 60 mpiexec -n 2 --oversubscribe "$B/train" "${n1[@]}" --gpu-allreduce auto -s "$work/n2-auto"
+  auto_sync=$(grep -o 'gradient sync: [a-z]* allreduce' "$out/nccl.log" | tail -1)
+  step nccl 30 mpiexec -n 2 --oversubscribe "$B/train" "${n1[@]}" --gpu-allreduce nccl -s "$work/n2-nccl"
+  {
+    echo "2 ranks sharing the GPU, auto (want ring): $auto_sync"
+    echo "2 ranks sharing the GPU, nccl (want refused): $(grep -o 'gpu-allreduce nccl: several ranks share GPU [^,]*' "$out/nccl.log" | tail -1)"
+  } | tee -a "$out/nccl.log"
+  grep -A 12 'allreduce_bench nccl:' "$out/nccl.log"
 fi
 
 # ---- ./train and ./pipeline_eval --------------------------------------------------------------

@@ -93,6 +93,21 @@ std::string CudaBackend::device_name() const {
          std::to_string(p.major) + std::to_string(p.minor) + ")";
 }
 
+std::string CudaBackend::device_uuid() const {
+  CHECK(ctx_.device >= 0, "device_uuid: no device selected");
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, ctx_.device));
+  // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+  std::string s = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    std::snprintf(hex, sizeof hex, "%02x", unsigned(uint8_t(p.uuid.bytes[i])));
+    s += hex;
+  }
+  return s;
+}
+
 void CudaBackend::set_precision(Precision p) { ctx_.precision = p; }
 Precision CudaBackend::precision() const { return ctx_.precision; }
 void CudaBackend::set_deterministic(bool on) { ctx_.deterministic = on; }

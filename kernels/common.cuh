@@ -83,6 +83,7 @@ class CudaBackend final : public Backend {
   void select_device(int local_rank) override;
   int device() const override;
   std::string device_name() const override;
+  std::string device_uuid() const override;
   void set_precision(Precision p) override;
   Precision precision() const override;
   void set_deterministic(bool on) override;

@@ -15,6 +15,7 @@
 #include "core/common_flags.h"
 #include "core/gpu.h"
 #include "data/dataset.h"
+#include "dist/nccl_backend.h"
 #include "models/registry.h"
 #include "train/options.h"
 #include "testing.h"
@@ -360,6 +361,15 @@ TEST_CASE("train options: value errors") {
                        "--device cuda: this build has no CUDA backend (rebuild with make CUDA=1 "
                        "on a machine with nvcc)");
   expect_parse_error({"--device", "tpu"}, "--device: 'tpu' is not one of auto, cpu or cuda");
+  // A build without NCCL refuses nccl where it is asked; one with NCCL decides at start-up
+  // (dist::resolve_gpu_allreduce, which tests/test_device_sync.cpp covers).
+  if (!mpicnn::dist::nccl::compiled_in())
+    expect_parse_error({"--gpu-allreduce", "nccl"},
+                       "--gpu-allreduce nccl: this build has no NCCL (rebuild with make CUDA=1 where "
+                       "nccl.h is under CUDA_HOME or NCCL_HOME)");
+  else
+    CHECK(parse({"--gpu-allreduce", "nccl"}).gpu_allreduce == "nccl");
+  expect_parse_error({"--gpu-allreduce", "ring"}, "--gpu-allreduce: 'ring' is not one of nccl, mpi or auto");
   expect_parse_error({"--precision", "fp8"},
                      "--precision: 'fp8' is not one of auto, fp32, tf32, bf16 or fp16");
   expect_parse_error({"--mean", "0.5,x"}, "--mean: 'x' in '0.5,x' is not a number");

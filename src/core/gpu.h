@@ -96,6 +96,9 @@ class Backend {
   virtual void select_device(int local_rank) = 0;
   virtual int device() const = 0;
   virtual std::string device_name() const = 0;  // "NVIDIA H100 80GB HBM3 (device 0, sm_90)"
+  // The selected GPU's UUID ("GPU-8f3a0c1e-..."), as nvidia-smi -L shows it: the same on ranks
+  // that share a GPU, whatever number CUDA_VISIBLE_DEVICES gives it in each.
+  virtual std::string device_uuid() const = 0;
   virtual void set_precision(Precision p) = 0;
   virtual Precision precision() const = 0;
   // Deterministic algorithms only (convolution backward, no atomics in reductions), chosen by

@@ -55,7 +55,7 @@ class BucketReducer {
 
   AllreduceAlgo algo() const { return algo_; }
   GradCompression compression() const { return compression_; }
-  int64_t element_bytes() const { return compression_ == GradCompression::None ? 4 : 2; }
+  int64_t element_bytes() const { return wire_bytes(compression_); }
 
  private:
   enum Phase : int { kIdle = -1, kReduce = 0, kAllreduce = 1, kBroadcast = 2, kDone = 3 };

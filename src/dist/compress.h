@@ -7,15 +7,10 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <string>
+
+#include "dist/grad_compression.h"
 
 namespace mpicnn::dist {
-
-enum class GradCompression { None, Fp16, Bf16 };
-
-const char* to_string(GradCompression c);  // "none", "fp16", "bf16"
-// "none" | "fp16" | "bf16"; anything else throws one line naming `flag`.
-GradCompression parse_grad_compression(const std::string& s, const std::string& flag);
 
 // float32 -> the 16-bit format, round to nearest even (fp16: magnitudes past 65504 become inf,
 // as a cast in PyTorch does), and back (exact). c must not be None.

@@ -75,6 +75,16 @@ GradSync::GradSync(const Comm& comm, ParamStore& store, GradSyncOptions options)
   for (const Bucket& b : buckets_) synced_floats_ += b.end - b.begin;
   options_.algo = resolve_allreduce(options_.algo, comm);
   gpu_ = store.device() == Device::CUDA;
+  if (options_.nccl) {
+    CHECK(gpu_, "gradient sync: NCCL sums GPU gradients; these are on the CPU");
+    options_.algo = AllreduceAlgo::Ring;
+    if (options_.mode == SyncMode::Thread) options_.mode = SyncMode::Hooks;
+    device_coll_ = open_nccl(comm, options_.compression, store.grads().numel());
+    std::vector<DeviceBuckets::Range> ranges;
+    for (const Bucket& b : buckets_) ranges.push_back({b.begin, b.end});
+    device_ = std::make_unique<DeviceBuckets>(*device_coll_, store.grads().data(), std::move(ranges));
+    return;
+  }
   alone_ = gpu_ && comm.size() == 1 && options_.compression == GradCompression::None;
   const bool device_mpi = gpu_ && mpi_cuda_aware();
   if (device_mpi) {
@@ -107,7 +117,9 @@ void GradSync::attach(Model& model) {
   model.set_grad_ready([this](int64_t offset) { on_ready(offset); });
 }
 
-size_t GradSync::buckets_started() const { return thread_ ? thread_->handed() : next_; }
+size_t GradSync::buckets_started() const {
+  return thread_ ? thread_->handed() : device_ ? device_->launched() : next_;
+}
 
 void GradSync::begin_step() {
   CHECK(!active_, "gradient sync: begin_step() twice without finish()");
@@ -115,6 +127,8 @@ void GradSync::begin_step() {
   next_ = queued_ = 0;
   if (thread_)
     thread_->begin_step(bucket_base());
+  else if (device_)
+    device_->begin_step();
   else if (reducer_)
     reducer_->reset();
   step_start_ = MPI_Wtime();
@@ -169,6 +183,10 @@ size_t GradSync::ready_count(int64_t first_ready_offset) const {
 void GradSync::launch_ready(int64_t first_ready_offset) {
   if (alone_) return;
   const size_t ready = ready_count(first_ready_offset);
+  if (device_) {
+    device_->launch(ready);
+    return;
+  }
   if (!gpu_) {
     while (next_ < ready) start(next_++);
     return;
@@ -204,6 +222,11 @@ void GradSync::wait_buckets() {
     return;
   }
   if (alone_) return;
+  if (device_) {
+    fault::point("allreduce");
+    device_->finish();
+    return;
+  }
   launch_ready(0);  // whatever backward did not report (all of it without the hook)
   while (next_ < buckets_.size()) start(next_++);
   fault::point("allreduce");
@@ -252,7 +275,7 @@ void GradSync::finish() {
     for (int64_t i = 0; i < n; ++i) p[i] *= scale;
   }
   stats_.steps += 1;
-  if (!alone_) stats_.bytes += synced_floats_ * (reducer_ ? reducer_->element_bytes() : int64_t(sizeof(float)));
+  if (!alone_) stats_.bytes += synced_floats_ * wire_bytes(options_.compression);
   stats_.step_seconds += MPI_Wtime() - step_start_;
 }
 

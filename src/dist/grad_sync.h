@@ -18,6 +18,9 @@
 // non-blocking reductions on device memory), each once the compute stream has reached the
 // event recorded when the bucket became ready: the host queued the whole backward before
 // finish(), so they overlap its later layers.
+// With NCCL (GradSyncOptions::nccl, --gpu-allreduce) a GPU slab stays on the device: each ready
+// bucket's allreduce is queued on NCCL's stream behind the bucket's ready event, the optimizer
+// waits on the last (device_sync.h); no host copy and no host wait per bucket.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -26,6 +29,7 @@
 
 #include "dist/bucket_reduce.h"
 #include "dist/comm.h"
+#include "dist/device_sync.h"
 #include "dist/progress_thread.h"
 #include "layers/params.h"
 #include "models/model.h"
@@ -51,6 +55,9 @@ struct GradSyncOptions {
   // `scale`), so the sum is the average and that pass is skipped; same result up to rounding
   // (bit-identical when K is a power of two).
   bool average = true;
+  // A GPU slab: summed device to device by NCCL (resolve_gpu_allreduce decides); algo is then
+  // Ring (NCCL picks its own rings and trees) and mode at most Hooks. Needs GPU gradients.
+  bool nccl = false;
 };
 
 struct Bucket {
@@ -126,7 +133,9 @@ class GradSync {
   GradSyncOptions options_;
   std::vector<Bucket> buckets_;
   int64_t synced_floats_ = 0;  // the buckets' floats: the slab's less frozen ranges
-  std::unique_ptr<BucketReducer> reducer_;   // all but the CUDA-aware device slab
+  std::unique_ptr<BucketReducer> reducer_;   // all but the CUDA-aware and NCCL device slabs
+  std::unique_ptr<DeviceCollective> device_coll_;  // NCCL
+  std::unique_ptr<DeviceBuckets> device_;          // NCCL: which bucket is queued when
   std::unique_ptr<ProgressThread> thread_;   // Thread mode
   size_t next_ = 0;                          // first bucket not yet started (hooks / blocking)
   // GPU slab: buckets below queued_ have their device -> host copy (staged_: without a

@@ -26,6 +26,7 @@ std::atomic<const char*> g_op{nullptr}, g_what{nullptr};
 std::atomic<int64_t> g_index{-1}, g_count{0};
 std::atomic<const char*> g_phase{nullptr};
 std::atomic<int64_t> g_epoch{-1}, g_step{-1};
+std::atomic<Watchdog*> g_watchdog{nullptr};  // the running one: polled_wait's deadline
 
 void publish(const char* op, const char* what, int64_t index, int64_t count, int64_t start) {
   g_start.store(0, std::memory_order_relaxed);
@@ -105,6 +106,7 @@ Watchdog::Watchdog(Options options) : o_(std::move(options)) {
   CHECK(o_.timeout_s > 0, "watchdog: timeout must be > 0 s, got ", o_.timeout_s);
   CHECK(!g_enabled.exchange(true), "watchdog: one at a time per process");
   if (o_.poll_s <= 0) o_.poll_s = std::min(1.0, o_.timeout_s / 4);
+  g_watchdog.store(this);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -115,6 +117,7 @@ Watchdog::~Watchdog() {
   }
   cv_.notify_all();
   thread_.join();
+  g_watchdog.store(nullptr);
   g_enabled.store(false);
   g_start.store(0);
 }
@@ -137,16 +140,27 @@ bool Watchdog::check() {
   const char* what = g_what.load(std::memory_order_acquire);
   const int64_t index = g_index.load(std::memory_order_acquire), count = g_count.load(std::memory_order_acquire);
   if (g_start.load(std::memory_order_relaxed) != start) return false;  // changed while read
-  const double waited = double(monotonic_ns() - start) * 1e-9;
-  if (waited <= o_.timeout_s) return false;
-  const std::string line = describe(o_.rank, o_.host, waited, o_.timeout_s, op, what, index, count,
-                                    g_phase.load(std::memory_order_relaxed), g_epoch.load(std::memory_order_relaxed),
-                                    g_step.load(std::memory_order_relaxed));
+  const std::string line = overdue(start, op, what, index, count);
+  if (line.empty()) return false;
+  strike(line);
+  return true;
+}
+
+std::string Watchdog::overdue(int64_t start_ns, const char* op, const char* what, int64_t index,
+                              int64_t count) const {
+  const double waited = double(monotonic_ns() - start_ns) * 1e-9;
+  if (waited <= o_.timeout_s) return "";
+  return describe(o_.rank, o_.host, waited, o_.timeout_s, op, what, index, count,
+                  g_phase.load(std::memory_order_relaxed), g_epoch.load(std::memory_order_relaxed),
+                  g_step.load(std::memory_order_relaxed));
+}
+
+void Watchdog::strike(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
   if (o_.on_timeout) {
     o_.on_timeout(line);
-    return true;
+    return;
   }
   // MPI_Abort from this thread while the MPI thread is blocked inside MPI: Open MPI's abort
   // goes through its runtime (mpiexec kills every rank). Should it not end the process, the
@@ -157,6 +171,23 @@ bool Watchdog::check() {
   }).detach();
   MPI_Abort(MPI_COMM_WORLD, 1);
   _exit(1);
+}
+
+void polled_wait(const std::function<bool()>& done, const std::function<void()>& cancel,
+                 const char* op, const char* what, int index, int count) {
+  const int64_t start = monotonic_ns();
+  while (!done()) {
+    Watchdog* w = g_watchdog.load();
+    if (w && g_paused.load() == 0) {
+      const std::string line = w->overdue(start, op, what, index, count);
+      if (!line.empty()) {
+        cancel();
+        w->strike(line);
+        FAIL(line);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 }  // namespace mpicnn::dist

@@ -46,6 +46,16 @@ class WatchdogPause {
   WatchdogPause& operator=(const WatchdogPause&) = delete;
 };
 
+// A wait that polls instead of blocking in MPI (an NCCL collective runs on the GPU, where a
+// stalled peer stalls it): calls done() until it returns true, pausing about 20 us between calls.
+// While a Watchdog runs (and no WatchdogPause lives), once the wait is older than its timeout:
+// runs cancel() (ncclCommAbort), then ends as the watchdog does (its one line, then its action:
+// abort the job), and throws Error(line) should the action return (a test's on_timeout). Marks
+// no WaitGuard: the deadline is kept here, so the watchdog thread never races it to the abort.
+// Strings as WaitGuard's (literals).
+void polled_wait(const std::function<bool()>& done, const std::function<void()>& cancel,
+                 const char* op, const char* what, int index = -1, int count = 0);
+
 // Where the trainer is, shown in the line as "PHASE epoch E step S" (phase a literal, e.g.
 // "training"; epoch and step from 1, step < 1 not shown; phase null: nothing shown).
 void watchdog_set_context(const char* phase, int64_t epoch, int64_t step);
@@ -75,8 +85,15 @@ class Watchdog {
                               const char* phase, int64_t epoch, int64_t step);
 
  private:
+  friend void polled_wait(const std::function<bool()>&, const std::function<void()>&, const char*,
+                          const char*, int, int);
   void loop();
   bool check();  // true: the timeout struck (the action ran)
+  // The line for a wait that began at start_ns (monotonic_ns), or "" while within the timeout.
+  std::string overdue(int64_t start_ns, const char* op, const char* what, int64_t index,
+                      int64_t count) const;
+  // Prints the line, then runs the action; returns only when the action is a test's on_timeout.
+  void strike(const std::string& line);
 
   Options o_;
   std::mutex mu_;

@@ -1,7 +1,7 @@
 // `./train` option parsing: Boost.ProgramOptions does the tokenising (command line and config
 // file); every value is taken as a string and converted by its row of the flag table, so each bad
 // value gets one line naming the flag (or file:line: key) and what is accepted. Not the trainer
-// and not its main. Over 500 lines: the flag table (57 rows, each a flag's help text, field,
+// and not its main. Over 500 lines: the flag table (58 rows, each a flag's help text, field,
 // conversion, tasks and sample value) is over a third of it; config files, the rules between
 // options and the help prose are the rest.
 #include "train/options.h"
@@ -17,6 +17,7 @@
 #include "core/common_flags.h"
 #include "data/dataset.h"
 #include "data/registry.h"
+#include "dist/nccl_backend.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
 
@@ -259,6 +260,19 @@ const std::vector<Flag>& train_flags() {
         "none, fp16 or bf16: gradients cast to 16 bits for the allreduce (half the bytes on the "
         "network), back to fp32 after"},
        bind_to(&O::grad_compression, choice({"none", "fp16", "bf16"})), both, {"bf16"}},
+      {{"gpu-allreduce", "", "HOW", Value,
+        "how GPU gradients are summed over ranks: nccl (device to device, each bucket queued on "
+        "NCCL's stream as backward completes it; one rank per GPU; --allreduce does not apply), "
+        "mpi (through pinned host memory, or device memory with a CUDA-aware MPI) or auto (nccl "
+        "when this build has NCCL and each of several ranks has a GPU of its own, else mpi). CPU "
+        "runs sum over MPI whatever this says, and refuse nccl"},
+       bind_to(&O::gpu_allreduce,
+               [](const Given& g) {
+                 if (g.value == "nccl" && !dist::nccl::compiled_in())
+                   FAIL(g.label, " nccl: ", dist::nccl::unavailable_reason());
+                 return to_choice(g, {"nccl", "mpi", "auto"});
+               }),
+       both, {"mpi"}, {Task::Detection, {"nccl"}}},
       {common::timeout(), &O::timeout, both, {"60"}},
       // Detection runs on the CPU in fp32 for now.
       {common::device(), &O::device, both, {"cpu"}, {Task::Detection, {"cuda"}}},

@@ -25,6 +25,7 @@
 #include "data/loader.h"
 #include "data/transform.h"
 #include "dist/grad_sync.h"
+#include "dist/nccl_backend.h"
 #include "dist/shard.h"
 #include "dist/split_data.h"
 #include "io/progress.h"
@@ -68,12 +69,13 @@ std::string describe_sync(const dist::GradSync& s) {
   int64_t floats = 0;
   for (const dist::Bucket& b : s.buckets()) floats += b.end - b.begin;
   const char* mode = o.mode == dist::SyncMode::Thread  ? "progress thread"
+                     : o.nccl && o.mode == dist::SyncMode::Hooks ? "queued as backward completes buckets"
                      : o.mode == dist::SyncMode::Hooks ? "tested between layers"
                                                        : "after backward";
   const bool fp32 = o.compression == dist::GradCompression::None;
   char size[32];
   std::snprintf(size, sizeof size, "%.1f MiB", double(floats) * (fp32 ? 4 : 2) / (1 << 20));
-  return std::string(dist::to_string(o.algo)) + " allreduce, " + mode + ", " +
+  return std::string(o.nccl ? "nccl" : dist::to_string(o.algo)) + " allreduce, " + mode + ", " +
          (fp32 ? "fp32" : dist::to_string(o.compression)) + ", " + std::to_string(s.buckets().size()) +
          " bucket" + (s.buckets().size() > 1 ? "s" : "") + " of " + size + " in all";
 }
@@ -287,6 +289,16 @@ void Trainer::start_gradient_sync() {
   sopt.algo = dist::parse_allreduce(o_.allreduce, "--allreduce");
   sopt.compression = dist::parse_grad_compression(o_.grad_compression, "--grad-compression");
   sopt.average = false;  // 1/K is in the loss gradient (grad_average_factor_)
+  dist::GpuAllreduceFacts facts;
+  facts.nccl_built = dist::nccl::compiled_in();
+  facts.cuda = dev_.device == Device::CUDA;
+  facts.ranks = comm_.size();
+  if (facts.cuda) facts.shared_gpu = dist::first_duplicate(comm_.allgather(gpu::backend().device_uuid()));
+  // The facts are the same on every rank, so is a refusal: reported once (SharedError).
+  comm_.on_all([&] {
+    sopt.nccl = dist::resolve_gpu_allreduce(dist::parse_gpu_allreduce(o_.gpu_allreduce, "--gpu-allreduce"),
+                                            facts, "--gpu-allreduce") == dist::GpuAllreduce::Nccl;
+  });
   sync_.emplace(comm_, model_->params(), sopt);
   if (task_->sync_during_backward()) sync_->attach(*model_);
 }
@@ -354,7 +366,7 @@ void Trainer::print_header() const {
                                    : std::string())
        << (init_line_.empty() ? std::string() : "\n  " + init_line_)
        << (frozen_line.empty() ? std::string() : "\n  " + frozen_line)
-       << (K > 1 ? "\n  gradient sync: " + describe_sync(*sync_) : std::string())
+       << (K > 1 || sync_->options().nccl ? "\n  gradient sync: " + describe_sync(*sync_) : std::string())
        << "\n  device " << dev_.description
        << "\n  " << opt_->name() << ", " << schedule_->describe()
        << describe_head_lr(*model_, o_.head_lr_mult)

@@ -1,14 +1,16 @@
 // MPI tests of gradient averaging: bucket layout, the model's gradient-ready hook (every
 // reported offset is truly final, in every model family), and GradSync's average against one
 // computed directly from every rank's gradients, overlapped and blocking, for several bucket
-// sizes, on models with BatchNorm.
+// sizes, on models with BatchNorm; on a GPU, the MPI path and NCCL's.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "core/device.h"
 #include "core/threads.h"
+#include "dist/compress.h"
 #include "dist/grad_sync.h"
+#include "dist/nccl_backend.h"
 #include "layers/softmax_xent.h"
 #include "models/registry.h"
 #include "testing.h"
@@ -81,6 +83,25 @@ DirectAverage direct_average(const std::vector<float>& local, int K) {
 std::vector<float> copy_of(const Tensor& t) {
   const Tensor h = to_host(t);
   return std::vector<float>(h.data(), h.data() + h.numel());
+}
+
+// Why the cuda tests cannot run on this rank ("" when they can: the same answer on every rank of
+// a node). The GPU is selected once per process, as the trainer does: node-local rank modulo the
+// GPUs, deterministic cuDNN (the same batch gives the same gradients in every run).
+const std::string& cuda_unavailable() {
+  static const std::string why = [] {
+    std::string w = gpu::unavailable_reason();
+    if (w.empty()) choose_device("cuda", "fp32", /*deterministic=*/true, comm().local_rank());
+    return w;
+  }();
+  return why;
+}
+
+bool skip_cuda(const char* test, const std::string& why) {
+  if (why.empty()) return false;
+  if (comm().rank() == 0) std::printf("SKIP: %s: %s\n", test, why.c_str());
+  std::fflush(stdout);
+  return true;
 }
 }  // namespace
 
@@ -260,17 +281,9 @@ TEST_CASE("dist grad sync: average over ranks, overlapped and blocking") {
 TEST_SUITE("cuda") {
 TEST_CASE("cuda dist grad sync: a GPU model's gradients averaged over ranks, overlapped and blocking") {
   const dist::Comm& c = comm();
-  const std::string why = gpu::unavailable_reason();  // the same answer on every rank of a node
-  if (!why.empty()) {
-    if (c.rank() == 0) std::printf("SKIP: cuda dist grad sync: %s\n", why.c_str());
-    std::fflush(stdout);
-    return;
-  }
-  // Each rank takes the trainer's GPU (node-local rank modulo the GPUs); deterministic cuDNN,
-  // so the same batch gives the same gradients in every run.
-  const DeviceChoice dev = choose_device("cuda", "fp32", /*deterministic=*/true, c.local_rank());
+  if (skip_cuda("cuda dist grad sync", cuda_unavailable())) return;
   const int K = c.size(), r = c.rank();
-  Net n = make_net("resnet20", 4, 16, 10, 300 + uint64_t(r), dev.device);
+  Net n = make_net("resnet20", 4, 16, 10, 300 + uint64_t(r), Device::CUDA);
   ParamStore& store = n.model->params();
   REQUIRE(store.grads().device() == Device::CUDA);
   step(n);
@@ -307,6 +320,56 @@ TEST_CASE("cuda dist grad sync: a GPU model's gradients averaged over ranks, ove
     const std::vector<float> got = copy_of(store.grads());
     CHECK(bad_elements(got) == 0);
     if (K <= 2) CHECK(got == blocked);  // a + b: the same sums whatever the bucketing
+  }
+}
+
+// --gpu-allreduce nccl: GradSync through NCCL, device to device, against the direct average, in
+// fp32 and bf16, many buckets and one, two steps each (slots and events reused). At one rank the
+// sum is the gradients themselves: fp32 bit for bit, bf16 exactly the CPU's bf16 rounding of them
+// (the cast kernels). Needs a GPU per rank: ranks sharing one skip (NCCL refuses them).
+TEST_CASE("cuda dist grad sync: NCCL sums GPU gradients device to device, fp32 and bf16") {
+  const dist::Comm& c = comm();
+  std::string why = cuda_unavailable();
+  if (why.empty() && !dist::nccl::compiled_in()) why = dist::nccl::kNoNccl;
+  if (why.empty()) {
+    const std::string shared = dist::first_duplicate(c.allgather(gpu::backend().device_uuid()));
+    if (!shared.empty()) why = "ranks share GPU " + shared + ", which NCCL refuses (one rank per GPU runs it)";
+  }
+  if (skip_cuda("cuda dist grad sync nccl", why)) return;
+  const int K = c.size();
+  Net n = make_net("resnet20", 4, 16, 10, 300 + uint64_t(c.rank()), Device::CUDA);
+  ParamStore& store = n.model->params();
+  step(n);
+  const std::vector<float> local = copy_of(store.grads());
+  const DirectAverage d = direct_average(local, K);
+  std::vector<float> local_bf16 = local;  // (slab) one rank's bf16 sum: the rounding, and back
+  std::vector<uint16_t> wire(local.size());
+  dist::compress(dist::GradCompression::Bf16, local.data(), wire.data(), int64_t(local.size()));
+  dist::decompress(dist::GradCompression::Bf16, wire.data(), local_bf16.data(), int64_t(local.size()));
+  for (const dist::GradCompression comp : {dist::GradCompression::None, dist::GradCompression::Bf16}) {
+    // bf16: a rounding of each gradient and of each partial sum, 2^-8 relative each.
+    const double tol = comp == dist::GradCompression::None ? 1e-6 : 4e-3 * K;
+    for (int64_t bytes : {int64_t(16) << 10, int64_t(25) << 20}) {
+      CAPTURE(bytes);
+      CAPTURE(dist::to_string(comp));
+      dist::GradSync sync(c, store, {.bucket_bytes = bytes, .compression = comp, .nccl = true});
+      CHECK(sync.options().mode == dist::SyncMode::Hooks);
+      sync.attach(*n.model);
+      for (int rep = 0; rep < 2; ++rep) {
+        sync.begin_step();
+        step(n);
+        sync.finish();
+      }
+      n.model->set_grad_ready({});
+      CHECK(sync.buckets_started() == sync.buckets().size());
+      const std::vector<float> got = copy_of(store.grads());
+      int64_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) bad += std::fabs(got[i] - d.want[i]) > tol * d.mag[i] + 1e-30;
+      CHECK(bad == 0);
+      if (K == 1) CHECK(got == (comp == dist::GradCompression::None ? local : local_bf16));
+      const std::vector<uint64_t> hashes = c.allgather(dist::hash_floats(got.data(), int64_t(got.size())));
+      for (uint64_t h : hashes) CHECK(h == hashes[0]);  // every rank the same bits
+    }
   }
 }
 }  // TEST_SUITE
