@@ -265,14 +265,15 @@ const std::vector<Flag>& train_flags() {
         "NCCL's stream as backward completes it; one rank per GPU; --allreduce does not apply), "
         "mpi (through pinned host memory, or device memory with a CUDA-aware MPI) or auto (nccl "
         "when this build has NCCL and each of several ranks has a GPU of its own, else mpi). CPU "
-        "runs sum over MPI whatever this says, and refuse nccl"},
+        "runs sum over MPI whatever this says, and refuse nccl. The default stays mpi until the "
+        "NCCL path has passed its checks on a GPU"},
        bind_to(&O::gpu_allreduce,
                [](const Given& g) {
                  if (g.value == "nccl" && !dist::nccl::compiled_in())
                    FAIL(g.label, " nccl: ", dist::nccl::unavailable_reason());
                  return to_choice(g, {"nccl", "mpi", "auto"});
                }),
-       both, {"mpi"}, {Task::Detection, {"nccl"}}},
+       both, {"auto"}, {Task::Detection, {"nccl"}}},
       {common::timeout(), &O::timeout, both, {"60"}},
       // Detection runs on the CPU in fp32 for now.
       {common::device(), &O::device, both, {"cpu"}, {Task::Detection, {"cuda"}}},

@@ -89,7 +89,8 @@ struct TrainOptions {
   std::string overlap = "thread";          // thread | hooks | off (dist::SyncMode)
   std::string allreduce = "auto";          // ring | hierarchical | auto (dist::AllreduceAlgo)
   std::string grad_compression = "none";   // none | fp16 | bf16 (dist::GradCompression)
-  std::string gpu_allreduce = "auto";      // nccl | mpi | auto (dist::GpuAllreduce)
+  std::string gpu_allreduce = "mpi";       // nccl | mpi | auto (dist::GpuAllreduce); mpi until
+                                           // NCCL has passed its GPU checks
   // A rank that waits on MPI longer than this many seconds ends the job (dist/watchdog.h);
   // 0 = no watchdog. The default is PyTorch DDP's collective timeout.
   double timeout = 1800;
