@@ -9,8 +9,10 @@
 // into one GEMM keeps the GEMMs wide for deep layers with tiny planes (7x7); the rows buffer
 // converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here,
 // OpenBLAS the GEMMs; small layers instead run their chunks side by side, one thread per chunk
-// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) every layer takes this path,
-// its GEMMs in bf16: the direct and Winograd kernels are float32 only.
+// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) an ungrouped layer on a CPU
+// with AVX512-BF16 runs the direct kernels with forward in bf16 (vdpbf16ps) and both gradients
+// in fp32 (layers/conv_direct.h; MPICNN_CONV_BF16=im2col opts out); the others take this path,
+// all three GEMMs in bf16 (emulated without AVX512-BF16). Winograd is float32 only.
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -189,9 +191,10 @@ void Conv2d::plan(const Shape& in) {
   gpu_plan_.reset();
   precision_ = cpu_precision();
   const bool fp32 = precision_ == CpuPrecision::kFp32;
-  if (fp32 && conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups)) {
-    // The direct kernels take all three passes: no columns, rows or chunks of images.
-    direct_ = DirectConv(g, opt_.out_channels, N);
+  if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups, !fp32)) {
+    // The direct kernels take all three passes (bf16: forward in bf16, the gradients in fp32):
+    // no columns, rows or chunks of images.
+    direct_ = DirectConv(g, opt_.out_channels, N, !fp32);
     use_winograd_ = parallel_chunks_ = false;
     chunk_grads_ = live_weight_ = live_grad_ = Tensor();
     col_floats_ = rows_floats_ = 0;

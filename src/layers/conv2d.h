@@ -80,7 +80,8 @@ class Conv2d : public UnaryLayer {
   bool direct() const { return direct_.planned(); }
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
-  // The GEMMs' precision, read by plan() (layers/cpu_precision.h); bf16 runs im2col.
+  // The precision read by plan() (layers/cpu_precision.h): bf16 runs the direct kernels'
+  // bf16 forward where DirectConv::fits(g, groups, true), else im2col's bf16 GEMMs.
   CpuPrecision precision() const { return precision_; }
   // Geometry of the planned input (valid after plan() or note_input()).
   const ConvGeometry& geometry() const { return geo_; }
