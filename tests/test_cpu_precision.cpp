@@ -277,14 +277,15 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
   }
 }
 
-TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward against double, fp32 gradients") {
+TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward and input gradient against double") {
   // Forward: every input and weight rounded to bf16 (nearest even, bf16_round), each product
   // of two 8-bit significands exact in float32, and vdpbf16ps adds each with one rounding: so
   // against the double result on the rounded inputs only float32's sums remain, at most
   // sum_error(n) times the sum of |products| for n = IC * taps additions (+ the bias, + slack),
-  // whatever order the kernels sum in. The im2col bf16 path sums the same products (in another
-  // order): within the two bounds of each other. The gradients run the fp32 direct kernels on
-  // the unrounded float32 values: float32's sums only.
+  // whatever order the kernels sum in. The input gradient likewise on the rounded output
+  // gradient and weights, n = OC * taps. The im2col bf16 path sums the same products (in
+  // another order): within the two bounds of each other. The weight gradient runs the fp32
+  // direct kernels on the unrounded float32 values: float32's sums only.
   if (!DirectConv::fits(ConvGeometry{}, 1, true)) {
     MESSAGE("no bf16 direct kernels here (a CPU without AVX512-BF16, or the avx2 kernels, or "
             "MPICNN_CONV_BF16=im2col): not tested");
@@ -334,7 +335,7 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward against double, fp
     const std::vector<Tensor> im2col = run(ConvAlgorithm::kIm2col);
 
     const Vec xd = to_double(x), wd = to_double(conv.weight), dyd = to_double(dy);
-    const Vec xq = rounded(xd), wq = rounded(wd);
+    const Vec xq = rounded(xd), wq = rounded(wd), dyq = rounded(dyd);
     const Vec b = c.bias ? to_double(conv.bias) : Vec(size_t(g.OC), 0.0);
     const double K = double(g.IC) * g.k * g.k, P = double(g.OH()) * g.OW();
     const Vec want = g.add_bias(g.forward(xq, wq), b);
@@ -344,8 +345,13 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward against double, fp
     expect_rounded("bf16 direct forward", direct[0], want, g.add_bias(g.forward(xd, wd), b));
     expect_within("bf16 direct forward vs im2col bf16", direct[0], to_double(im2col[0]),
                   scaled(bound, 2));
-    expect_within("input gradient (fp32)", direct[1], g.input_grad(wd, dyd),
-                  scaled(g.input_grad(absolute(wd), absolute(dyd)), sum_error(g.OC * g.k * g.k + 4)));
+    const double T = double(g.k) * g.k;
+    const Vec dx_want = g.input_grad(wq, dyq);
+    const Vec dx_bound = scaled(g.input_grad(absolute(wq), absolute(dyq)), sum_error(g.OC * T + T + 4));
+    expect_within("bf16 direct input gradient", direct[1], dx_want, dx_bound);
+    expect_rounded("bf16 direct input gradient", direct[1], dx_want, g.input_grad(wd, dyd));
+    expect_within("bf16 direct input gradient vs im2col bf16", direct[1], to_double(im2col[1]),
+                  scaled(dx_bound, 2));
     expect_within("weight gradient (fp32)", direct[2], g.weight_grad(dyd, xd),
                   scaled(g.weight_grad(absolute(dyd), absolute(xd)), sum_error(g.N * P + 4)));
   }

@@ -264,9 +264,8 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // else the packed copy, image after image or images interleaved per pixel.
   // (Not with interleaved images: runs across NCHW images would read at strides of whole
   // images, often multiples of 4 KiB, which thrash the L1 sets.)
-  raw_dout_ = top == 0 && bottom == 0 && left == 0 && right == 0 && !batch_inner_;
+  const bool raw_dout = top == 0 && bottom == 0 && left == 0 && right == 0 && !batch_inner_;
   dpk_l_ = packed_layout(dout_img_, out_blocks_);
-  dout_l_ = raw_dout_ ? Layout{1, g.out_w, g.out_plane(), V * g.out_plane(), out_image} : dpk_l_;
 
   // Forward: in float32 (it also lays out the input the weight gradient reads), and in bf16 on
   // the pairs kernels, whose input is always a packed copy (of bf16 pairs).
@@ -275,46 +274,62 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   const int64_t px = chunk_ * V;
 
   // Input gradient: one pass per phase with taps; pixels of a phase without taps get zero.
-  for (int64_t ph = 0; ph < g.stride_h; ++ph) {
-    for (int64_t pw = 0; pw < g.stride_w; ++pw) {
-      const int64_t nh = nhs[size_t(ph)], nw = nws[size_t(pw)];
-      if (nh == 0 || nw == 0) continue;
-      if (rows[size_t(ph)].empty() || cols[size_t(pw)].empty()) {
-        data_zero_first_ = true;
-        continue;
-      }
-      Phase phase;
-      for (const AxisTap& th : rows[size_t(ph)])
-        for (const AxisTap& tw : cols[size_t(pw)]) {
-          phase.taps.push_back(th.c * dout_l_.row + tw.c * dout_l_.pix);
-          phase.ids.push_back(src_tap(th.k, tw.k));
+  // In float32 on dout where it is (raw) or its packed copy, or in bf16 on a copy packed as
+  // pairs (the same border), with `block_channels` output-gradient channels a block.
+  auto plan_data = [&](const direct::Kernels* k, bool raw, int64_t block_channels) {
+    Data d;
+    d.k = k;
+    d.raw = raw;
+    d.img = dout_img_;
+    const int64_t blocks = ceil_div(oc_, block_channels);
+    d.l = raw ? Layout{1, g.out_w, g.out_plane(), V * g.out_plane(), out_image}
+              : packed_layout(d.img, blocks);
+    d.image_floats = raw ? 0 : blocks * d.img.rows * d.img.cols * V;
+    for (int64_t ph = 0; ph < g.stride_h; ++ph) {
+      for (int64_t pw = 0; pw < g.stride_w; ++pw) {
+        const int64_t nh = nhs[size_t(ph)], nw = nws[size_t(pw)];
+        if (nh == 0 || nw == 0) continue;
+        if (rows[size_t(ph)].empty() || cols[size_t(pw)].empty()) {
+          data_zero_first_ = true;
+          continue;
         }
-      direct::Pass& p = phase.pass;
-      p.in_blocks = out_blocks_;
-      p.in_lanes_last = oc_ - (out_blocks_ - 1) * V;
-      p.in_origin = raw_dout_ ? 0 : top * dout_l_.row + left * dout_l_.pix;
-      p.in_row_step = dout_l_.row;
-      p.in_pix_step = dout_l_.pix;
-      p.ntaps = int64_t(phase.taps.size());
-      p.rows = nh;
-      p.cols = nw;
-      p.out_channels = g.channels;
-      p.out_plane = g.in_plane();
-      p.out_origin = ph * g.width + pw;
-      p.out_row_step = g.stride_h * g.width;
-      p.out_col_step = g.stride_w;
-      phase.columns = nw;
-      phase.step = {dout_l_.pix, g.stride_w * px};
-      if (g.is_pointwise() && raw_dout_ && !batch_inner_) {
-        p.rows = 1, p.cols = g.in_plane();
-        p.in_row_step = p.out_row_step = 0;
+        Phase phase;
+        for (const AxisTap& th : rows[size_t(ph)])
+          for (const AxisTap& tw : cols[size_t(pw)]) {
+            phase.taps.push_back(th.c * d.l.row + tw.c * d.l.pix);
+            phase.ids.push_back(src_tap(th.k, tw.k));
+          }
+        direct::Pass& p = phase.pass;
+        p.in_blocks = blocks;
+        p.in_lanes_last = ceil_div(oc_ - (blocks - 1) * block_channels, block_channels / V);
+        p.in_origin = raw ? 0 : top * d.l.row + left * d.l.pix;
+        p.in_row_step = d.l.row;
+        p.in_pix_step = d.l.pix;
+        p.ntaps = int64_t(phase.taps.size());
+        p.rows = nh;
+        p.cols = nw;
+        p.out_channels = g.channels;
+        p.out_plane = g.in_plane();
+        p.out_origin = ph * g.width + pw;
+        p.out_row_step = g.stride_h * g.width;
+        p.out_col_step = g.stride_w;
+        phase.columns = nw;
+        phase.step = {d.l.pix, g.stride_w * px};
+        if (g.is_pointwise() && !batch_inner_) {
+          // Input pixel p reads output-gradient pixel p (no border): the plane as one row.
+          p.rows = 1, p.cols = g.in_plane();
+          p.in_row_step = p.out_row_step = 0;
+        }
+        finish(p, d.l, in_blocks_);
+        phase.weight_offset = d.weight_floats;
+        d.weight_floats += in_blocks_ * blocks * p.ntaps * V * V;
+        d.phases.push_back(std::move(phase));
       }
-      finish(p, dout_l_, in_blocks_);
-      phase.weight_offset = data_weight_floats_;
-      data_weight_floats_ += in_blocks_ * out_blocks_ * p.ntaps * V * V;
-      phases_.push_back(std::move(phase));
     }
-  }
+    return d;
+  };
+  data32_ = plan_data(k_, raw_dout, V);
+  if (bf16) data16_ = plan_data(direct::avx512bf16_kernels(), false, 2 * V);
 
   // Weight gradient: forward's input and taps against the packed output gradient.
   wg_.in_blocks = in_blocks_;
@@ -411,8 +426,9 @@ DirectConv::Forward DirectConv::plan_forward(const direct::Kernels* k, int64_t b
   p.out_row_step = g.out_w;
   p.out_col_step = 1;
   f.step = {g.stride_w * f.l.pix, chunk_ * V};
-  if (g.is_pointwise() && raw && !batch_inner_) {
-    // Output pixel p reads input pixel p: the plane as one row, no short tiles at row ends.
+  if (g.is_pointwise() && !batch_inner_) {
+    // Output pixel p reads input pixel p (no padding, as is or packed without a border): the
+    // plane as one row, no short tiles at row ends.
     p.rows = 1, p.cols = g.out_plane();
     p.in_row_step = p.out_row_step = 0;
   }
@@ -438,8 +454,11 @@ int64_t DirectConv::workspace_floats() const {
   const int64_t out_b = batch_inner_ ? chunk_ * out_blocks_ * g_.out_plane() * V : 0;
   const int64_t din_b = batch_inner_ ? chunk_ * in_blocks_ * g_.in_plane() * V : 0;
   const Forward& f = fwd();
+  const Data& d = data();
   const int64_t fwd = weight_floats(f) + (batch_inner_ ? chunk_ : f.slots) * f.image_floats + out_b;
-  const int64_t bwd = data_weight_floats_ + wf + chunk_ * (f32_.image_floats + dout) + din_b;
+  // The bf16 input gradient reads its own packed copy of dout, next to the weight gradient's.
+  const int64_t dout16 = &d == &data16_ ? d.image_floats : 0;
+  const int64_t bwd = d.weight_floats + wf + chunk_ * (f32_.image_floats + dout + dout16) + din_b;
   return std::max(fwd, bwd);
 }
 
@@ -474,33 +493,43 @@ void DirectConv::pack_forward_weights(float* wf, const float* w) const {
       }
 }
 
-// bf16_'s weights, [out block][pair block][tap][V pairs][V out][2] bf16 from w (OC, IC, KH, KW)
-// rounded by bf16_round (core/gemm_bf16.h), zeros past the channels: pair l of input block cb
-// holds input channels cb * 2V + 2l (low half, as vdpbf16ps pairs them) and + 1.
-void DirectConv::pack_pair_weights(float* wf, const float* w) const {
-  const int64_t V = k_->vec, T = bf16_.pass.ntaps, KT = src_taps_, IC = g_.channels;
-  const int64_t blocks = bf16_.pass.in_blocks;
-  bf16_t* const base = reinterpret_cast<bf16_t*>(wf);
+// A bf16 pass's weights, [out block][pair block][tap][V pairs][V out][2] bf16 (taps ids): pass
+// output channel o = ob * V + lo and input channel i = pb * 2V + l (pair l / 2, the even channel
+// in the low half, as vdpbf16ps pairs them) hold the layer's weight (oc, ic) = (o, i), or (i, o)
+// when transposed (the input gradient), rounded by bf16_round (core/gemm_bf16.h); zeros past
+// the channels.
+void DirectConv::pack_pair_weights(float* dst, const float* w, int64_t out_blocks,
+                                   int64_t pair_blocks, const std::vector<int32_t>& ids,
+                                   bool transposed) const {
+  const int64_t V = k_->vec, T = int64_t(ids.size()), KT = src_taps_, IC = g_.channels;
+  const int64_t outs = transposed ? IC : oc_, ins = transposed ? oc_ : IC;
+  bf16_t* const base = reinterpret_cast<bf16_t*>(dst);
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t kb = 0; kb < out_blocks_; ++kb)
-    for (int64_t cb = 0; cb < blocks; ++cb)
+  for (int64_t ob = 0; ob < out_blocks; ++ob)
+    for (int64_t pb = 0; pb < pair_blocks; ++pb)
       for (int64_t t = 0; t < T; ++t) {
-        bf16_t* d = base + ((kb * blocks + cb) * T + t) * 2 * V * V;
-        const int32_t id = bf16_.ids[size_t(t)];
-        for (int64_t l = 0; l < 2 * V; ++l)  // input channel cb * 2V + l: pair l / 2, half l % 2
+        bf16_t* d = base + ((ob * pair_blocks + pb) * T + t) * 2 * V * V;
+        const int32_t id = ids[size_t(t)];
+        for (int64_t l = 0; l < 2 * V; ++l)
           for (int64_t lo = 0; lo < V; ++lo) {
-            const int64_t oc = kb * V + lo, ic = cb * 2 * V + l;
+            const int64_t o = ob * V + lo, i = pb * 2 * V + l;
+            const int64_t oc = transposed ? i : o, ic = transposed ? o : i;
             d[((l / 2) * V + lo) * 2 + l % 2] =
-                oc < oc_ && ic < IC ? bf16_round(w[(oc * IC + ic) * KT + id]) : bf16_t(0);
+                o < outs && i < ins ? bf16_round(w[(oc * IC + ic) * KT + id]) : bf16_t(0);
           }
       }
 }
 
 // Per phase, wd [in-channel block][out-channel block][tap][V out][V in]: the transposed
-// weights, input channels now the pass's outputs.
+// weights, input channels now the pass's outputs (in bf16: pack_pair_weights, transposed).
 void DirectConv::pack_data_weights(float* wd, const float* w) const {
   const int64_t V = k_->vec, KT = src_taps_, IC = g_.channels;
-  for (const Phase& ph : phases_) {
+  if (data16_.k) {
+    for (const Phase& ph : data16_.phases)
+      pack_pair_weights(wd + ph.weight_offset, w, in_blocks_, ph.pass.in_blocks, ph.ids, true);
+    return;
+  }
+  for (const Phase& ph : data32_.phases) {
     const int64_t T = ph.pass.ntaps;
     float* base = wd + ph.weight_offset;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -555,7 +584,7 @@ void DirectConv::forward(float* out, const float* in, const float* w, const floa
   const direct::Kernels& k = *f.k;
   float* wf = ws;
   float* images = wf + weight_floats(f);
-  if (&f == &bf16_) pack_pair_weights(wf, w);
+  if (&f == &bf16_) pack_pair_weights(wf, w, out_blocks_, f.pass.in_blocks, f.ids, false);
   else pack_forward_weights(wf, w);
   direct::Pass p = f.pass;
   p.taps = f.taps.data();
@@ -599,11 +628,14 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
                           const float* w, int64_t n, float* ws) const {
   const int64_t V = k_->vec, T = f32_.pass.ntaps;
   const int64_t wf_floats = weight_floats(f32_);
-  float* wd = ws;                        // packed transposed weights of every phase
-  float* dw = wd + data_weight_floats_;  // [out block][in block][tap][V in][V out]
-  float* ins = dw + wf_floats;           // chunk_ packed inputs (none when f32_.raw)
+  const Data& dp = data();  // the input gradient's plan: fp32, or bf16
+  const bool dout16 = &dp == &data16_;
+  float* wd = ws;                     // packed transposed weights of every phase
+  float* dw = wd + dp.weight_floats;  // [out block][in block][tap][V in][V out]
+  float* ins = dw + wf_floats;        // chunk_ packed inputs (none when f32_.raw)
   float* douts = ins + chunk_ * f32_.image_floats;  // packed gradients
-  float* din_b = douts + chunk_ * packed_floats(dout_img_);  // interleaved: [CB][H*W][chunk][V]
+  float* douts16 = douts + chunk_ * packed_floats(dout_img_);  // as bf16 pairs (dout16)
+  float* din_b = douts16 + (dout16 ? chunk_ * dp.image_floats : 0);  // interleaved: [CB][H*W][chunk][V]
   if (din) pack_data_weights(wd, w);
   if (gw) std::memset(dw, 0, sizeof(float) * size_t(wf_floats));
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
@@ -611,8 +643,11 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
   for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
     const int64_t B = std::min(chunk_, n - c0);
     // The weight gradient reads the packed output gradient, and the packed input unless
-    // f32_.raw; the input gradient's phases read the packed output gradient unless raw_dout_.
-    if (gw || !raw_dout_) pack(*k_, douts, dout, out_image, dout_img_, dpk_l_, c0, B);
+    // f32_.raw; the input gradient's phases read the packed output gradient unless dp.raw, in
+    // bf16 its own copy packed as pairs.
+    if (gw || (din && !dp.raw && !dout16))
+      pack(*k_, douts, dout, out_image, dout_img_, dpk_l_, c0, B);
+    if (din && dout16) pack(*dp.k, douts16, dout, out_image, dp.img, dp.l, c0, B);
     if (gw && !f32_.raw) pack(*k_, ins, in, in_image, f32_.img, f32_.l, c0, B);
     if (din) {
       float* d = din + c0 * in_image;
@@ -620,17 +655,17 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
       const int64_t target_floats = batch_inner_ ? chunk_ * in_blocks_ * g_.in_plane() * V
                                                  : B * in_image;
       if (data_zero_first_) std::memset(target, 0, sizeof(float) * size_t(target_floats));
-      const float* src = raw_dout_ ? dout + c0 * out_image : douts;
-      for (const Phase& ph : phases_) {
+      const float* src = dp.raw ? dout + c0 * out_image : dout16 ? douts16 : douts;
+      for (const Phase& ph : dp.phases) {
         direct::Pass p = ph.pass;
         p.taps = ph.taps.data();
         p.weights = wd + ph.weight_offset;
         if (batch_inner_) {
           p.cols = B;
           p.r = balanced_tile(B, k_->max_tile / p.ob);
-          run_pass(*k_, din_b, src, p, nullptr, ph.columns, ph.step);
+          run_pass(*dp.k, din_b, src, p, nullptr, ph.columns, ph.step);
         } else {
-          run_pass(*k_, d, src, p, nullptr, B, {dout_l_.image, in_image});
+          run_pass(*dp.k, d, src, p, nullptr, B, {dp.l.image, in_image});
         }
       }
       if (batch_inner_) unpack(d, din_b, g_.channels, g_.in_plane(), B, nullptr);

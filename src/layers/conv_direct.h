@@ -98,14 +98,26 @@ class DirectConv {
     Step step;                           // from one output column to the next (batch_inner_)
     int slots = 1;  // packed images: one per thread at plan time (0: none needed)
   };
+  // How the input gradient reads the output gradient and runs its phases, on one kernel set.
+  struct Data {
+    const direct::Kernels* k = nullptr;  // null: not planned
+    direct::BlockedImage img;            // the packed output gradient (with its border)
+    Layout l;                            // how the phases read it
+    bool raw = false;                    // no border needed: dout read as is (NCHW)
+    int64_t image_floats = 0;            // of one packed image (0 when raw)
+    std::vector<Phase> phases;
+    int64_t weight_floats = 0;  // of the packed transposed weights of every phase
+  };
   Forward plan_forward(const direct::Kernels* k, int64_t block_channels, bool raw) const;
   Layout packed_layout(direct::BlockedImage& b, int64_t blocks) const;  // sets b.pix
   void finish(direct::Pass& p, const Layout& l, int64_t out_blocks) const;
   const Forward& fwd() const { return bf16_.k ? bf16_ : f32_; }  // the plan forward runs
+  const Data& data() const { return data16_.k ? data16_ : data32_; }  // and the input gradient
   int64_t weight_floats(const Forward& f) const;
   int64_t packed_floats(const direct::BlockedImage& b) const;  // one image
   void pack_forward_weights(float* wf, const float* w) const;
-  void pack_pair_weights(float* wf, const float* w) const;
+  void pack_pair_weights(float* dst, const float* w, int64_t out_blocks, int64_t pair_blocks,
+                         const std::vector<int32_t>& ids, bool transposed) const;
   void pack_data_weights(float* wd, const float* w) const;
   void pack(const direct::Kernels& k, float* dst, const float* src, int64_t src_image,
             const direct::BlockedImage& img, const Layout& l, int64_t c0, int64_t B) const;
@@ -129,15 +141,14 @@ class DirectConv {
   // pixel ([blocks][rows][cols][chunk][V]) and tiles run across images at one pixel.
   bool batch_inner_ = false;
   int64_t chunk_ = 1;               // images packed at once
-  direct::BlockedImage dout_img_;   // packed output gradient
-  bool raw_dout_ = false;  // no border needed: the input gradient reads dout as is
-  Layout dout_l_, dpk_l_;  // the output gradient the phases read, its packing
+  direct::BlockedImage dout_img_;  // packed output gradient (the weight gradient's, float32)
+  Layout dpk_l_;                   // its packing
   // Forward in float32; its input layout and taps are also the weight gradient's.
   Forward f32_;
   Forward bf16_;  // forward in bf16, when planned so (then forward runs it, not f32_)
-  std::vector<Phase> phases_;
+  Data data32_;   // the input gradient in float32
+  Data data16_;   // and in bf16, when planned so (then backward runs it)
   bool data_zero_first_ = false;  // some input-gradient pixel gets no tap: din starts at 0
-  int64_t data_weight_floats_ = 0;
   direct::WeightGrad wg_;
   bool wgrad_units_outer_ = false;  // weight gradient: units outside images, or inside
 };
