@@ -13,8 +13,10 @@
 // bf16 pairs, 32 channels a block ([C/32][H+2p][W+2p][16 pairs][2]), the weights as
 // [out block][pair block][tap][16 pairs][16 out][2], both rounded to nearest even exactly as
 // core/gemm_bf16's bf16_round, products summed in float32 by vdpbf16ps, bias and output float32
-// NCHW: the im2col bf16 path's terms, summed in another order. Both gradients stay on the
-// float32 kernels, from the float32 activations and weights (at least as accurate as bf16's).
+// NCHW: the im2col bf16 path's terms, summed in another order. The input gradient likewise:
+// its phases on the output gradient packed as bf16 pairs and the transposed weights rounded.
+// The weight gradient here is float32 only (backward(gw) from the float32 activations, at
+// least as accurate as bf16's); Conv2d in bf16 takes it from im2col's bf16 GEMMs instead.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,7 +39,7 @@ DirectIsa best_direct_isa();                          // of this CPU
 DirectIsa parse_direct_isa(const std::string& name);  // "avx2", "avx512", else an Error
 const char* direct_isa_name(DirectIsa isa);
 
-// Whether bf16 layers may take the direct kernels (bf16 forward, fp32 gradients), process-wide:
+// Whether bf16 layers may take the direct kernels (forward and input gradient), process-wide:
 // yes unless MPICNN_CONV_BF16=im2col (or set_direct_bf16(false)); MPICNN_CONV_BF16=direct
 // says yes. DirectConv::fits(g, groups, true) adds what the CPU must have.
 bool direct_bf16();
@@ -51,11 +53,11 @@ class DirectConv {
   // bf16 path (core/gemm_bf16.h: a CPU with AVX512-BF16, not MPICNN_BF16=emulated).
   static bool fits(const ConvGeometry& g, int groups, bool bf16 = false);
   // Plans geometry g with out_channels outputs for batches of up to max_batch images, with the
-  // instruction set selected now; forward in bf16 when bf16 (fits(g, 1, true) must hold).
+  // instruction set selected now; forward and the input gradient in bf16 when bf16
+  // (fits(g, 1, true) must hold).
   DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch, bool bf16 = false);
   bool planned() const { return k_ != nullptr; }
   const char* isa() const { return k_ ? k_->name : "none"; }
-  bool bf16() const { return bf16_.k != nullptr; }  // forward runs the bf16 kernels
   // Floats of workspace forward and backward need (one buffer, the caller's).
   int64_t workspace_floats() const;
 
