@@ -140,7 +140,8 @@ void bf16_rows(const Args& a) {
     const double flop = 2.0 * a.batch * r.oc * double(g.out_plane()) * r.ic * r.k * r.k;
     std::printf("%-26s %7.2f", r.name, flop * 1e-9);
     for (size_t i = 0; i < convs.size(); ++i) {
-      const bool direct_ok = convs[i]->direct() == (kBf16Paths[i].algorithm == ConvAlgorithm::kDirect);
+      const bool direct = kBf16Paths[i].algorithm == ConvAlgorithm::kDirect;
+      const bool direct_ok = convs[i]->direct() == direct;  // "?": not the path named
       std::printf(" %8.2f / %8.2f%s", t[2 * i] * 1e3, t[2 * i + 1] * 1e3, direct_ok ? "" : "?");
     }
     std::printf(" %6.2f %6.2f\n", t[0] / t[2], t[1] / t[3]);

@@ -228,7 +228,8 @@ void Conv2d::plan(const Shape& in) {
   col_floats_ = (g.is_pointwise() && chunk == 1) ? 0 : rows * chunk * P;
   rows_floats_ = chunk > 1 ? opt_.out_channels * chunk * P : 0;
   workspace_floats_ = col_floats_ + rows_floats_;
-  if (direct_.planned()) workspace_floats_ = std::max(workspace_floats_, direct_.workspace_floats());
+  if (direct_.planned())
+    workspace_floats_ = std::max(workspace_floats_, direct_.workspace_floats());
   if (use_winograd_) {
     wino_fwd_ = WinogradConv(g.channels, opt_.out_channels, g.height, g.width, g.pad_h, g.pad_w,
                              N, kWinogradBudget);

@@ -14,7 +14,6 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "core/gemm_bf16.h"
 
 namespace mpicnn {
 
@@ -493,12 +492,22 @@ void DirectConv::pack_forward_weights(float* wf, const float* w) const {
       }
 }
 
+// The layer's weights w (OC, IC, KH, KW) rounded by to_bf16 (core/gemm_bf16.h: bf16_round, the
+// whole tensor at once), into a buffer kept per thread and grown to the largest layer, as
+// gemm_bf16's packing buffers are (a step allocates nothing after the first).
+const bf16_t* DirectConv::rounded_weights(const float* w) const {
+  static thread_local std::vector<bf16_t> rounded;
+  const int64_t n = oc_ * g_.channels * src_taps_;
+  if (int64_t(rounded.size()) < n) rounded.resize(size_t(n));
+  to_bf16(rounded.data(), w, n);
+  return rounded.data();
+}
+
 // A bf16 pass's weights, [out block][pair block][tap][V pairs][V out][2] bf16 (taps ids): pass
 // output channel o = ob * V + lo and input channel i = pb * 2V + l (pair l / 2, the even channel
 // in the low half, as vdpbf16ps pairs them) hold the layer's weight (oc, ic) = (o, i), or (i, o)
-// when transposed (the input gradient), rounded by bf16_round (core/gemm_bf16.h); zeros past
-// the channels.
-void DirectConv::pack_pair_weights(float* dst, const float* w, int64_t out_blocks,
+// when transposed (the input gradient), from wq (rounded_weights); zeros past the channels.
+void DirectConv::pack_pair_weights(float* dst, const bf16_t* wq, int64_t out_blocks,
                                    int64_t pair_blocks, const std::vector<int32_t>& ids,
                                    bool transposed) const {
   const int64_t V = k_->vec, T = int64_t(ids.size()), KT = src_taps_, IC = g_.channels;
@@ -515,7 +524,7 @@ void DirectConv::pack_pair_weights(float* dst, const float* w, int64_t out_block
             const int64_t o = ob * V + lo, i = pb * 2 * V + l;
             const int64_t oc = transposed ? i : o, ic = transposed ? o : i;
             d[((l / 2) * V + lo) * 2 + l % 2] =
-                o < outs && i < ins ? bf16_round(w[(oc * IC + ic) * KT + id]) : bf16_t(0);
+                o < outs && i < ins ? wq[(oc * IC + ic) * KT + id] : bf16_t(0);
           }
       }
 }
@@ -525,8 +534,9 @@ void DirectConv::pack_pair_weights(float* dst, const float* w, int64_t out_block
 void DirectConv::pack_data_weights(float* wd, const float* w) const {
   const int64_t V = k_->vec, KT = src_taps_, IC = g_.channels;
   if (data16_.k) {
+    const bf16_t* wq = rounded_weights(w);
     for (const Phase& ph : data16_.phases)
-      pack_pair_weights(wd + ph.weight_offset, w, in_blocks_, ph.pass.in_blocks, ph.ids, true);
+      pack_pair_weights(wd + ph.weight_offset, wq, in_blocks_, ph.pass.in_blocks, ph.ids, true);
     return;
   }
   for (const Phase& ph : data32_.phases) {
@@ -584,8 +594,10 @@ void DirectConv::forward(float* out, const float* in, const float* w, const floa
   const direct::Kernels& k = *f.k;
   float* wf = ws;
   float* images = wf + weight_floats(f);
-  if (&f == &bf16_) pack_pair_weights(wf, w, out_blocks_, f.pass.in_blocks, f.ids, false);
-  else pack_forward_weights(wf, w);
+  if (&f == &bf16_)
+    pack_pair_weights(wf, rounded_weights(w), out_blocks_, f.pass.in_blocks, f.ids, false);
+  else
+    pack_forward_weights(wf, w);
   direct::Pass p = f.pass;
   p.taps = f.taps.data();
   p.weights = wf;
@@ -635,7 +647,8 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
   float* ins = dw + wf_floats;        // chunk_ packed inputs (none when f32_.raw)
   float* douts = ins + chunk_ * f32_.image_floats;  // packed gradients
   float* douts16 = douts + chunk_ * packed_floats(dout_img_);  // as bf16 pairs (dout16)
-  float* din_b = douts16 + (dout16 ? chunk_ * dp.image_floats : 0);  // interleaved: [CB][H*W][chunk][V]
+  // Interleaved images: the input gradient's blocked buffer [CB][H*W][chunk][V].
+  float* din_b = douts16 + (dout16 ? chunk_ * dp.image_floats : 0);
   if (din) pack_data_weights(wd, w);
   if (gw) std::memset(dw, 0, sizeof(float) * size_t(wf_floats));
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "layers/cpu/conv_direct_kernels.h"
+#include "core/gemm_bf16.h"
 #include "core/real.h"
 #include "layers/im2col.h"
 
@@ -118,7 +119,8 @@ class DirectConv {
   int64_t weight_floats(const Forward& f) const;
   int64_t packed_floats(const direct::BlockedImage& b) const;  // one image
   void pack_forward_weights(float* wf, const float* w) const;
-  void pack_pair_weights(float* dst, const float* w, int64_t out_blocks, int64_t pair_blocks,
+  const bf16_t* rounded_weights(const float* w) const;  // this thread's buffer
+  void pack_pair_weights(float* dst, const bf16_t* wq, int64_t out_blocks, int64_t pair_blocks,
                          const std::vector<int32_t>& ids, bool transposed) const;
   void pack_data_weights(float* wd, const float* w) const;
   void pack(const direct::Kernels& k, float* dst, const float* src, int64_t src_image,
