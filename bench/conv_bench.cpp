@@ -5,6 +5,12 @@
 //
 //   build/release/bench/conv_bench [--threads N] [--batch 16] [--reps 7] [--warmup 2]
 //                                  [--only TEXT]   (rows whose name contains TEXT)
+//                                  [--bf16 1]
+// --bf16 1 instead times, per ResNet-18 and ResNet-50 layer shape, forward and backward (input
+// and weight gradients) of three Conv2d planned alike but for their path: fp32 on the direct
+// kernels, bf16 on the direct kernels (bf16 forward and input gradient, fp32 weight gradient;
+// on a CPU with AVX512-BF16) and bf16 on im2col + the bf16 GEMM, interleaved in each
+// repetition; "x" is fp32 direct's time over the bf16 direct one's.
 #include <cblas.h>
 
 #include <algorithm>
@@ -12,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +30,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "layers/conv2d.h"
+#include "layers/cpu_precision.h"
 #include "layers/im2col.h"
 #include "layers/params.h"
 
@@ -35,7 +44,7 @@ using Row = ConvShape;
 constexpr const auto& kRows = kResnet18Convs;
 
 struct Args {
-  int threads = 0, batch = 16, reps = 7, warmup = 2;
+  int threads = 0, batch = 16, reps = 7, warmup = 2, bf16 = 0;
   std::string only;  // run only the rows whose name contains this
 };
 
@@ -54,9 +63,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--batch") a.batch = value();
     else if (k == "--reps") a.reps = value();
     else if (k == "--warmup") a.warmup = value();
+    else if (k == "--bf16") a.bf16 = value();
     else if (k == "--only" && i + 1 < argc) a.only = argv[++i];
     else FAIL("unknown option '", k,
-              "' (use --threads N --batch N --reps N --warmup N --only TEXT)");
+              "' (use --threads N --batch N --reps N --warmup N --only TEXT --bf16 0|1)");
   }
   CHECK(a.batch >= 1 && a.reps >= 1, "--batch and --reps must be >= 1");
   return a;
@@ -79,12 +89,75 @@ double square_sgemm_gflops(Args a, int n) {
   return 2.0 * n * n * double(n) / s * 1e-9;
 }
 
+// One layer shape planned three ways (the process-wide switches are read by plan()).
+struct Path {
+  const char* name;
+  CpuPrecision precision;
+  ConvAlgorithm algorithm;
+};
+constexpr Path kBf16Paths[] = {{"fp32 direct", CpuPrecision::kFp32, ConvAlgorithm::kDirect},
+                               {"bf16 direct", CpuPrecision::kBf16, ConvAlgorithm::kDirect},
+                               {"bf16 im2col", CpuPrecision::kBf16, ConvAlgorithm::kIm2col}};
+
+void bf16_rows(const Args& a) {
+  std::printf("threads %d, batch %d, median of %d (warmup %d); ms per call, forward / backward\n",
+              num_threads(), a.batch, a.reps, a.warmup);
+  std::printf("%-26s %7s", "layer", "GFLOP");
+  for (const Path& p : kBf16Paths) std::printf(" %19s", p.name);
+  std::printf(" %6s %6s\n", "x fwd", "x bwd");
+  const CpuPrecision precision_before = cpu_precision();
+  const ConvAlgorithm algorithm_before = conv_algorithm();
+  std::vector<ConvShape> rows(std::begin(kResnet18Convs), std::end(kResnet18Convs));
+  rows.insert(rows.end(), std::begin(kResnet50Convs), std::end(kResnet50Convs));
+  for (const ConvShape& r : rows) {
+    if (std::string(r.name).find(a.only) == std::string::npos) continue;
+    const Conv2dOptions o{.in_channels = r.ic, .out_channels = r.oc, .kernel = r.k,
+                          .stride = r.s, .padding = r.p, .bias = false};
+    std::vector<std::unique_ptr<Conv2d>> convs;
+    ParamStore store;
+    for (const Path& p : kBf16Paths) {
+      convs.push_back(std::make_unique<Conv2d>(o));
+      convs.back()->register_state(store, std::string(p.name) + ".");
+    }
+    store.allocate();
+    const Shape in{a.batch, r.ic, r.hw, r.hw};
+    const Shape out = convs[0]->output_shape(in);
+    Tensor x = random(in, 2), y = Tensor::empty(out), dy = random(out, 3), dx = Tensor::empty(in);
+    std::vector<std::function<void()>> fns;
+    for (size_t i = 0; i < convs.size(); ++i) {
+      Conv2d& c = *convs[i];
+      c.reset_parameters(1);
+      set_cpu_precision(kBf16Paths[i].precision);
+      set_conv_algorithm(kBf16Paths[i].algorithm);
+      c.plan(in);
+      fns.push_back([&] { c.forward(y, x); });
+      fns.push_back([&] { c.backward(dx, dy, x, y); });
+    }
+    set_cpu_precision(precision_before);
+    set_conv_algorithm(algorithm_before);
+    const std::vector<double> t = median_seconds(a.warmup, a.reps, fns);
+    const ConvGeometry& g = convs[0]->geometry();
+    const double flop = 2.0 * a.batch * r.oc * double(g.out_plane()) * r.ic * r.k * r.k;
+    std::printf("%-26s %7.2f", r.name, flop * 1e-9);
+    for (size_t i = 0; i < convs.size(); ++i) {
+      const bool direct = kBf16Paths[i].algorithm == ConvAlgorithm::kDirect;
+      const bool direct_ok = convs[i]->direct() == direct;  // "?": not the path named
+      std::printf(" %8.2f / %8.2f%s", t[2 * i] * 1e3, t[2 * i + 1] * 1e3, direct_ok ? "" : "?");
+    }
+    std::printf(" %6.2f %6.2f\n", t[0] / t[2], t[1] / t[3]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     Args a = parse(argc, argv);
     set_num_threads(a.threads ? a.threads : default_num_threads());
+    if (a.bf16) {
+      bf16_rows(a);
+      return 0;
+    }
     const double peak = square_sgemm_gflops(a, 2048);
     const int par = openblas_get_parallel();
     const char* wait = std::getenv("OMP_WAIT_POLICY");

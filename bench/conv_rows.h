@@ -1,5 +1,6 @@
 // What the convolution and bf16 GEMM benchmarks (bench/conv_bench.cpp, bench/gemm_bf16_bench.cpp)
-// share: ResNet-18's distinct convolution shapes at a 224x224 input, and the median timer.
+// share: ResNet-18's distinct convolution shapes at a 224x224 input (and ResNet-50's others),
+// and the median timer.
 #pragma once
 #include <algorithm>
 #include <functional>
@@ -24,6 +25,26 @@ inline constexpr ConvShape kResnet18Convs[] = {
     {"3x3/2 256->512 @14", 256, 512, 14, 3, 2, 1},
     {"1x1/2 256->512 @14", 256, 512, 14, 1, 2, 0},
     {"3x3 512->512 @7", 512, 512, 7, 3, 1, 1},
+};
+
+// ResNet-50's (torchvision: stride on the 3x3) shapes that ResNet-18 lacks, at 224x224.
+inline constexpr ConvShape kResnet50Convs[] = {
+    {"r50 1x1 64->64 @56", 64, 64, 56, 1, 1, 0},
+    {"r50 1x1 64->256 @56", 64, 256, 56, 1, 1, 0},
+    {"r50 1x1 256->64 @56", 256, 64, 56, 1, 1, 0},
+    {"r50 1x1 256->128 @56", 256, 128, 56, 1, 1, 0},
+    {"r50 3x3/2 128->128 @56", 128, 128, 56, 3, 2, 1},
+    {"r50 1x1 128->512 @28", 128, 512, 28, 1, 1, 0},
+    {"r50 1x1/2 256->512 @56", 256, 512, 56, 1, 2, 0},
+    {"r50 1x1 512->128 @28", 512, 128, 28, 1, 1, 0},
+    {"r50 3x3/2 256->256 @28", 256, 256, 28, 3, 2, 1},
+    {"r50 1x1 256->1024 @14", 256, 1024, 14, 1, 1, 0},
+    {"r50 1x1/2 512->1024 @28", 512, 1024, 28, 1, 2, 0},
+    {"r50 1x1 1024->256 @14", 1024, 256, 14, 1, 1, 0},
+    {"r50 3x3/2 512->512 @14", 512, 512, 14, 3, 2, 1},
+    {"r50 1x1 512->2048 @7", 512, 2048, 7, 1, 1, 0},
+    {"r50 1x1/2 1024->2048 @14", 1024, 2048, 14, 1, 2, 0},
+    {"r50 1x1 2048->512 @7", 2048, 512, 7, 1, 1, 0},
 };
 
 // Each function's median seconds over `reps` runs after `warmup` untimed ones, the functions

@@ -2,10 +2,13 @@
 // gradients) and Linear under bf16 against double references on the same bf16-rounded inputs,
 // and a small network (conv -> ReLU -> linear) forward and backward in bf16 against fp32 within
 // a bound carried through the layers; fp32 stays the default and keeps the direct kernels.
+// Conv2d's direct kernels in bf16 (bf16 forward, fp32 gradients; layers/conv_direct.h) against
+// the same double references and against the im2col bf16 path, on a CPU with AVX512-BF16.
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -64,6 +67,13 @@ struct PrecisionScope {
   CpuPrecision before = cpu_precision();
   explicit PrecisionScope(CpuPrecision p) { set_cpu_precision(p); }
   ~PrecisionScope() { set_cpu_precision(before); }
+};
+
+// Sets the convolution algorithm for a scope.
+struct AlgorithmScope {
+  ConvAlgorithm before = conv_algorithm();
+  explicit AlgorithmScope(ConvAlgorithm a) { set_conv_algorithm(a); }
+  ~AlgorithmScope() { set_conv_algorithm(before); }
 };
 
 // A convolution's geometry (square kernel, stride and padding) and its three passes in double,
@@ -201,9 +211,11 @@ TEST_CASE("cpu precision: fp32 by default, parsed and named; fp32 keeps the dire
     store.allocate();
     conv.plan({2, 4, 8, 8});
     CHECK(conv.precision() == p);
-    if (p == CpuPrecision::kBf16) CHECK(!conv.direct());
-    else if (conv_algorithm() == ConvAlgorithm::kDirect && direct_isa() != DirectIsa::kNone)
-      CHECK(conv.direct());
+    const bool direct_ok = conv_algorithm() == ConvAlgorithm::kDirect &&
+                           DirectConv::fits(conv.geometry(), 1, p == CpuPrecision::kBf16);
+    CHECK(conv.direct() == direct_ok);
+    if (p == CpuPrecision::kFp32 && conv_algorithm() == ConvAlgorithm::kDirect)
+      CHECK(conv.direct() == (direct_isa() != DirectIsa::kNone));
     Linear lin(5, 3);
     CHECK(lin.precision() == CpuPrecision::kFp32);  // unplanned
     lin.plan({2, 5});
@@ -227,6 +239,7 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
       {"small layer: chunks in parallel", {16, 3, 8, 8, 4, 3, 1, 1}},
   };
   PrecisionScope scope(CpuPrecision::kBf16);
+  AlgorithmScope im2col(ConvAlgorithm::kIm2col);
   for (const ConvCase& c : cases) {
     CAPTURE(c.name);
     const Geo& g = c.g;
@@ -262,6 +275,88 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
     expect_rounded("forward", y, g.add_bias(g.forward(xq, wq), b), g.add_bias(g.forward(xd, wd), b));
     expect_rounded("weight gradient", conv.grad_weight, g.weight_grad(dyq, xq), g.weight_grad(dyd, xd));
     expect_rounded("input gradient", dx, g.input_grad(wq, dyq), g.input_grad(wd, dyd));
+  }
+}
+
+TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward and input gradient against double") {
+  // Forward: every input and weight rounded to bf16 (nearest even, bf16_round), each product
+  // of two 8-bit significands exact in float32, and vdpbf16ps adds each with one rounding: so
+  // against the double result on the rounded inputs only float32's sums remain, at most
+  // sum_error(n) times the sum of |products| for n = IC * taps additions (+ the bias, + slack),
+  // whatever order the kernels sum in. The input gradient likewise on the rounded output
+  // gradient and weights, n = OC * taps. The im2col bf16 path sums the same products (in
+  // another order): within the two bounds of each other. The weight gradient runs im2col's
+  // bf16 GEMMs as the im2col path does: the same bits (its accuracy is tested above).
+  if (!DirectConv::fits(ConvGeometry{}, 1, true)) {  // 1x1 stride 1: wherever the kernels run
+    MESSAGE("no bf16 direct kernels here (a CPU without AVX512-BF16, or the avx2 kernels, or "
+            "MPICNN_CONV_BF16=im2col): not tested");
+    return;
+  }
+  const ConvCase cases[] = {
+      {"1x1, 70 -> 20: three pair blocks, an odd last channel", {2, 70, 5, 6, 20, 1}},
+      {"1x1 stride 2, 64 -> 40, no bias (stays on im2col)", {3, 64, 9, 9, 40, 1, 2, 0}, false},
+      {"3x3 pad 1, 33 -> 17, batch 1", {1, 33, 9, 8, 17, 3, 1, 1}},
+      {"3x3 pad 1, 64 -> 32, a row of 40 (tiles and a tail)", {2, 64, 3, 40, 32, 3, 1, 1}},
+      {"3x3 stride 2 pad 1, 48 -> 35", {3, 48, 11, 10, 35, 3, 2, 1}},
+      {"7x7 stride 2 pad 3 (stem), 3 -> 64", {2, 3, 23, 21, 64, 7, 2, 3}},
+      {"3x3 pad 1 on 3x3 (images interleaved), 65 -> 33", {5, 65, 3, 3, 33, 3, 1, 1}},
+      {"3x3 pad 1 on a 1x1 map (the centre tap), 40 -> 24", {4, 40, 1, 1, 24, 3, 1, 1}},
+      {"3x3 no pad, 128 -> 16: K = 1152", {2, 128, 6, 7, 16, 3, 1, 0}},
+      {"1 -> 6, 5x5 pad 2", {3, 1, 8, 8, 6, 5, 1, 2}},
+  };
+  PrecisionScope scope(CpuPrecision::kBf16);
+  for (const ConvCase& c : cases) {
+    CAPTURE(c.name);
+    const Geo& g = c.g;
+    Conv2d conv({.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .stride = g.s,
+                 .padding = g.p, .bias = c.bias});
+    ParamStore store;
+    conv.register_state(store, "c.");
+    store.allocate();
+    fill_uniform(conv.weight, 41);
+    if (c.bias) fill_uniform(conv.bias, 42);
+    const Shape in{g.N, g.IC, g.H, g.W};
+    const Tensor x = random_tensor(in, 43), dy = random_tensor(conv.output_shape(in), 44);
+    // Forward and backward on one algorithm: y, dx and the weight gradient.
+    auto run = [&](ConvAlgorithm a) {
+      AlgorithmScope algorithm(a);
+      conv.plan(in);
+      const bool strided_pointwise = g.k == 1 && g.s > 1;
+      REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect && !strided_pointwise));
+      std::vector<Tensor> r{Tensor::empty(conv.output_shape(in)), Tensor::empty(in)};
+      r[0].fill(1e9f);  // forward and the input gradient write every element
+      r[1].fill(1e9f);
+      conv.forward(r[0], x);
+      store.zero_grad();
+      conv.backward(r[1], dy, x, r[0]);
+      r.push_back(Tensor::empty(conv.weight.shape()));
+      r[2].copy_from(conv.grad_weight);
+      return r;
+    };
+    const std::vector<Tensor> direct = run(ConvAlgorithm::kDirect);
+    const std::vector<Tensor> im2col = run(ConvAlgorithm::kIm2col);
+
+    const Vec xd = to_double(x), wd = to_double(conv.weight), dyd = to_double(dy);
+    const Vec xq = rounded(xd), wq = rounded(wd), dyq = rounded(dyd);
+    const Vec b = c.bias ? to_double(conv.bias) : Vec(size_t(g.OC), 0.0);
+    const double K = double(g.IC) * g.k * g.k;
+    const Vec want = g.add_bias(g.forward(xq, wq), b);
+    const Vec bound = scaled(g.add_bias(g.forward(absolute(xq), absolute(wq)), absolute(b)),
+                             sum_error(K + 4));
+    expect_within("bf16 direct forward", direct[0], want, bound);
+    expect_rounded("bf16 direct forward", direct[0], want, g.add_bias(g.forward(xd, wd), b));
+    expect_within("bf16 direct forward vs im2col bf16", direct[0], to_double(im2col[0]),
+                  scaled(bound, 2));
+    const double T = double(g.k) * g.k;
+    const Vec dx_want = g.input_grad(wq, dyq);
+    const Vec dx_bound =
+        scaled(g.input_grad(absolute(wq), absolute(dyq)), sum_error(g.OC * T + T + 4));
+    expect_within("bf16 direct input gradient", direct[1], dx_want, dx_bound);
+    expect_rounded("bf16 direct input gradient", direct[1], dx_want, g.input_grad(wd, dyd));
+    expect_within("bf16 direct input gradient vs im2col bf16", direct[1], to_double(im2col[1]),
+                  scaled(dx_bound, 2));
+    const size_t wbytes = sizeof(float) * size_t(direct[2].numel());
+    CHECK(std::memcmp(direct[2].data(), im2col[2].data(), wbytes) == 0);  // the same GEMMs
   }
 }
 

@@ -9,8 +9,11 @@
 // into one GEMM keeps the GEMMs wide for deep layers with tiny planes (7x7); the rows buffer
 // converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here,
 // OpenBLAS the GEMMs; small layers instead run their chunks side by side, one thread per chunk
-// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) every layer takes this path,
-// its GEMMs in bf16: the direct and Winograd kernels are float32 only.
+// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) an ungrouped layer (but a
+// strided 1x1) on a CPU with AVX512-BF16 runs forward and the input gradient on the direct
+// kernels in bf16 (vdpbf16ps; layers/conv_direct.h) and the weight gradient on this path's
+// bf16 GEMMs (MPICNN_CONV_BF16=im2col opts out of the direct kernels); the others take this
+// path, all three GEMMs in bf16 (emulated without AVX512-BF16). Winograd is float32 only.
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -189,17 +192,22 @@ void Conv2d::plan(const Shape& in) {
   gpu_plan_.reset();
   precision_ = cpu_precision();
   const bool fp32 = precision_ == CpuPrecision::kFp32;
-  if (fp32 && conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups)) {
-    // The direct kernels take all three passes: no columns, rows or chunks of images.
-    direct_ = DirectConv(g, opt_.out_channels, N);
-    use_winograd_ = parallel_chunks_ = false;
-    chunk_grads_ = live_weight_ = live_grad_ = Tensor();
-    col_floats_ = rows_floats_ = 0;
-    workspace_floats_ = direct_.workspace_floats();
-    workspace_base();  // sized now, so that the step allocates nothing
-    return;
-  }
   direct_ = DirectConv();
+  if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups, !fp32)) {
+    direct_ = DirectConv(g, opt_.out_channels, N, !fp32);
+    if (fp32) {
+      // The direct kernels take all three passes: no columns, rows or chunks of images.
+      use_winograd_ = parallel_chunks_ = false;
+      chunk_grads_ = live_weight_ = live_grad_ = Tensor();
+      col_floats_ = rows_floats_ = 0;
+      workspace_floats_ = direct_.workspace_floats();
+      workspace_base();  // sized now, so that the step allocates nothing
+      return;
+    }
+    // bf16: forward and the input gradient in bf16 on the direct kernels; the weight gradient
+    // on im2col's bf16 GEMMs, planned below as for the im2col path (the direct kernels' weight
+    // gradient is fp32 only, and measured slower than the bf16 GEMM's).
+  }
   use_winograd_ =
       fp32 && conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
   // Small layers run their chunks in parallel (parallel_chunks_), in chunks of at least
@@ -220,6 +228,8 @@ void Conv2d::plan(const Shape& in) {
   col_floats_ = (g.is_pointwise() && chunk == 1) ? 0 : rows * chunk * P;
   rows_floats_ = chunk > 1 ? opt_.out_channels * chunk * P : 0;
   workspace_floats_ = col_floats_ + rows_floats_;
+  if (direct_.planned())
+    workspace_floats_ = std::max(workspace_floats_, direct_.workspace_floats());
   if (use_winograd_) {
     wino_fwd_ = WinogradConv(g.channels, opt_.out_channels, g.height, g.width, g.pad_h, g.pad_w,
                              N, kWinogradBudget);
@@ -375,17 +385,20 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     return;
   }
   if (wgrad && opt_.bias) add_bias_grad(dout);
+  // bf16 on the direct kernels: the weight gradient by im2col's bf16 GEMMs below (see plan).
+  const bool direct_wgrad = direct_.planned() && precision_ == CpuPrecision::kFp32;
   if (direct_.planned()) {
-    direct_.backward(din.defined() ? din.data() : nullptr, wgrad ? grad_weight.data() : nullptr,
-                     dout.data(), in.data(), weight.data(), N, workspace_base());
-    if (MUTANT(1) && wgrad && weight_name_ == "conv1.weight") {
+    direct_.backward(din.defined() ? din.data() : nullptr,
+                     wgrad && direct_wgrad ? grad_weight.data() : nullptr, dout.data(),
+                     in.data(), weight.data(), N, workspace_base());
+    if (MUTANT(1) && wgrad && direct_wgrad && weight_name_ == "conv1.weight") {
       real* gw = grad_weight.data();
       for (int64_t e = 0; e < grad_weight.numel(); ++e) gw[e] *= real(1.001);
     }
-    return;
+    if (direct_wgrad || !wgrad) return;
   }
-  // Input gradient by im2col below, or by Winograd after the weight gradient's loop.
-  const bool data_im2col = din.defined() && !use_winograd_;
+  // Input gradient by im2col below, by Winograd after the weight gradient's loop, or done.
+  const bool data_im2col = din.defined() && !use_winograd_ && !direct_.planned();
   const real* w = data_im2col ? gemm_weight() : nullptr;  // (OC, Kg)
   // With dead taps the GEMMs accumulate into the live columns, added to grad_weight at the end.
   const bool live = wgrad && !cols_.all_taps_live();

@@ -76,11 +76,14 @@ class Conv2d : public UnaryLayer {
   int64_t chunk() const { return chunk_; }
   // Whether plan() chose Winograd for forward and the input gradient.
   bool winograd() const { return use_winograd_; }
-  // Whether plan() chose the direct kernels for all three passes.
+  // Whether plan() chose the direct kernels: for all three passes in fp32; for forward and the
+  // input gradient in bf16 (the weight gradient then on im2col's bf16 GEMMs).
   bool direct() const { return direct_.planned(); }
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
-  // The GEMMs' precision, read by plan() (layers/cpu_precision.h); bf16 runs im2col.
+  // The precision read by plan() (layers/cpu_precision.h): bf16 runs the direct kernels' bf16
+  // forward and input gradient where DirectConv::fits(g, groups, true), else im2col's bf16
+  // GEMMs.
   CpuPrecision precision() const { return precision_; }
   // Geometry of the planned input (valid after plan() or note_input()).
   const ConvGeometry& geometry() const { return geo_; }

@@ -97,12 +97,39 @@ const char* direct_isa_name(DirectIsa isa) {
   return "none";
 }
 
-bool DirectConv::fits(const ConvGeometry& /*g*/, int groups) {
-  return groups == 1 && kernels_of(direct_isa()) != nullptr;
+namespace {
+std::atomic<bool>& bf16_slot() {
+  static std::atomic<bool> slot{[] {
+    const char* v = std::getenv("MPICNN_CONV_BF16");
+    if (!v || !*v || std::strcmp(v, "direct") == 0) return true;
+    if (std::strcmp(v, "im2col") == 0) return false;
+    FAIL("MPICNN_CONV_BF16: expected direct or im2col, got '", v, "'");
+  }()};
+  return slot;
+}
+}  // namespace
+
+bool direct_bf16() { return bf16_slot().load(); }
+void set_direct_bf16(bool on) { bf16_slot().store(on); }
+
+bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
+  if (groups != 1 || kernels_of(direct_isa()) == nullptr) return false;
+#if defined(MPICNN_F64) && MPICNN_F64
+  (void)g;
+  return !bf16;
+#else
+  // A strided 1x1 layer reads a quarter of its input (stride 2): the bf16 kernels' packed copy
+  // would convert every pixel, where im2col gathers only those read; at ResNet-18's and -50's
+  // shapes it measured faster on im2col (bench/conv_bench --bf16 1), so it stays there.
+  const bool strided_pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 &&
+                                 g.pad_w == 0 && (g.stride_h > 1 || g.stride_w > 1);
+  return !bf16 || (!strided_pointwise && direct_bf16() && direct_isa() == DirectIsa::kAvx512 &&
+                   bf16_native());
+#endif
 }
 
 #if defined(MPICNN_F64) && MPICNN_F64
-DirectConv::DirectConv(const ConvGeometry&, int64_t, int64_t) {
+DirectConv::DirectConv(const ConvGeometry&, int64_t, int64_t, bool) {
   FAIL("DirectConv: float32 only (the float64 build runs im2col)");
 }
 int64_t DirectConv::workspace_floats() const { return 0; }
@@ -177,9 +204,12 @@ int64_t single_tap(int64_t kernel, int64_t in, int64_t out, int64_t stride, int6
 
 }  // namespace
 
-DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t max_batch)
+DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t max_batch,
+                       bool bf16)
     : k_(kernels_of(direct_isa())), g_(full), oc_(out_channels) {
   CHECK(k_, "DirectConv: no direct kernels for this CPU or build");
+  CHECK(!bf16 || fits(full, 1, true), "DirectConv: no bf16 direct kernels for this CPU (",
+        "AVX512-BF16 and the avx512 kernels needed)");
   src_taps_ = full.taps(), src_kw_ = full.kernel_w;
   const int64_t kh0 = single_tap(full.kernel_h, full.height, full.out_h, full.stride_h,
                                  full.pad_h, full.dilation_h);
@@ -195,7 +225,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   const int64_t V = k_->vec;
   in_blocks_ = ceil_div(g.channels, V);
   out_blocks_ = ceil_div(oc_, V);
-  const int64_t in_image = g.channels * g.in_plane(), out_image = oc_ * g.out_plane();
+  const int64_t out_image = oc_ * g.out_plane();
 
   // Rows shorter than a quarter of a tile (AVX-512: 6 pixels) leave most accumulators idle:
   // then images are interleaved per pixel in the packed copies and tiles run across images
@@ -228,132 +258,94 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   }
 
   // Packed copies: the input with its zero padding, the output gradient with its border.
-  in_img_ = {g.channels, g.height, g.width, g.height + 2 * g.pad_h, g.width + 2 * g.pad_w,
-             g.pad_h, g.pad_w, V};
+  const direct::BlockedImage in_img{g.channels, g.height, g.width, g.height + 2 * g.pad_h,
+                                    g.width + 2 * g.pad_w, g.pad_h, g.pad_w, V};
   dout_img_ = {oc_, g.out_h, g.out_w, top + g.out_h + bottom, left + g.out_w + right,
                top, left, V};
   // Images packed at once (backward; forward too when batch_inner_): a rule on the geometry.
-  const int64_t per_image = in_blocks_ * in_img_.rows * in_img_.cols * V +
+  const int64_t per_image = in_blocks_ * in_img.rows * in_img.cols * V +
                             out_blocks_ * dout_img_.rows * dout_img_.cols * V;
   chunk_ = std::clamp<int64_t>(kBackwardBudget / per_image, 1, max_batch);
   // How each pass reads: where it is (NCHW, lane step the plane) when no border is needed,
   // else the packed copy, image after image or images interleaved per pixel.
-  auto packed = [&](direct::BlockedImage& b, int64_t blocks) {
-    const int64_t images = batch_inner_ ? chunk_ : 1;
-    b.pix = images * V;
-    Layout l{b.pix, b.cols * b.pix, 1, b.rows * b.cols * b.pix, 0};
-    l.image = batch_inner_ ? V : blocks * l.block;
-    return l;
-  };
   // (Not with interleaved images: runs across NCHW images would read at strides of whole
   // images, often multiples of 4 KiB, which thrash the L1 sets.)
-  raw_in_ = g.pad_h == 0 && g.pad_w == 0 && !batch_inner_;
-  raw_dout_ = top == 0 && bottom == 0 && left == 0 && right == 0 && !batch_inner_;
-  in_l_ = raw_in_ ? Layout{1, g.width, g.in_plane(), V * g.in_plane(), in_image}
-                  : packed(in_img_, in_blocks_);
-  dpk_l_ = packed(dout_img_, out_blocks_);
-  dout_l_ = raw_dout_ ? Layout{1, g.out_w, g.out_plane(), V * g.out_plane(), out_image} : dpk_l_;
+  const bool raw_dout = top == 0 && bottom == 0 && left == 0 && right == 0 && !batch_inner_;
+  dpk_l_ = packed_layout(dout_img_, out_blocks_);
 
-  // A pass tiles a row of one image, or (batch_inner_) the images at one pixel column; then it
-  // stores whole vectors into an interleaved blocked buffer [blocks][plane][chunk][V] (px
-  // floats a pixel), which unpack() turns into NCHW, rather than scatter lanes across images.
+  // Forward: in float32 (it also lays out the input the weight gradient reads), and in bf16 on
+  // the pairs kernels, whose input is always a packed copy (of bf16 pairs).
+  f32_ = plan_forward(k_, V, g.pad_h == 0 && g.pad_w == 0 && !batch_inner_);
+  if (bf16) bf16_ = plan_forward(direct::avx512bf16_kernels(), 2 * V, false);
   const int64_t px = chunk_ * V;
-  auto finish = [&](direct::Pass& p, const Layout& l, int64_t out_blocks) {
-    p.in_block = l.block;
-    p.in_lane_step = l.lane;
-    if (batch_inner_) {
-      p.in_pix_step = l.image;
-      p.cols = chunk_;
-      p.out_blocked = true;
-      p.out_plane *= px;
-      p.out_origin *= px;
-      p.out_row_step *= px;
-      p.out_col_step = V;
-    }
-    p.ob = std::min<int64_t>(2, out_blocks);
-    p.r = balanced_tile(p.cols, k_->max_tile / p.ob);
-  };
-
-  // Forward: live taps only (a tap that reads only padding adds nothing: ResNet's 3x3 layers
-  // on a 1x1 map keep their centre tap).
-  for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-    if (!forward_live(kh, g.height, g.out_h, g.stride_h, g.pad_h, g.dilation_h)) continue;
-    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-      if (!forward_live(kw, g.width, g.out_w, g.stride_w, g.pad_w, g.dilation_w)) continue;
-      taps_.push_back(kh * g.dilation_h * in_l_.row + kw * g.dilation_w * in_l_.pix);
-      tap_ids_.push_back(src_tap(kh, kw));
-    }
-  }
-  fwd_.in_blocks = in_blocks_;
-  fwd_.in_lanes_last = g.channels - (in_blocks_ - 1) * V;
-  fwd_.in_row_step = g.stride_h * in_l_.row;
-  fwd_.in_pix_step = g.stride_w * in_l_.pix;
-  fwd_.ntaps = int64_t(taps_.size());
-  fwd_.rows = g.out_h;
-  fwd_.cols = g.out_w;
-  fwd_.out_channels = oc_;
-  fwd_.out_plane = g.out_plane();
-  fwd_.out_row_step = g.out_w;
-  fwd_.out_col_step = 1;
-  fwd_step_ = {g.stride_w * in_l_.pix, px};
-  if (g.is_pointwise() && raw_in_ && !batch_inner_) {
-    // Output pixel p reads input pixel p: the plane as one row, no short tiles at row ends.
-    fwd_.rows = 1, fwd_.cols = g.out_plane();
-    fwd_.in_row_step = fwd_.out_row_step = 0;
-  }
-  finish(fwd_, in_l_, out_blocks_);
 
   // Input gradient: one pass per phase with taps; pixels of a phase without taps get zero.
-  for (int64_t ph = 0; ph < g.stride_h; ++ph) {
-    for (int64_t pw = 0; pw < g.stride_w; ++pw) {
-      const int64_t nh = nhs[size_t(ph)], nw = nws[size_t(pw)];
-      if (nh == 0 || nw == 0) continue;
-      if (rows[size_t(ph)].empty() || cols[size_t(pw)].empty()) {
-        data_zero_first_ = true;
-        continue;
-      }
-      Phase phase;
-      for (const AxisTap& th : rows[size_t(ph)])
-        for (const AxisTap& tw : cols[size_t(pw)]) {
-          phase.taps.push_back(th.c * dout_l_.row + tw.c * dout_l_.pix);
-          phase.ids.push_back(src_tap(th.k, tw.k));
+  // In float32 on dout where it is (raw) or its packed copy, or in bf16 on a copy packed as
+  // pairs (the same border), with `block_channels` output-gradient channels a block.
+  auto plan_data = [&](const direct::Kernels* k, bool raw, int64_t block_channels) {
+    Data d;
+    d.k = k;
+    d.raw = raw;
+    d.img = dout_img_;
+    const int64_t blocks = ceil_div(oc_, block_channels);
+    d.l = raw ? Layout{1, g.out_w, g.out_plane(), V * g.out_plane(), out_image}
+              : packed_layout(d.img, blocks);
+    d.image_floats = raw ? 0 : blocks * d.img.rows * d.img.cols * V;
+    for (int64_t ph = 0; ph < g.stride_h; ++ph) {
+      for (int64_t pw = 0; pw < g.stride_w; ++pw) {
+        const int64_t nh = nhs[size_t(ph)], nw = nws[size_t(pw)];
+        if (nh == 0 || nw == 0) continue;
+        if (rows[size_t(ph)].empty() || cols[size_t(pw)].empty()) {
+          data_zero_first_ = true;
+          continue;
         }
-      direct::Pass& p = phase.pass;
-      p.in_blocks = out_blocks_;
-      p.in_lanes_last = oc_ - (out_blocks_ - 1) * V;
-      p.in_origin = raw_dout_ ? 0 : top * dout_l_.row + left * dout_l_.pix;
-      p.in_row_step = dout_l_.row;
-      p.in_pix_step = dout_l_.pix;
-      p.ntaps = int64_t(phase.taps.size());
-      p.rows = nh;
-      p.cols = nw;
-      p.out_channels = g.channels;
-      p.out_plane = g.in_plane();
-      p.out_origin = ph * g.width + pw;
-      p.out_row_step = g.stride_h * g.width;
-      p.out_col_step = g.stride_w;
-      phase.columns = nw;
-      phase.step = {dout_l_.pix, g.stride_w * px};
-      if (g.is_pointwise() && raw_dout_ && !batch_inner_) {
-        p.rows = 1, p.cols = g.in_plane();
-        p.in_row_step = p.out_row_step = 0;
+        Phase phase;
+        for (const AxisTap& th : rows[size_t(ph)])
+          for (const AxisTap& tw : cols[size_t(pw)]) {
+            phase.taps.push_back(th.c * d.l.row + tw.c * d.l.pix);
+            phase.ids.push_back(src_tap(th.k, tw.k));
+          }
+        direct::Pass& p = phase.pass;
+        p.in_blocks = blocks;
+        p.in_lanes_last = ceil_div(oc_ - (blocks - 1) * block_channels, block_channels / V);
+        p.in_origin = raw ? 0 : top * d.l.row + left * d.l.pix;
+        p.in_row_step = d.l.row;
+        p.in_pix_step = d.l.pix;
+        p.ntaps = int64_t(phase.taps.size());
+        p.rows = nh;
+        p.cols = nw;
+        p.out_channels = g.channels;
+        p.out_plane = g.in_plane();
+        p.out_origin = ph * g.width + pw;
+        p.out_row_step = g.stride_h * g.width;
+        p.out_col_step = g.stride_w;
+        phase.columns = nw;
+        phase.step = {d.l.pix, g.stride_w * px};
+        if (g.is_pointwise() && !batch_inner_) {
+          // Input pixel p reads output-gradient pixel p (no border): the plane as one row.
+          p.rows = 1, p.cols = g.in_plane();
+          p.in_row_step = p.out_row_step = 0;
+        }
+        finish(p, d.l, in_blocks_);
+        phase.weight_offset = d.weight_floats;
+        d.weight_floats += in_blocks_ * blocks * p.ntaps * V * V;
+        d.phases.push_back(std::move(phase));
       }
-      finish(p, dout_l_, in_blocks_);
-      phase.weight_offset = data_weight_floats_;
-      data_weight_floats_ += in_blocks_ * out_blocks_ * p.ntaps * V * V;
-      phases_.push_back(std::move(phase));
     }
-  }
+    return d;
+  };
+  data32_ = plan_data(k_, raw_dout, V);
+  if (bf16) data16_ = plan_data(direct::avx512bf16_kernels(), false, 2 * V);
 
   // Weight gradient: forward's input and taps against the packed output gradient.
   wg_.in_blocks = in_blocks_;
-  wg_.in_lanes_last = fwd_.in_lanes_last;
-  wg_.in_block = in_l_.block;
-  wg_.in_lane_step = in_l_.lane;
-  wg_.in_row_step = g.stride_h * in_l_.row;
-  wg_.in_pix_step = g.stride_w * in_l_.pix;
-  wg_.in_image = in_l_.image;
-  wg_.ntaps = fwd_.ntaps;
+  wg_.in_lanes_last = f32_.pass.in_lanes_last;
+  wg_.in_block = f32_.l.block;
+  wg_.in_lane_step = f32_.l.lane;
+  wg_.in_row_step = g.stride_h * f32_.l.row;
+  wg_.in_pix_step = g.stride_w * f32_.l.pix;
+  wg_.in_image = f32_.l.image;
+  wg_.ntaps = f32_.pass.ntaps;
   wg_.out_blocks = out_blocks_;
   wg_.out_block = dpk_l_.block;
   wg_.out_image = dpk_l_.image;
@@ -369,23 +361,110 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // interleaved images), else inside: a rule on the geometry alone (the two orders give
   // different bits, never different thread counts).
   wgrad_units_outer_ =
-      batch_inner_ || out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V > per_image;
-  slots_ = raw_in_ || batch_inner_ ? 0 : std::max(1, omp_get_max_threads());
+      batch_inner_ || out_blocks_ * in_blocks_ * int64_t(f32_.taps.size()) * V * V > per_image;
+}
+
+// How a pass reads packed copies of b (sets b.pix): image after image, or interleaved per
+// pixel with batch_inner_; `blocks` blocks of V floats (or V bf16 pairs) a pixel.
+DirectConv::Layout DirectConv::packed_layout(direct::BlockedImage& b, int64_t blocks) const {
+  const int64_t V = k_->vec, images = batch_inner_ ? chunk_ : 1;
+  b.pix = images * V;
+  Layout l{b.pix, b.cols * b.pix, 1, b.rows * b.cols * b.pix, 0};
+  l.image = batch_inner_ ? V : blocks * l.block;
+  return l;
+}
+
+// A pass tiles a row of one image, or (batch_inner_) the images at one pixel column; then it
+// stores whole vectors into an interleaved blocked buffer [blocks][plane][chunk][V] (px
+// floats a pixel), which unpack() turns into NCHW, rather than scatter lanes across images.
+void DirectConv::finish(direct::Pass& p, const Layout& l, int64_t out_blocks) const {
+  const int64_t px = chunk_ * k_->vec;
+  p.in_block = l.block;
+  p.in_lane_step = l.lane;
+  if (batch_inner_) {
+    p.in_pix_step = l.image;
+    p.cols = chunk_;
+    p.out_blocked = true;
+    p.out_plane *= px;
+    p.out_origin *= px;
+    p.out_row_step *= px;
+    p.out_col_step = k_->vec;
+  }
+  p.ob = std::min<int64_t>(2, out_blocks);
+  p.r = balanced_tile(p.cols, k_->max_tile / p.ob);
+}
+
+// Forward on kernels k, whose input blocks hold `block_channels` channels (V floats, or V bf16
+// pairs: V 32-bit words a pixel either way); raw: the input is read where it is (NCHW).
+DirectConv::Forward DirectConv::plan_forward(const direct::Kernels* k, int64_t block_channels,
+                                             bool raw) const {
+  const ConvGeometry& g = g_;
+  const int64_t V = k_->vec, blocks = ceil_div(g.channels, block_channels);
+  Forward f;
+  f.k = k;
+  f.raw = raw;
+  f.img = {g.channels, g.height, g.width, g.height + 2 * g.pad_h, g.width + 2 * g.pad_w,
+           g.pad_h, g.pad_w, V};
+  f.l = raw ? Layout{1, g.width, g.in_plane(), V * g.in_plane(), g.channels * g.in_plane()}
+            : packed_layout(f.img, blocks);
+  f.image_floats = raw ? 0 : blocks * f.img.rows * f.img.cols * V;
+  // Live taps only (a tap that reads only padding adds nothing: ResNet's 3x3 layers on a 1x1
+  // map keep their centre tap).
+  for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+    if (!forward_live(kh, g.height, g.out_h, g.stride_h, g.pad_h, g.dilation_h)) continue;
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+      if (!forward_live(kw, g.width, g.out_w, g.stride_w, g.pad_w, g.dilation_w)) continue;
+      f.taps.push_back(kh * g.dilation_h * f.l.row + kw * g.dilation_w * f.l.pix);
+      f.ids.push_back(src_tap(kh, kw));
+    }
+  }
+  direct::Pass& p = f.pass;
+  p.in_blocks = blocks;
+  // Lanes of the last block: floats, or pairs (the last one's odd channel a zero).
+  p.in_lanes_last = ceil_div(g.channels - (blocks - 1) * block_channels, block_channels / V);
+  p.in_row_step = g.stride_h * f.l.row;
+  p.in_pix_step = g.stride_w * f.l.pix;
+  p.ntaps = int64_t(f.taps.size());
+  p.rows = g.out_h;
+  p.cols = g.out_w;
+  p.out_channels = oc_;
+  p.out_plane = g.out_plane();
+  p.out_row_step = g.out_w;
+  p.out_col_step = 1;
+  f.step = {g.stride_w * f.l.pix, chunk_ * V};
+  if (g.is_pointwise() && !batch_inner_) {
+    // Output pixel p reads input pixel p (no padding, as is or packed without a border): the
+    // plane as one row, no short tiles at row ends.
+    p.rows = 1, p.cols = g.out_plane();
+    p.in_row_step = p.out_row_step = 0;
+  }
+  finish(p, f.l, out_blocks_);
+  f.slots = raw || batch_inner_ ? 0 : std::max(1, omp_get_max_threads());
+  return f;
 }
 
 int64_t DirectConv::packed_floats(const direct::BlockedImage& b) const {
   return ceil_div(b.channels, k_->vec) * b.rows * b.cols * k_->vec;
 }
 
+// Floats of forward's packed weights in plan f: [out block][in block][tap] blocks of V x V
+// floats (or of V pairs x V bf16 pairs: the same bytes).
+int64_t DirectConv::weight_floats(const Forward& f) const {
+  return out_blocks_ * f.pass.in_blocks * f.pass.ntaps * k_->vec * k_->vec;
+}
+
 int64_t DirectConv::workspace_floats() const {
   const int64_t V = k_->vec;
-  const int64_t wf = out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V;
-  const int64_t in = raw_in_ ? 0 : packed_floats(in_img_), dout = packed_floats(dout_img_);
+  const int64_t wf = weight_floats(f32_), dout = packed_floats(dout_img_);
   // Interleaved images: the blocked outputs of forward and of the input gradient too.
   const int64_t out_b = batch_inner_ ? chunk_ * out_blocks_ * g_.out_plane() * V : 0;
   const int64_t din_b = batch_inner_ ? chunk_ * in_blocks_ * g_.in_plane() * V : 0;
-  const int64_t fwd = wf + (batch_inner_ ? chunk_ : slots_) * in + out_b;
-  const int64_t bwd = data_weight_floats_ + wf + chunk_ * (in + dout) + din_b;
+  const Forward& f = fwd();
+  const Data& d = data();
+  const int64_t fwd = weight_floats(f) + (batch_inner_ ? chunk_ : f.slots) * f.image_floats + out_b;
+  // The bf16 input gradient reads its own packed copy of dout, next to the weight gradient's.
+  const int64_t dout16 = &d == &data16_ ? d.image_floats : 0;
+  const int64_t bwd = d.weight_floats + wf + chunk_ * (f32_.image_floats + dout + dout16) + din_b;
   return std::max(fwd, bwd);
 }
 
@@ -405,13 +484,13 @@ void DirectConv::unpack(float* out, const float* b, int64_t channels, int64_t pl
 
 // wf [out block][in block][tap][V in][V out] from w (OC, IC, KH, KW), zeros past the channels.
 void DirectConv::pack_forward_weights(float* wf, const float* w) const {
-  const int64_t V = k_->vec, T = int64_t(taps_.size()), KT = src_taps_, IC = g_.channels;
+  const int64_t V = k_->vec, T = f32_.pass.ntaps, KT = src_taps_, IC = g_.channels;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t kb = 0; kb < out_blocks_; ++kb)
     for (int64_t cb = 0; cb < in_blocks_; ++cb)
       for (int64_t t = 0; t < T; ++t) {
         float* d = wf + ((kb * in_blocks_ + cb) * T + t) * V * V;
-        const int32_t id = tap_ids_[size_t(t)];
+        const int32_t id = f32_.ids[size_t(t)];
         for (int64_t li = 0; li < V; ++li)
           for (int64_t lo = 0; lo < V; ++lo) {
             const int64_t oc = kb * V + lo, ic = cb * V + li;
@@ -420,11 +499,54 @@ void DirectConv::pack_forward_weights(float* wf, const float* w) const {
       }
 }
 
+// The layer's weights w (OC, IC, KH, KW) rounded by to_bf16 (core/gemm_bf16.h: bf16_round, the
+// whole tensor at once), into a buffer kept per thread and grown to the largest layer, as
+// gemm_bf16's packing buffers are (a step allocates nothing after the first).
+const bf16_t* DirectConv::rounded_weights(const float* w) const {
+  static thread_local std::vector<bf16_t> rounded;
+  const int64_t n = oc_ * g_.channels * src_taps_;
+  if (int64_t(rounded.size()) < n) rounded.resize(size_t(n));
+  to_bf16(rounded.data(), w, n);
+  return rounded.data();
+}
+
+// A bf16 pass's weights, [out block][pair block][tap][V pairs][V out][2] bf16 (taps ids): pass
+// output channel o = ob * V + lo and input channel i = pb * 2V + l (pair l / 2, the even channel
+// in the low half, as vdpbf16ps pairs them) hold the layer's weight (oc, ic) = (o, i), or (i, o)
+// when transposed (the input gradient), from wq (rounded_weights); zeros past the channels.
+void DirectConv::pack_pair_weights(float* dst, const bf16_t* wq, int64_t out_blocks,
+                                   int64_t pair_blocks, const std::vector<int32_t>& ids,
+                                   bool transposed) const {
+  const int64_t V = k_->vec, T = int64_t(ids.size()), KT = src_taps_, IC = g_.channels;
+  const int64_t outs = transposed ? IC : oc_, ins = transposed ? oc_ : IC;
+  bf16_t* const base = reinterpret_cast<bf16_t*>(dst);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t ob = 0; ob < out_blocks; ++ob)
+    for (int64_t pb = 0; pb < pair_blocks; ++pb)
+      for (int64_t t = 0; t < T; ++t) {
+        bf16_t* d = base + ((ob * pair_blocks + pb) * T + t) * 2 * V * V;
+        const int32_t id = ids[size_t(t)];
+        for (int64_t l = 0; l < 2 * V; ++l)
+          for (int64_t lo = 0; lo < V; ++lo) {
+            const int64_t o = ob * V + lo, i = pb * 2 * V + l;
+            const int64_t oc = transposed ? i : o, ic = transposed ? o : i;
+            d[((l / 2) * V + lo) * 2 + l % 2] =
+                o < outs && i < ins ? wq[(oc * IC + ic) * KT + id] : bf16_t(0);
+          }
+      }
+}
+
 // Per phase, wd [in-channel block][out-channel block][tap][V out][V in]: the transposed
-// weights, input channels now the pass's outputs.
+// weights, input channels now the pass's outputs (in bf16: pack_pair_weights, transposed).
 void DirectConv::pack_data_weights(float* wd, const float* w) const {
   const int64_t V = k_->vec, KT = src_taps_, IC = g_.channels;
-  for (const Phase& ph : phases_) {
+  if (data16_.k) {
+    const bf16_t* wq = rounded_weights(w);
+    for (const Phase& ph : data16_.phases)
+      pack_pair_weights(wd + ph.weight_offset, wq, in_blocks_, ph.pass.in_blocks, ph.ids, true);
+    return;
+  }
+  for (const Phase& ph : data32_.phases) {
     const int64_t T = ph.pass.ntaps;
     float* base = wd + ph.weight_offset;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -445,13 +567,14 @@ void DirectConv::pack_data_weights(float* wd, const float* w) const {
 // `count` runs of pass p, run i reading in + i * step.in and writing out + i * step.out (one
 // per image, or one per pixel column with interleaved images): the runs in parallel, or, with
 // fewer runs than threads, each run's (row, block group) units.
-void DirectConv::run_pass(float* out, const float* in, const direct::Pass& p, const float* bias,
-                          int64_t count, Step step) const {
-  const int64_t blocks = ceil_div(p.out_channels, k_->vec);
+void DirectConv::run_pass(const direct::Kernels& k, float* out, const float* in,
+                          const direct::Pass& p, const float* bias, int64_t count,
+                          Step step) const {
+  const int64_t blocks = ceil_div(p.out_channels, k.vec);
   if (count >= omp_get_max_threads()) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < count; ++i)
-      k_->pass_rows(out + i * step.out, in + i * step.in, p, bias, 0, p.rows, 0, blocks);
+      k.pass_rows(out + i * step.out, in + i * step.in, p, bias, 0, p.rows, 0, blocks);
     return;
   }
   const int64_t groups = ceil_div(blocks, p.ob);
@@ -459,72 +582,80 @@ void DirectConv::run_pass(float* out, const float* in, const direct::Pass& p, co
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t row = 0; row < p.rows; ++row)
       for (int64_t gi = 0; gi < groups; ++gi)
-        k_->pass_rows(out + i * step.out, in + i * step.in, p, bias, row, row + 1, gi * p.ob,
-                      std::min(blocks, (gi + 1) * p.ob));
+        k.pass_rows(out + i * step.out, in + i * step.in, p, bias, row, row + 1, gi * p.ob,
+                    std::min(blocks, (gi + 1) * p.ob));
   }
 }
 
 // Packs images [c0, c0 + B) of src into dst as img (after each other, or interleaved).
-void DirectConv::pack(float* dst, const float* src, int64_t src_image,
+void DirectConv::pack(const direct::Kernels& k, float* dst, const float* src, int64_t src_image,
                       const direct::BlockedImage& img, const Layout& l, int64_t c0,
                       int64_t B) const {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < B; ++i) k_->pack_image(dst + i * l.image, src + (c0 + i) * src_image, img);
+  for (int64_t i = 0; i < B; ++i) k.pack_image(dst + i * l.image, src + (c0 + i) * src_image, img);
 }
 
 void DirectConv::forward(float* out, const float* in, const float* w, const float* bias,
                          int64_t n, float* ws) const {
-  const int64_t V = k_->vec;
+  const Forward& f = fwd();
+  const direct::Kernels& k = *f.k;
   float* wf = ws;
-  float* images = wf + out_blocks_ * in_blocks_ * int64_t(taps_.size()) * V * V;
-  pack_forward_weights(wf, w);
-  direct::Pass p = fwd_;
-  p.taps = taps_.data();
+  float* images = wf + weight_floats(f);
+  if (&f == &bf16_)
+    pack_pair_weights(wf, rounded_weights(w), out_blocks_, f.pass.in_blocks, f.ids, false);
+  else
+    pack_forward_weights(wf, w);
+  direct::Pass p = f.pass;
+  p.taps = f.taps.data();
   p.weights = wf;
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
   if (batch_inner_) {
-    float* out_b = images + chunk_ * packed_floats(in_img_);  // [KB][OH*OW][chunk][V]
+    float* out_b = images + chunk_ * f.image_floats;  // [KB][OH*OW][chunk][V]
     for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
       const int64_t B = std::min(chunk_, n - c0);
-      pack(images, in, in_image, in_img_, in_l_, c0, B);
+      pack(k, images, in, in_image, f.img, f.l, c0, B);
       p.cols = B;
-      p.r = balanced_tile(B, k_->max_tile / p.ob);
-      run_pass(out_b, images, p, nullptr, g_.out_w, fwd_step_);
+      p.r = balanced_tile(B, k.max_tile / p.ob);
+      run_pass(k, out_b, images, p, nullptr, g_.out_w, f.step);
       unpack(out + c0 * out_image, out_b, oc_, g_.out_plane(), B, bias);
     }
     return;
   }
-  if (raw_in_) {
-    run_pass(out, in, p, bias, n, {in_image, out_image});
+  if (f.raw) {
+    run_pass(k, out, in, p, bias, n, {in_image, out_image});
     return;
   }
-  const int64_t packed = in_l_.image;
-  const int threads = std::min(omp_get_max_threads(), slots_);
+  const int64_t packed = f.l.image;
+  const int threads = std::min(omp_get_max_threads(), f.slots);
   if (n >= threads) {
     // Each thread packs its images into its own slot and computes them.
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) {
       float* slot = images + omp_get_thread_num() * packed;
-      k_->pack_image(slot, in + i * in_image, in_img_);
-      k_->pass_rows(out + i * out_image, slot, p, bias, 0, p.rows, 0, out_blocks_);
+      k.pack_image(slot, in + i * in_image, f.img);
+      k.pass_rows(out + i * out_image, slot, p, bias, 0, p.rows, 0, out_blocks_);
     }
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    k_->pack_image(images, in + i * in_image, in_img_);
-    run_pass(out + i * out_image, images, p, bias, 1, {0, 0});
+    k.pack_image(images, in + i * in_image, f.img);
+    run_pass(k, out + i * out_image, images, p, bias, 1, {0, 0});
   }
 }
 
 void DirectConv::backward(float* din, float* gw, const float* dout, const float* in,
                           const float* w, int64_t n, float* ws) const {
-  const int64_t V = k_->vec, T = int64_t(taps_.size());
-  const int64_t wf_floats = out_blocks_ * in_blocks_ * T * V * V;
-  float* wd = ws;                        // packed transposed weights of every phase
-  float* dw = wd + data_weight_floats_;  // [out block][in block][tap][V in][V out]
-  float* ins = dw + wf_floats;           // chunk_ packed inputs (none when raw_in_)
-  float* douts = ins + (raw_in_ ? 0 : chunk_ * packed_floats(in_img_));  // packed gradients
-  float* din_b = douts + chunk_ * packed_floats(dout_img_);  // interleaved: [CB][H*W][chunk][V]
+  const int64_t V = k_->vec, T = f32_.pass.ntaps;
+  const int64_t wf_floats = weight_floats(f32_);
+  const Data& dp = data();  // the input gradient's plan: fp32, or bf16
+  const bool dout16 = &dp == &data16_;
+  float* wd = ws;                     // packed transposed weights of every phase
+  float* dw = wd + dp.weight_floats;  // [out block][in block][tap][V in][V out]
+  float* ins = dw + wf_floats;        // chunk_ packed inputs (none when f32_.raw)
+  float* douts = ins + chunk_ * f32_.image_floats;  // packed gradients
+  float* douts16 = douts + chunk_ * packed_floats(dout_img_);  // as bf16 pairs (dout16)
+  // Interleaved images: the input gradient's blocked buffer [CB][H*W][chunk][V].
+  float* din_b = douts16 + (dout16 ? chunk_ * dp.image_floats : 0);
   if (din) pack_data_weights(wd, w);
   if (gw) std::memset(dw, 0, sizeof(float) * size_t(wf_floats));
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
@@ -532,34 +663,37 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
   for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
     const int64_t B = std::min(chunk_, n - c0);
     // The weight gradient reads the packed output gradient, and the packed input unless
-    // raw_in_; the input gradient's phases read the packed output gradient unless raw_dout_.
-    if (gw || !raw_dout_) pack(douts, dout, out_image, dout_img_, dpk_l_, c0, B);
-    if (gw && !raw_in_) pack(ins, in, in_image, in_img_, in_l_, c0, B);
+    // f32_.raw; the input gradient's phases read the packed output gradient unless dp.raw, in
+    // bf16 its own copy packed as pairs.
+    if (gw || (din && !dp.raw && !dout16))
+      pack(*k_, douts, dout, out_image, dout_img_, dpk_l_, c0, B);
+    if (din && dout16) pack(*dp.k, douts16, dout, out_image, dp.img, dp.l, c0, B);
+    if (gw && !f32_.raw) pack(*k_, ins, in, in_image, f32_.img, f32_.l, c0, B);
     if (din) {
       float* d = din + c0 * in_image;
       float* target = batch_inner_ ? din_b : d;
       const int64_t target_floats = batch_inner_ ? chunk_ * in_blocks_ * g_.in_plane() * V
                                                  : B * in_image;
       if (data_zero_first_) std::memset(target, 0, sizeof(float) * size_t(target_floats));
-      const float* src = raw_dout_ ? dout + c0 * out_image : douts;
-      for (const Phase& ph : phases_) {
+      const float* src = dp.raw ? dout + c0 * out_image : dout16 ? douts16 : douts;
+      for (const Phase& ph : dp.phases) {
         direct::Pass p = ph.pass;
         p.taps = ph.taps.data();
         p.weights = wd + ph.weight_offset;
         if (batch_inner_) {
           p.cols = B;
           p.r = balanced_tile(B, k_->max_tile / p.ob);
-          run_pass(din_b, src, p, nullptr, ph.columns, ph.step);
+          run_pass(*dp.k, din_b, src, p, nullptr, ph.columns, ph.step);
         } else {
-          run_pass(d, src, p, nullptr, B, {dout_l_.image, in_image});
+          run_pass(*dp.k, d, src, p, nullptr, B, {dp.l.image, in_image});
         }
       }
       if (batch_inner_) unpack(d, din_b, g_.channels, g_.in_plane(), B, nullptr);
     }
     if (gw) {
       direct::WeightGrad g = wg_;
-      g.taps = taps_.data();
-      const float* x = raw_in_ ? in + c0 * in_image : ins;
+      g.taps = f32_.taps.data();
+      const float* x = f32_.raw ? in + c0 * in_image : ins;
       if (wgrad_units_outer_) {
         // Each unit runs through the chunk's images at once.
 #pragma omp parallel for schedule(static)
@@ -584,7 +718,7 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
       const int64_t cb = ic / V, li = ic % V;
       float* d = gw + (oc * IC + ic) * KT;
       const float* s = dw + ((kb * in_blocks_ + cb) * T) * V * V + li * V + lo;
-      for (int64_t t = 0; t < T; ++t) d[tap_ids_[size_t(t)]] += s[t * V * V];
+      for (int64_t t = 0; t < T; ++t) d[f32_.ids[size_t(t)]] += s[t * V * V];
     }
   }
 }

@@ -1,4 +1,4 @@
-// Direct convolution on channel-blocked layouts for Conv2d on the CPU (float only, groups 1):
+// Direct convolution on channel-blocked layouts for Conv2d on the CPU (groups 1):
 // each image is repacked to [C/V][H+2p][W+2p][V] (V = 16 with AVX-512, 8 with AVX2) inside
 // the layer (a layer without padding reads NCHW as it is), and register-blocked kernels
 // (layers/cpu/) compute tiles of output pixels x 16 or 32 output channels straight from it,
@@ -8,12 +8,22 @@
 // weight gradient per (output block, input block, tap), summed over images in image order, so
 // every thread count gives the same bits. Not for grouped convolutions (Conv2d keeps im2col),
 // nor the float64 test build (real = double), where fits() is false.
+// In bf16 (Conv2d under CpuPrecision::kBf16, on a CPU with AVX512-BF16) forward runs the
+// same passes on the bf16 kernels (layers/cpu/conv_direct_avx512bf16.cpp): the input packed as
+// bf16 pairs, 32 channels a block ([C/32][H+2p][W+2p][16 pairs][2]), the weights as
+// [out block][pair block][tap][16 pairs][16 out][2], both rounded to nearest even exactly as
+// core/gemm_bf16's bf16_round, products summed in float32 by vdpbf16ps, bias and output float32
+// NCHW: the im2col bf16 path's terms, summed in another order. The input gradient likewise:
+// its phases on the output gradient packed as bf16 pairs and the transposed weights rounded.
+// The weight gradient here is float32 only (backward(gw) from the float32 activations, at
+// least as accurate as bf16's); Conv2d in bf16 takes it from im2col's bf16 GEMMs instead.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "layers/cpu/conv_direct_kernels.h"
+#include "core/gemm_bf16.h"
 #include "core/real.h"
 #include "layers/im2col.h"
 
@@ -30,14 +40,24 @@ DirectIsa best_direct_isa();                          // of this CPU
 DirectIsa parse_direct_isa(const std::string& name);  // "avx2", "avx512", else an Error
 const char* direct_isa_name(DirectIsa isa);
 
+// Whether bf16 layers may take the direct kernels (forward and input gradient), process-wide:
+// yes unless MPICNN_CONV_BF16=im2col (or set_direct_bf16(false)); MPICNN_CONV_BF16=direct
+// says yes. DirectConv::fits(g, groups, true) adds what the CPU must have.
+bool direct_bf16();
+void set_direct_bf16(bool on);
+
 class DirectConv {
  public:
   DirectConv() = default;
-  // Whether the direct kernels compute this geometry with `groups` groups on this CPU.
-  static bool fits(const ConvGeometry& g, int groups);
+  // Whether the direct kernels compute this geometry with `groups` groups on this CPU; with
+  // bf16, also forward in bf16: direct_bf16(), the AVX-512 kernels selected, the native bf16
+  // path (core/gemm_bf16.h: a CPU with AVX512-BF16, not MPICNN_BF16=emulated), and no 1x1
+  // layer with a stride (faster on im2col).
+  static bool fits(const ConvGeometry& g, int groups, bool bf16 = false);
   // Plans geometry g with out_channels outputs for batches of up to max_batch images, with the
-  // instruction set selected now.
-  DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch);
+  // instruction set selected now; forward and the input gradient in bf16 when bf16
+  // (fits(g, 1, true) must hold).
+  DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch, bool bf16 = false);
   bool planned() const { return k_ != nullptr; }
   const char* isa() const { return k_ ? k_->name : "none"; }
   // Floats of workspace forward and backward need (one buffer, the caller's).
@@ -69,13 +89,45 @@ class DirectConv {
     int64_t columns = 0;        // the phase's pixel columns (runs, with interleaved images)
     Step step;                  // from one pixel column to the next
   };
+  // How forward reads its input and runs, on one kernel set.
+  struct Forward {
+    const direct::Kernels* k = nullptr;  // null: not planned
+    direct::BlockedImage img;            // the packed input
+    Layout l;                            // how forward reads its input
+    bool raw = false;                    // no padding: the input read as is (NCHW)
+    int64_t image_floats = 0;            // of one packed input image (0 when raw)
+    std::vector<int64_t> taps;           // live taps: offsets in l
+    std::vector<int32_t> ids;            // and their taps in the layer's weights (src_tap)
+    direct::Pass pass;                   // taps and weights filled in at call time
+    Step step;                           // from one output column to the next (batch_inner_)
+    int slots = 1;  // packed images: one per thread at plan time (0: none needed)
+  };
+  // How the input gradient reads the output gradient and runs its phases, on one kernel set.
+  struct Data {
+    const direct::Kernels* k = nullptr;  // null: not planned
+    direct::BlockedImage img;            // the packed output gradient (with its border)
+    Layout l;                            // how the phases read it
+    bool raw = false;                    // no border needed: dout read as is (NCHW)
+    int64_t image_floats = 0;            // of one packed image (0 when raw)
+    std::vector<Phase> phases;
+    int64_t weight_floats = 0;  // of the packed transposed weights of every phase
+  };
+  Forward plan_forward(const direct::Kernels* k, int64_t block_channels, bool raw) const;
+  Layout packed_layout(direct::BlockedImage& b, int64_t blocks) const;  // sets b.pix
+  void finish(direct::Pass& p, const Layout& l, int64_t out_blocks) const;
+  const Forward& fwd() const { return bf16_.k ? bf16_ : f32_; }  // the plan forward runs
+  const Data& data() const { return data16_.k ? data16_ : data32_; }  // and the input gradient
+  int64_t weight_floats(const Forward& f) const;
   int64_t packed_floats(const direct::BlockedImage& b) const;  // one image
   void pack_forward_weights(float* wf, const float* w) const;
+  const bf16_t* rounded_weights(const float* w) const;  // this thread's buffer
+  void pack_pair_weights(float* dst, const bf16_t* wq, int64_t out_blocks, int64_t pair_blocks,
+                         const std::vector<int32_t>& ids, bool transposed) const;
   void pack_data_weights(float* wd, const float* w) const;
-  void pack(float* dst, const float* src, int64_t src_image, const direct::BlockedImage& img,
-            const Layout& l, int64_t c0, int64_t B) const;
-  void run_pass(float* out, const float* in, const direct::Pass& p, const float* bias,
-                int64_t count, Step step) const;
+  void pack(const direct::Kernels& k, float* dst, const float* src, int64_t src_image,
+            const direct::BlockedImage& img, const Layout& l, int64_t c0, int64_t B) const;
+  void run_pass(const direct::Kernels& k, float* out, const float* in, const direct::Pass& p,
+                const float* bias, int64_t count, Step step) const;
   void unpack(float* out, const float* b, int64_t channels, int64_t plane, int64_t B,
               const float* bias) const;
 
@@ -93,21 +145,17 @@ class DirectConv {
   // Rows shorter than half a tile: the packed copies interleave the images of a chunk per
   // pixel ([blocks][rows][cols][chunk][V]) and tiles run across images at one pixel.
   bool batch_inner_ = false;
-  int64_t chunk_ = 1;                       // images packed at once
-  direct::BlockedImage in_img_, dout_img_;  // packed input, packed output gradient
-  bool raw_in_ = false;    // no padding: forward and the weight gradient read the input as is
-  bool raw_dout_ = false;  // no border needed: the input gradient reads dout as is
-  Layout in_l_, dout_l_, dpk_l_;  // the input, the output gradient the phases read, its packing
-  std::vector<int64_t> taps_;     // forward's live taps: offsets in in_l_
-  std::vector<int32_t> tap_ids_;  // and their taps in the layer's weights (src_tap)
-  direct::Pass fwd_;
-  Step fwd_step_;  // from one output column to the next (interleaved images)
-  std::vector<Phase> phases_;
+  int64_t chunk_ = 1;               // images packed at once
+  direct::BlockedImage dout_img_;  // packed output gradient (the weight gradient's, float32)
+  Layout dpk_l_;                   // its packing
+  // Forward in float32; its input layout and taps are also the weight gradient's.
+  Forward f32_;
+  Forward bf16_;  // forward in bf16, when planned so (then forward runs it, not f32_)
+  Data data32_;   // the input gradient in float32
+  Data data16_;   // and in bf16, when planned so (then backward runs it)
   bool data_zero_first_ = false;  // some input-gradient pixel gets no tap: din starts at 0
-  int64_t data_weight_floats_ = 0;
   direct::WeightGrad wg_;
   bool wgrad_units_outer_ = false;  // weight gradient: units outside images, or inside
-  int slots_ = 1;  // forward's packed images: one per thread at plan time (0: none needed)
 };
 
 }  // namespace mpicnn

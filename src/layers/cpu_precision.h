@@ -1,8 +1,9 @@
 // The precision of the CPU layers' GEMMs, process-wide: fp32 (the default: core/blas.h's gemm,
 // bit for bit as without this switch) or bf16 (core/gemm_bf16.h: inputs rounded to bfloat16,
-// products summed in float32). Conv2d (its im2col path: forward, weight and input gradients)
-// and Linear read it in plan(), once, when the model is built; weights stay float32 masters
-// and are rounded by each GEMM. Not mixed precision: activations, gradients, BatchNorm and
+// products summed in float32). Conv2d (its im2col path: forward, weight and input gradients;
+// on AVX512-BF16 its direct kernels' bf16 forward and input gradient, layers/conv_direct.h)
+// and Linear read it in plan(), once, when the model is built; weights stay float32 masters,
+// rounded by each GEMM or packing. Not mixed precision: activations, gradients, BatchNorm and
 // the optimizer stay float32. The float64 test build has fp32 only.
 #pragma once
 #include <string>

@@ -4,18 +4,9 @@
 // core/gemm_bf16.cpp calls them only on a CPU that has avx512_bf16. Edges are masked loads and
 // stores; an operand with no unit stride falls back to the shared scalar packing
 // (gemm_bf16_kernels.h), whose rounding is the instruction's, bit for bit.
-// GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized inside its own header (GCC bug
-// 105593, see layers/cpu/conv_direct_avx512.cpp): silenced for that header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#ifndef __clang__
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstring>
 
+#include "core/cpu/bf16_avx512.h"
 #include "core/cpu/gemm_bf16_kernels.h"
 
 namespace mpicnn::bf16k {
@@ -31,10 +22,6 @@ __m512bh broadcast_pair(const bf16_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof v);
   return as_bh(_mm512_set1_epi32(v));
-}
-
-__mmask16 first_lanes(int n) {  // n clamped to [0, 16]
-  return n <= 0 ? __mmask16(0) : n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
 }
 
 // store_c (gemm_bf16_kernels.h) on 16 columns of C, the first n of them.
@@ -74,38 +61,6 @@ void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile&
   micro_nv<1>(a, b, kpairs, t);
 }
 
-// 32 floats (lo = p[0, 16), hi = p[16, 32), lanes past n read as zero) as 32 bf16 in order,
-// or equally 16 pairs (p[2d], p[2d + 1]) as 32-bit lanes d.
-__m512i round_32(const float* p, int n) {
-  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), p);
-  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(n - 16), p + 16);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
-// r[i] lane l becomes r[l] lane i (16 x 16 32-bit lanes): 4 rounds of shuffles.
-void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int h = 0; h < 2; ++h)
-    for (int j = 0; j < 4; ++j) {
-      t[8 * h + j] = _mm512_shuffle_i32x4(r[8 * h + j], r[8 * h + 4 + j], 0x88);
-      t[8 * h + 4 + j] = _mm512_shuffle_i32x4(r[8 * h + j], r[8 * h + 4 + j], 0xdd);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
-  }
-}
-
 // K contiguous in each lane (op(A) untransposed, op(B) transposed): 16 lanes by 16 pairs at a
 // time, each lane's 32 values rounded as 16 pairs, then transposed to [pair][lane].
 void pack_k_contiguous(bf16_t* dst, const float* src, int64_t ls, int lanes, int W, int kc) {
@@ -128,9 +83,6 @@ void pack_k_contiguous(bf16_t* dst, const float* src, int64_t ls, int lanes, int
 // two K rows rounded together and interleaved into 16 pairs.
 void pack_lanes_contiguous(bf16_t* dst, const float* src, int64_t ks, int lanes, int W,
                            int kc) {
-  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
-                                              25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3,
-                                              18, 2, 17, 1, 16, 0);
   for (int kp = 0; kp < (kc + 1) / 2; ++kp) {
     const float* row0 = src + 2 * kp * ks;
     const bool has_row1 = 2 * kp + 1 < kc;
@@ -139,8 +91,7 @@ void pack_lanes_contiguous(bf16_t* dst, const float* src, int64_t ks, int lanes,
       const __m512 lo = _mm512_maskz_loadu_ps(load, row0 + l0);
       const __m512 hi =
           has_row1 ? _mm512_maskz_loadu_ps(load, row0 + ks + l0) : _mm512_setzero_ps();
-      const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's 16, then hi's 16
-      const __m512i pairs = _mm512_permutexvar_epi16(interleave, halves);
+      const __m512i pairs = round_pairs(lo, hi);
       _mm512_mask_storeu_epi32(dst + (int64_t(kp) * W + l0) * 2, first_lanes(W - l0), pairs);
     }
   }

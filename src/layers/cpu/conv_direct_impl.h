@@ -3,6 +3,10 @@
 // MPICNN_DIRECT_NS (this copy's namespace) and the struct Isa (vector type, V, loads, FMA).
 // Every name here lives in that namespace or an anonymous one, so the two copies never meet
 // at link time. What the kernels compute is in conv_direct_kernels.h.
+// A third copy, conv_direct_avx512bf16.cpp, defines MPICNN_DIRECT_PAIRS: its Isa's "float"
+// vectors hold bf16 pairs and its fma is vdpbf16ps, so the passes' tiles below read 32-bit
+// pairs where the others read floats (lanes are pairs); it brings its own packing and has no
+// weight gradient.
 #include <cstring>
 #include <utility>
 
@@ -16,6 +20,7 @@ using Vec = typename Isa::Vec;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+#ifndef MPICNN_DIRECT_PAIRS
 void pack_image(float* dst, const float* src, const BlockedImage& b) {
   const int64_t blocks = (b.channels + V - 1) / V, plane = b.height * b.width;
   const int64_t pix = b.pix, right = b.left + b.width;
@@ -47,6 +52,7 @@ void pack_image(float* dst, const float* src, const BlockedImage& b) {
     }
   }
 }
+#endif  // MPICNN_DIRECT_PAIRS
 
 // One tile: R output pixels of a row by OB output blocks, summed over every input block, tap
 // and lane, into acc_out [OB][R][V]. Each weight vector is loaded once per tile and used R
@@ -168,6 +174,7 @@ void pass_rows(float* out, const float* in, const Pass& p, const float* bias, in
   }
 }
 
+#ifndef MPICNN_DIRECT_PAIRS
 // Taps per weight-gradient unit for J input lanes: one when J chains of FMAs hide the FMA
 // latency; with fewer lanes (a first layer's 1-3 input channels) a unit takes several taps,
 // which share each output-gradient load and read neighbouring inputs.
@@ -308,9 +315,12 @@ void weight_grad(float* dw, const float* in, const float* dout, const WeightGrad
   }
 }
 
+#endif  // MPICNN_DIRECT_PAIRS
 }  // namespace
 
+#ifndef MPICNN_DIRECT_PAIRS
 const Kernels kKernels = {Isa::kName,  V,           Isa::kMaxTile,     &pack_image,
                           &pass_rows,  &weight_grad, &weight_grad_units};
+#endif
 
 }  // namespace mpicnn::direct::MPICNN_DIRECT_NS

@@ -62,9 +62,13 @@ struct WeightGrad {
   bool pairs = false;          // units of two output blocks (AVX-512 only)
 };
 
+// The bf16 set ("avx512bf16", conv_direct_avx512bf16.cpp) reads its inputs and weights as bf16
+// pairs: an input block is 2V channels, V pairs, a "float" of in and weights above one pair
+// (lanes l count pairs, offsets 32-bit words), each lane's product the pair's two products
+// summed; its pack_image rounds to such pairs and it has no weight gradient (null).
 struct Kernels {
-  const char* name;  // "avx512", "avx2"
-  int vec;           // V: floats per vector, channels per block
+  const char* name;  // "avx512", "avx2", "avx512bf16"
+  int vec;           // V: floats per vector, output channels per block
   int max_tile;      // the most accumulators of a tile (ob * r)
   // dst (BlockedImage) '=' src (channels, height, width), zeros included.
   void (*pack_image)(float* dst, const float* src, const BlockedImage& b);
@@ -82,5 +86,6 @@ struct Kernels {
 // The kernels for this CPU's instruction set, null where the CPU lacks it.
 const Kernels* avx512_kernels();
 const Kernels* avx2_kernels();
+const Kernels* avx512bf16_kernels();  // call only on a CPU with AVX512-BF16
 
 }  // namespace mpicnn::direct

@@ -1,0 +1,88 @@
+// The direct convolution's bf16 kernels (AVX512-BF16): the AVX-512 copy's passes
+// (conv_direct_impl.h) with vdpbf16ps for the FMA, on inputs and weights packed as bf16 pairs.
+// An input block is 32 channels stored as 16 pairs per pixel, [C/32][rows][cols][16][2] bf16
+// (16 32-bit words a pixel, as a float block is 16 floats), so one 32-bit broadcast of a pair
+// feeds a vdpbf16ps: 32 multiply-adds an instruction where the fp32 FMA does 16. Weights come
+// packed [out block][pair block][tap][16 pairs][16 out][2] (conv_direct.cpp); the accumulators,
+// the bias and the output are float32 as in the fp32 kernels. Rounding is vcvtne2ps2bf16's
+// (nearest even: core/gemm_bf16.h's bf16_round, bit for bit). Forward and the input gradient's
+// passes only: the weight gradient stays on the fp32 kernels. Compiled with the AVX-512 BF16
+// flags (Makefile); conv_direct.cpp calls it only on a CPU with avx512_bf16.
+#define MPICNN_DIRECT_NS direct_avx512bf16
+#define MPICNN_DIRECT_PAIRS 1
+#include "core/cpu/bf16_avx512.h"
+#include "layers/cpu/conv_direct_avx512_isa.h"
+
+#include <cstring>
+
+namespace mpicnn::direct::direct_avx512bf16 {
+// The AVX-512 vectors, with a "float" of the input and the weights standing for a bf16 pair:
+// broadcast as 32 bits, multiplied and summed by vdpbf16ps (the odd element's product first,
+// then the even's, each added in float32 with one rounding).
+struct Isa : Avx512Isa {
+  static constexpr const char* kName = "avx512bf16";
+  static Vec bcast(const float* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(v));
+  }
+  static Vec fma(Vec pairs, Vec w, Vec acc) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(pairs),
+                            (__m512bh)_mm512_castps_si512(w));
+  }
+};
+}  // namespace mpicnn::direct::direct_avx512bf16
+
+#include "layers/cpu/conv_direct_impl.h"
+
+namespace mpicnn::direct::direct_avx512bf16 {
+namespace {
+
+// dst (a BlockedImage of pairs: b.pix words a pixel) '=' src (channels, height, width) rounded
+// to bf16, zeros included: per row, 16 pixels x 32 channels at a time, each channel pair's 16
+// pixels rounded and interleaved into 16 words, then transposed to one block of 16 pairs per
+// pixel.
+void pack_pairs(float* dst, const float* src, const BlockedImage& b) {
+  constexpr int64_t kChannels = 2 * V;  // per block
+  const int64_t blocks = (b.channels + kChannels - 1) / kChannels, plane = b.height * b.width;
+  const int64_t pix = b.pix, right = b.left + b.width;
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t row = 0; row < b.rows; ++row) {
+      float* d = dst + (blk * b.rows + row) * b.cols * pix;
+      const int64_t h = row - b.top;
+      if (h < 0 || h >= b.height) {
+        for (int64_t col = 0; col < b.cols; ++col) _mm512_storeu_si512(d + col * pix, zero);
+        continue;
+      }
+      for (int64_t col = 0; col < b.left; ++col) _mm512_storeu_si512(d + col * pix, zero);
+      for (int64_t col = right; col < b.cols; ++col) _mm512_storeu_si512(d + col * pix, zero);
+      float* dp = d + b.left * pix;
+      for (int64_t x0 = 0; x0 < b.width; x0 += V) {
+        const int n = int(min64(V, b.width - x0));
+        const __mmask16 m = bf16k::first_lanes(n);
+        __m512i r[V];
+        for (int l = 0; l < V; ++l) {
+          const int64_t c = blk * kChannels + 2 * l;
+          const float* s = src + c * plane + h * b.width + x0;
+          const __m512 even = c < b.channels ? _mm512_maskz_loadu_ps(m, s) : _mm512_setzero_ps();
+          const __m512 odd =
+              c + 1 < b.channels ? _mm512_maskz_loadu_ps(m, s + plane) : _mm512_setzero_ps();
+          r[l] = bf16k::round_pairs(even, odd);  // word x: pair l of pixel x0 + x
+        }
+        bf16k::transpose16(r);  // r[x]: the 16 pairs of pixel x0 + x
+        for (int x = 0; x < n; ++x) _mm512_storeu_si512(dp + (x0 + x) * pix, r[x]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const Kernels kKernels = {Isa::kName, V, Isa::kMaxTile, &pack_pairs, &pass_rows, nullptr, nullptr};
+
+}  // namespace mpicnn::direct::direct_avx512bf16
+
+namespace mpicnn::direct {
+const Kernels* avx512bf16_kernels() { return &direct_avx512bf16::kKernels; }
+}  // namespace mpicnn::direct
