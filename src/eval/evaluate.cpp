@@ -171,7 +171,7 @@ Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Datas
       const NodeWideAffinity wide(comm.node_cpu_ids());
       cal.threads = NodeWideAffinity::cpus();
       const double wide_s = measure(cal.threads)[kPredict];
-      if (wide_s > 0 && cal.threads == node.cpus) node.speedup_at_cpus = std::max(1.0, cost[kPredict] / wide_s);
+      if (wide_s > 0 && cal.threads == node.cpus) node.speedup_at_cpus = std::clamp(cost[kPredict] / wide_s, 1.0, double(node.cpus));
       cal.predict_rate_threads = wide_s > 0 ? 1 / wide_s : 0;
     }
     const Layout l = balance(cost, comm.size(), node);
