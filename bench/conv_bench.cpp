@@ -43,34 +43,7 @@ namespace {
 using Row = ConvShape;
 constexpr const auto& kRows = kResnet18Convs;
 
-struct Args {
-  int threads = 0, batch = 16, reps = 7, warmup = 2, bf16 = 0;
-  std::string only;  // run only the rows whose name contains this
-};
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto value = [&]() {
-      CHECK(i + 1 < argc, k, " needs a value");
-      char* end = nullptr;
-      long v = std::strtol(argv[++i], &end, 10);
-      CHECK(end && *end == '\0' && v >= 0, k, " needs a non-negative integer, got '", argv[i], "'");
-      return int(v);
-    };
-    if (k == "--threads") a.threads = value();
-    else if (k == "--batch") a.batch = value();
-    else if (k == "--reps") a.reps = value();
-    else if (k == "--warmup") a.warmup = value();
-    else if (k == "--bf16") a.bf16 = value();
-    else if (k == "--only" && i + 1 < argc) a.only = argv[++i];
-    else FAIL("unknown option '", k,
-              "' (use --threads N --batch N --reps N --warmup N --only TEXT --bf16 0|1)");
-  }
-  CHECK(a.batch >= 1 && a.reps >= 1, "--batch and --reps must be >= 1");
-  return a;
-}
+using Args = BenchArgs;
 
 Tensor random(const Shape& s, uint64_t seed) {
   Tensor t = Tensor::empty(s);
@@ -152,7 +125,7 @@ void bf16_rows(const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    Args a = parse(argc, argv);
+    Args a = parse_bench_args(argc, argv, 7, 2, true);
     set_num_threads(a.threads ? a.threads : default_num_threads());
     if (a.bf16) {
       bf16_rows(a);

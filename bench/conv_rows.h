@@ -1,11 +1,14 @@
 // What the convolution and bf16 GEMM benchmarks (bench/conv_bench.cpp, bench/gemm_bf16_bench.cpp)
 // share: ResNet-18's distinct convolution shapes at a 224x224 input (and ResNet-50's others),
-// and the median timer.
+// their flags and the median timer.
 #pragma once
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/timer.h"
 
 struct ConvShape {
@@ -65,4 +68,37 @@ inline std::vector<double> median_seconds(int warmup, int reps, const std::vecto
     med.push_back(v[v.size() / 2]);
   }
   return med;
+}
+
+// The benchmarks' flags: --threads N --batch N --reps N --warmup N --only TEXT (rows whose name
+// contains TEXT) and, where `bf16_flag`, --bf16 0|1; --reps and --warmup default to the caller's.
+struct BenchArgs {
+  int threads = 0, batch = 16, reps = 1, warmup = 0, bf16 = 0;
+  std::string only;
+};
+
+inline BenchArgs parse_bench_args(int argc, char** argv, int reps, int warmup, bool bf16_flag = false) {
+  BenchArgs a;
+  a.reps = reps;
+  a.warmup = warmup;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() {
+      CHECK(i + 1 < argc, k, " needs a value");
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      CHECK(end && *end == '\0' && v >= 0, k, " needs a non-negative integer, got '", argv[i], "'");
+      return int(v);
+    };
+    if (k == "--threads") a.threads = value();
+    else if (k == "--batch") a.batch = value();
+    else if (k == "--reps") a.reps = value();
+    else if (k == "--warmup") a.warmup = value();
+    else if (k == "--bf16" && bf16_flag) a.bf16 = value();
+    else if (k == "--only" && i + 1 < argc) a.only = argv[++i];
+    else FAIL("unknown option '", k, "' (use --threads N --batch N --reps N --warmup N --only TEXT",
+              bf16_flag ? " --bf16 0|1)" : ")");
+  }
+  CHECK(a.batch >= 1 && a.reps >= 1, "--batch and --reps must be >= 1");
+  return a;
 }

@@ -31,32 +31,7 @@ namespace {
 using Layer = ConvShape;
 constexpr const auto& kLayers = kResnet18Convs;
 
-struct Args {
-  int threads = 0, batch = 16, reps = 5, warmup = 1;
-  std::string only;
-};
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() {
-      CHECK(i + 1 < argc, k, " needs a value");
-      char* end = nullptr;
-      const long v = std::strtol(argv[++i], &end, 10);
-      CHECK(end && *end == '\0' && v >= 0, k, " needs a non-negative integer, got '", argv[i], "'");
-      return int(v);
-    };
-    if (k == "--threads") a.threads = value();
-    else if (k == "--batch") a.batch = value();
-    else if (k == "--reps") a.reps = value();
-    else if (k == "--warmup") a.warmup = value();
-    else if (k == "--only" && i + 1 < argc) a.only = argv[++i];
-    else FAIL("unknown option '", k, "' (use --threads N --batch N --reps N --warmup N --only TEXT)");
-  }
-  CHECK(a.batch >= 1 && a.reps >= 1, "--batch and --reps must be >= 1");
-  return a;
-}
+using Args = BenchArgs;
 
 std::vector<float> random(int64_t n, uint64_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -84,7 +59,7 @@ void row(const Args& a, const std::string& name, const char* pass, bool ta, bool
 
 int main(int argc, char** argv) {
   try {
-    const Args a = parse(argc, argv);
+    const Args a = parse_bench_args(argc, argv, 5, 1);
     set_num_threads(a.threads ? a.threads : default_num_threads());
     std::printf("fp32: %s GEMM; bf16: %s path; threads %d, batch %d, median of %d (warmup %d)\n",
                 gemm_backend_name(gemm_backend()), bf16_path_name(bf16_path()), num_threads(),
