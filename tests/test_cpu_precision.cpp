@@ -2,8 +2,8 @@
 // gradients) and Linear under bf16 against double references on the same bf16-rounded inputs,
 // and a small network (conv -> ReLU -> linear) forward and backward in bf16 against fp32 within
 // a bound carried through the layers; fp32 stays the default and keeps the direct kernels.
-// Conv2d's direct kernels in bf16 (bf16 forward, fp32 gradients; layers/conv_direct.h) against
-// the same double references and against the im2col bf16 path, on a CPU with AVX512-BF16.
+// Conv2d's direct kernels in bf16 (all three passes; layers/conv_direct.h) against the same
+// double references and against the im2col bf16 path, on a CPU with AVX512-BF16.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -278,15 +278,18 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
   }
 }
 
-TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward and input gradient against double") {
+TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double") {
   // Forward: every input and weight rounded to bf16 (nearest even, bf16_round), each product
   // of two 8-bit significands exact in float32, and vdpbf16ps adds each with one rounding: so
   // against the double result on the rounded inputs only float32's sums remain, at most
   // sum_error(n) times the sum of |products| for n = IC * taps additions (+ the bias, + slack),
   // whatever order the kernels sum in. The input gradient likewise on the rounded output
   // gradient and weights, n = OC * taps. The im2col bf16 path sums the same products (in
-  // another order): within the two bounds of each other. The weight gradient runs im2col's
-  // bf16 GEMMs as the im2col path does: the same bits (its accuracy is tested above).
+  // another order): within the two bounds of each other. The weight gradient pairs output
+  // pixels (vdpbf16ps sums two pixels' products), n = N * OH * OW + 1 (dw into the zeroed
+  // gradient): the same bound on the rounded output gradient and input; for 1x1 layers and on
+  // maps under 7 pixels wide (images interleaved) it runs im2col's bf16 GEMMs as the im2col
+  // path does: the same bits (their accuracy is tested above).
   if (!DirectConv::fits(ConvGeometry{}, 1, true)) {  // 1x1 stride 1: wherever the kernels run
     MESSAGE("no bf16 direct kernels here (a CPU without AVX512-BF16, or the avx2 kernels, or "
             "MPICNN_CONV_BF16=im2col): not tested");
@@ -303,6 +306,10 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward and input gradient
       {"3x3 pad 1 on a 1x1 map (the centre tap), 40 -> 24", {4, 40, 1, 1, 24, 3, 1, 1}},
       {"3x3 no pad, 128 -> 16: K = 1152", {2, 128, 6, 7, 16, 3, 1, 0}},
       {"1 -> 6, 5x5 pad 2", {3, 1, 8, 8, 6, 5, 1, 2}},
+      {"3x3 pad 1, 24 -> 20, rows of 9 (an odd last pair)", {2, 24, 5, 9, 20, 3, 1, 1}},
+      {"3x3 stride 2 pad 1, 20 -> 40, rows of 15 -> 8", {2, 20, 6, 15, 40, 3, 2, 1}},
+      {"3x3 stride 2 pad 1, 17 -> 16, rows of 13 -> 7", {2, 17, 7, 13, 16, 3, 2, 1}},
+      {"5x5 pad 2, 16 -> 24, rows of 13", {3, 16, 4, 13, 24, 5, 1, 2}},
   };
   PrecisionScope scope(CpuPrecision::kBf16);
   for (const ConvCase& c : cases) {
@@ -323,6 +330,7 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward and input gradient
       conv.plan(in);
       const bool strided_pointwise = g.k == 1 && g.s > 1;
       REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect && !strided_pointwise));
+      REQUIRE(conv.direct_weight_grad() == (conv.direct() && g.OW() >= 7 && g.k > 1));
       std::vector<Tensor> r{Tensor::empty(conv.output_shape(in)), Tensor::empty(in)};
       r[0].fill(1e9f);  // forward and the input gradient write every element
       r[1].fill(1e9f);
@@ -355,8 +363,18 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: bf16 forward and input gradient
     expect_rounded("bf16 direct input gradient", direct[1], dx_want, g.input_grad(wd, dyd));
     expect_within("bf16 direct input gradient vs im2col bf16", direct[1], to_double(im2col[1]),
                   scaled(dx_bound, 2));
-    const size_t wbytes = sizeof(float) * size_t(direct[2].numel());
-    CHECK(std::memcmp(direct[2].data(), im2col[2].data(), wbytes) == 0);  // the same GEMMs
+    if (g.OW() < 7 || g.k == 1) {
+      const size_t wbytes = sizeof(float) * size_t(direct[2].numel());
+      CHECK(std::memcmp(direct[2].data(), im2col[2].data(), wbytes) == 0);  // the same GEMMs
+      continue;
+    }
+    const Vec dw_want = g.weight_grad(dyq, xq);
+    const Vec dw_bound = scaled(g.weight_grad(absolute(dyq), absolute(xq)),
+                                sum_error(double(g.N) * g.OH() * g.OW() + 1 + 4));
+    expect_within("bf16 direct weight gradient", direct[2], dw_want, dw_bound);
+    expect_rounded("bf16 direct weight gradient", direct[2], dw_want, g.weight_grad(dyd, xd));
+    expect_within("bf16 direct weight gradient vs im2col bf16", direct[2], to_double(im2col[2]),
+                  scaled(dw_bound, 2));
   }
 }
 

@@ -10,9 +10,10 @@
 // converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here,
 // OpenBLAS the GEMMs; small layers instead run their chunks side by side, one thread per chunk
 // (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) an ungrouped layer (but a
-// strided 1x1) on a CPU with AVX512-BF16 runs forward and the input gradient on the direct
-// kernels in bf16 (vdpbf16ps; layers/conv_direct.h) and the weight gradient on this path's
-// bf16 GEMMs (MPICNN_CONV_BF16=im2col opts out of the direct kernels); the others take this
+// strided 1x1) on a CPU with AVX512-BF16 runs all three passes on the direct kernels in bf16
+// (vdpbf16ps; layers/conv_direct.h), but the weight gradient of maps under 7 pixels wide, which
+// stays on this path's bf16 GEMMs (MPICNN_CONV_BF16=im2col opts out of the direct kernels); the
+// others take this
 // path, all three GEMMs in bf16 (emulated without AVX512-BF16). Winograd is float32 only.
 #include "layers/conv2d.h"
 
@@ -195,7 +196,7 @@ void Conv2d::plan(const Shape& in) {
   direct_ = DirectConv();
   if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups, !fp32)) {
     direct_ = DirectConv(g, opt_.out_channels, N, !fp32);
-    if (fp32) {
+    if (fp32 || direct_.bf16_weight_grad()) {
       // The direct kernels take all three passes: no columns, rows or chunks of images.
       use_winograd_ = parallel_chunks_ = false;
       chunk_grads_ = live_weight_ = live_grad_ = Tensor();
@@ -204,9 +205,9 @@ void Conv2d::plan(const Shape& in) {
       workspace_base();  // sized now, so that the step allocates nothing
       return;
     }
-    // bf16: forward and the input gradient in bf16 on the direct kernels; the weight gradient
-    // on im2col's bf16 GEMMs, planned below as for the im2col path (the direct kernels' weight
-    // gradient is fp32 only, and measured slower than the bf16 GEMM's).
+    // bf16 with images interleaved (rows under 7 pixels): forward and the input gradient on
+    // the direct kernels, the weight gradient on im2col's bf16 GEMMs, planned below as for the
+    // im2col path (the direct kernels pair pixels of a row only).
   }
   use_winograd_ =
       fp32 && conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
@@ -385,8 +386,9 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     return;
   }
   if (wgrad && opt_.bias) add_bias_grad(dout);
-  // bf16 on the direct kernels: the weight gradient by im2col's bf16 GEMMs below (see plan).
-  const bool direct_wgrad = direct_.planned() && precision_ == CpuPrecision::kFp32;
+  // bf16 on the direct kernels with images interleaved: the weight gradient by im2col's bf16
+  // GEMMs below (see plan).
+  const bool direct_wgrad = direct_weight_grad();
   if (direct_.planned()) {
     direct_.backward(din.defined() ? din.data() : nullptr,
                      wgrad && direct_wgrad ? grad_weight.data() : nullptr, dout.data(),

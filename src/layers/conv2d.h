@@ -76,9 +76,13 @@ class Conv2d : public UnaryLayer {
   int64_t chunk() const { return chunk_; }
   // Whether plan() chose Winograd for forward and the input gradient.
   bool winograd() const { return use_winograd_; }
-  // Whether plan() chose the direct kernels: for all three passes in fp32; for forward and the
-  // input gradient in bf16 (the weight gradient then on im2col's bf16 GEMMs).
+  // Whether plan() chose the direct kernels: for all three passes in fp32; in bf16 for forward
+  // and the input gradient, and the weight gradient where direct_weight_grad() (else on
+  // im2col's bf16 GEMMs).
   bool direct() const { return direct_.planned(); }
+  bool direct_weight_grad() const {
+    return direct_.planned() && (precision_ == CpuPrecision::kFp32 || direct_.bf16_weight_grad());
+  }
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
   // The precision read by plan() (layers/cpu_precision.h): bf16 runs the direct kernels' bf16

@@ -362,6 +362,41 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // different bits, never different thread counts).
   wgrad_units_outer_ =
       batch_inner_ || out_blocks_ * in_blocks_ * int64_t(f32_.taps.size()) * V * V > per_image;
+
+  // The weight gradient in bf16: the same units over pixel pairs. The input packed as forward's
+  // float32 copy would be (V channels a block, its taps), a word a pixel and the one a stride to
+  // its right, so that one step of two output pixels is 2 strides; the output gradient as pairs
+  // of neighbouring pixels, an odd row's last pair ending in a zero (whose input partner the
+  // packing zeroes too where it falls past the padded row). Not for 1x1 layers: their input is
+  // already im2col's column matrix, and the bf16 GEMM on it measured faster than repacking
+  // it as pairs (bench/conv_bench --bf16 1).
+  if (bf16 && !batch_inner_ && !g.is_pointwise()) {
+    Wgrad16& w16 = wgrad16_;
+    w16.in = plan_forward(direct::avx512bf16_kernels(), V, false);
+    w16.dout_img = {oc_, g.out_h, g.out_w, g.out_h, ceil_div(g.out_w, 2), 0, 0, V};
+    w16.dout_l = packed_layout(w16.dout_img, out_blocks_);
+    direct::WeightGrad& wg = w16.g;
+    wg = wg_;
+    wg.in_lanes_last = w16.in.pass.in_lanes_last;
+    wg.in_block = w16.in.l.block;
+    wg.in_lane_step = 1;
+    wg.in_row_step = g.stride_h * w16.in.l.row;
+    wg.in_pix_step = 2 * g.stride_w * w16.in.l.pix;
+    wg.in_image = w16.in.l.image;
+    wg.out_block = w16.dout_l.block;
+    wg.out_image = w16.dout_l.image;
+    wg.out_origin = 0;
+    wg.out_row_step = w16.dout_l.row;
+    wg.out_pix_step = w16.dout_l.pix;
+    wg.cols = w16.dout_img.cols;
+  }
+}
+
+int64_t DirectConv::wgrad_in_floats() const {
+  return bf16_weight_grad() ? wgrad16_.in.image_floats : f32_.image_floats;
+}
+int64_t DirectConv::wgrad_dout_floats() const {
+  return bf16_weight_grad() ? packed_floats(wgrad16_.dout_img) : packed_floats(dout_img_);
 }
 
 // How a pass reads packed copies of b (sets b.pix): image after image, or interleaved per
@@ -455,7 +490,7 @@ int64_t DirectConv::weight_floats(const Forward& f) const {
 
 int64_t DirectConv::workspace_floats() const {
   const int64_t V = k_->vec;
-  const int64_t wf = weight_floats(f32_), dout = packed_floats(dout_img_);
+  const int64_t wf = weight_floats(f32_);
   // Interleaved images: the blocked outputs of forward and of the input gradient too.
   const int64_t out_b = batch_inner_ ? chunk_ * out_blocks_ * g_.out_plane() * V : 0;
   const int64_t din_b = batch_inner_ ? chunk_ * in_blocks_ * g_.in_plane() * V : 0;
@@ -464,7 +499,8 @@ int64_t DirectConv::workspace_floats() const {
   const int64_t fwd = weight_floats(f) + (batch_inner_ ? chunk_ : f.slots) * f.image_floats + out_b;
   // The bf16 input gradient reads its own packed copy of dout, next to the weight gradient's.
   const int64_t dout16 = &d == &data16_ ? d.image_floats : 0;
-  const int64_t bwd = d.weight_floats + wf + chunk_ * (f32_.image_floats + dout + dout16) + din_b;
+  const int64_t bwd =
+      d.weight_floats + wf + chunk_ * (wgrad_in_floats() + wgrad_dout_floats() + dout16) + din_b;
   return std::max(fwd, bwd);
 }
 
@@ -649,26 +685,40 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
   const int64_t wf_floats = weight_floats(f32_);
   const Data& dp = data();  // the input gradient's plan: fp32, or bf16
   const bool dout16 = &dp == &data16_;
+  const bool wg16 = bf16_weight_grad();
+  CHECK(!gw || wg16 || !bf16_.k, "DirectConv: planned in bf16 without its weight gradient");
+  const direct::Kernels& wk = wg16 ? *wgrad16_.in.k : *k_;  // the weight gradient's kernels
   float* wd = ws;                     // packed transposed weights of every phase
   float* dw = wd + dp.weight_floats;  // [out block][in block][tap][V in][V out]
   float* ins = dw + wf_floats;        // chunk_ packed inputs (none when f32_.raw)
-  float* douts = ins + chunk_ * f32_.image_floats;  // packed gradients
-  float* douts16 = douts + chunk_ * packed_floats(dout_img_);  // as bf16 pairs (dout16)
+  float* douts = ins + chunk_ * wgrad_in_floats();      // packed gradients
+  float* douts16 = douts + chunk_ * wgrad_dout_floats();  // as bf16 channel pairs (dout16)
   // Interleaved images: the input gradient's blocked buffer [CB][H*W][chunk][V].
   float* din_b = douts16 + (dout16 ? chunk_ * dp.image_floats : 0);
   if (din) pack_data_weights(wd, w);
   if (gw) std::memset(dw, 0, sizeof(float) * size_t(wf_floats));
   const int64_t in_image = g_.channels * g_.in_plane(), out_image = oc_ * g_.out_plane();
-  const int64_t units = k_->weight_grad_units(wg_);
+  const direct::WeightGrad& wgr = wgrad();
+  const int64_t units = wk.weight_grad_units(wgr);
   for (int64_t c0 = 0; c0 < n; c0 += chunk_) {
     const int64_t B = std::min(chunk_, n - c0);
     // The weight gradient reads the packed output gradient, and the packed input unless
-    // f32_.raw; the input gradient's phases read the packed output gradient unless dp.raw, in
-    // bf16 its own copy packed as pairs.
-    if (gw || (din && !dp.raw && !dout16))
+    // f32_.raw (in bf16 both as pixel pairs); the input gradient's phases read the packed
+    // output gradient unless dp.raw, in bf16 its own copy packed as channel pairs.
+    if (gw && wg16) {
+      const Wgrad16& w16 = wgrad16_;
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < B; ++i) {
+        wk.pack_pixel_pairs(ins + i * w16.in.l.image, in + (c0 + i) * in_image, w16.in.img, 1,
+                            g_.stride_w);
+        wk.pack_pixel_pairs(douts + i * w16.dout_l.image, dout + (c0 + i) * out_image,
+                            w16.dout_img, 2, 1);
+      }
+    } else if (gw || (din && !dp.raw && !dout16)) {
       pack(*k_, douts, dout, out_image, dout_img_, dpk_l_, c0, B);
+    }
     if (din && dout16) pack(*dp.k, douts16, dout, out_image, dp.img, dp.l, c0, B);
-    if (gw && !f32_.raw) pack(*k_, ins, in, in_image, f32_.img, f32_.l, c0, B);
+    if (gw && !wg16 && !f32_.raw) pack(*k_, ins, in, in_image, f32_.img, f32_.l, c0, B);
     if (din) {
       float* d = din + c0 * in_image;
       float* target = batch_inner_ ? din_b : d;
@@ -691,20 +741,20 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
       if (batch_inner_) unpack(d, din_b, g_.channels, g_.in_plane(), B, nullptr);
     }
     if (gw) {
-      direct::WeightGrad g = wg_;
-      g.taps = f32_.taps.data();
-      const float* x = f32_.raw ? in + c0 * in_image : ins;
+      direct::WeightGrad g = wgr;
+      g.taps = wg16 ? wgrad16_.in.taps.data() : f32_.taps.data();
+      const float* x = !wg16 && f32_.raw ? in + c0 * in_image : ins;
       if (wgrad_units_outer_) {
         // Each unit runs through the chunk's images at once.
 #pragma omp parallel for schedule(static)
-        for (int64_t u = 0; u < units; ++u) k_->weight_grad(dw, x, douts, g, u, B);
+        for (int64_t u = 0; u < units; ++u) wk.weight_grad(dw, x, douts, g, u, B);
       } else {
         // Large planes, small dw: all units over one image (held in cache), then the next.
 #pragma omp parallel
         for (int64_t i = 0; i < B; ++i) {
 #pragma omp for schedule(static)
           for (int64_t u = 0; u < units; ++u)
-            k_->weight_grad(dw, x + i * g.in_image, douts + i * g.out_image, g, u, 1);
+            wk.weight_grad(dw, x + i * g.in_image, douts + i * g.out_image, g, u, 1);
         }
       }
     }

@@ -15,8 +15,13 @@
 // core/gemm_bf16's bf16_round, products summed in float32 by vdpbf16ps, bias and output float32
 // NCHW: the im2col bf16 path's terms, summed in another order. The input gradient likewise:
 // its phases on the output gradient packed as bf16 pairs and the transposed weights rounded.
-// The weight gradient here is float32 only (backward(gw) from the float32 activations, at
-// least as accurate as bf16's); Conv2d in bf16 takes it from im2col's bf16 GEMMs instead.
+// The weight gradient in bf16 pairs pixels instead of channels (vdpbf16ps sums over its
+// reduction, the pixels): the input packed [C/16][H+2p][W+2p][16] with each word a pixel and
+// the one a stride to its right, the output gradient [OC/16][OH][OW/2][16] with each word two
+// neighbouring pixels, both rounded to bf16 as above, and the float32 kernels' loops run over
+// pairs of output pixels into float32 dw. Not for 1x1 layers, nor with interleaved images
+// (rows under 7 pixels): there bf16_weight_grad() is false and Conv2d takes the weight
+// gradient from im2col's bf16 GEMMs.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,6 +64,9 @@ class DirectConv {
   // (fits(g, 1, true) must hold).
   DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch, bool bf16 = false);
   bool planned() const { return k_ != nullptr; }
+  // Whether backward computes the weight gradient in bf16 (planned with bf16, not 1x1, images
+  // not interleaved); with bf16 planned and not this, backward must be given no gw.
+  bool bf16_weight_grad() const { return wgrad16_.in.k != nullptr; }
   const char* isa() const { return k_ ? k_->name : "none"; }
   // Floats of workspace forward and backward need (one buffer, the caller's).
   int64_t workspace_floats() const;
@@ -156,6 +164,20 @@ class DirectConv {
   bool data_zero_first_ = false;  // some input-gradient pixel gets no tap: din starts at 0
   direct::WeightGrad wg_;
   bool wgrad_units_outer_ = false;  // weight gradient: units outside images, or inside
+  // The weight gradient in bf16, when planned so (then backward runs it, not wg_): `in` lays
+  // out forward's input as pixel pairs (its img, l and taps; V channels a block), dout_img and
+  // dout_l the output gradient's pixel pairs (OW/2 pairs a row, no border).
+  struct Wgrad16 {
+    Forward in;
+    direct::BlockedImage dout_img;
+    Layout dout_l;
+    direct::WeightGrad g;
+  };
+  Wgrad16 wgrad16_;
+  const direct::WeightGrad& wgrad() const { return bf16_weight_grad() ? wgrad16_.g : wg_; }
+  // Floats of one image's packed input and output gradient for the weight gradient.
+  int64_t wgrad_in_floats() const;
+  int64_t wgrad_dout_floats() const;
 };
 
 }  // namespace mpicnn

@@ -5,8 +5,9 @@
 // feeds a vdpbf16ps: 32 multiply-adds an instruction where the fp32 FMA does 16. Weights come
 // packed [out block][pair block][tap][16 pairs][16 out][2] (conv_direct.cpp); the accumulators,
 // the bias and the output are float32 as in the fp32 kernels. Rounding is vcvtne2ps2bf16's
-// (nearest even: core/gemm_bf16.h's bf16_round, bit for bit). Forward and the input gradient's
-// passes only: the weight gradient stays on the fp32 kernels. Compiled with the AVX-512 BF16
+// (nearest even: core/gemm_bf16.h's bf16_round, bit for bit). The weight gradient runs the same
+// loops as float32's on pixel pairs (pack_pixel_pairs: two pixels of one channel a word, so
+// each vdpbf16ps sums two pixels' products into float32 dw). Compiled with the AVX-512 BF16
 // flags (Makefile); conv_direct.cpp calls it only on a CPU with avx512_bf16.
 #define MPICNN_DIRECT_NS direct_avx512bf16
 #define MPICNN_DIRECT_PAIRS 1
@@ -77,9 +78,60 @@ void pack_pairs(float* dst, const float* src, const BlockedImage& b) {
   }
 }
 
+// The weight gradient's pixel pairs (Kernels::pack_pixel_pairs): per row, 16 positions x 16
+// channels at a time, each channel's two pixels of every position rounded into one word (with
+// col_step 2 and partner 1 the pairs are neighbours: 32 floats in a row, rounded in order;
+// else two loads, partner floats apart), then transposed to one block of 16 channels per
+// position.
+void pack_pixel_pairs(float* dst, const float* src, const BlockedImage& b, int64_t col_step,
+                      int64_t partner) {
+  const int64_t blocks = (b.channels + V - 1) / V, plane = b.height * b.width, pix = b.pix;
+  const bool neighbours = col_step == 2;  // then partner 1, left 0 (conv_direct_kernels.h)
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // Lanes x of the 16 source pixels x0 + x (x0 may be negative) inside [0, width).
+  auto inside = [&](int64_t x0) {
+    const __m512i x = _mm512_add_epi32(lane, _mm512_set1_epi32(int(x0)));
+    return __mmask16(_mm512_cmpge_epi32_mask(x, zero) &
+                     _mm512_cmplt_epi32_mask(x, _mm512_set1_epi32(int(b.width))));
+  };
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t lanes = min64(V, b.channels - blk * V);
+    for (int64_t row = 0; row < b.rows; ++row) {
+      float* d = dst + (blk * b.rows + row) * b.cols * pix;
+      const int64_t h = row - b.top;
+      if (h < 0 || h >= b.height) {
+        for (int64_t col = 0; col < b.cols; ++col) _mm512_storeu_si512(d + col * pix, zero);
+        continue;
+      }
+      const float* s = src + blk * V * plane + h * b.width;
+      for (int64_t c0 = 0; c0 < b.cols; c0 += V) {
+        const int n = int(min64(V, b.cols - c0));
+        const int64_t x0 = c0 * col_step - b.left;
+        __m512i r[V];
+        if (neighbours) {
+          for (int64_t l = 0; l < lanes; ++l)
+            r[l] = bf16k::round_32(s + l * plane + x0, int(b.width - x0));
+        } else {
+          const __mmask16 m0 = inside(x0), m1 = inside(x0 + partner);
+          for (int64_t l = 0; l < lanes; ++l) {
+            const float* sl = s + l * plane + x0;
+            r[l] = bf16k::round_pairs(_mm512_maskz_loadu_ps(m0, sl),
+                                      _mm512_maskz_loadu_ps(m1, sl + partner));
+          }
+        }
+        for (int64_t l = lanes; l < V; ++l) r[l] = zero;
+        bf16k::transpose16(r);  // r[x]: the 16 channels' pairs at position c0 + x
+        for (int x = 0; x < n; ++x) _mm512_storeu_si512(d + (c0 + x) * pix, r[x]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
-const Kernels kKernels = {Isa::kName, V, Isa::kMaxTile, &pack_pairs, &pass_rows, nullptr, nullptr};
+const Kernels kKernels = {Isa::kName, V,           Isa::kMaxTile,      &pack_pairs,
+                          &pass_rows, &weight_grad, &weight_grad_units, &pack_pixel_pairs};
 
 }  // namespace mpicnn::direct::direct_avx512bf16
 

@@ -5,8 +5,8 @@
 // at link time. What the kernels compute is in conv_direct_kernels.h.
 // A third copy, conv_direct_avx512bf16.cpp, defines MPICNN_DIRECT_PAIRS: its Isa's "float"
 // vectors hold bf16 pairs and its fma is vdpbf16ps, so the passes' tiles below read 32-bit
-// pairs where the others read floats (lanes are pairs); it brings its own packing and has no
-// weight gradient.
+// pairs where the others read floats (lanes are pairs), and the weight gradient's loops read
+// pixel pairs (conv_direct_kernels.h); it brings its own packing.
 #include <cstring>
 #include <utility>
 
@@ -174,7 +174,6 @@ void pass_rows(float* out, const float* in, const Pass& p, const float* bias, in
   }
 }
 
-#ifndef MPICNN_DIRECT_PAIRS
 // Taps per weight-gradient unit for J input lanes: one when J chains of FMAs hide the FMA
 // latency; with fewer lanes (a first layer's 1-3 input channels) a unit takes several taps,
 // which share each output-gradient load and read neighbouring inputs.
@@ -315,12 +314,11 @@ void weight_grad(float* dw, const float* in, const float* dout, const WeightGrad
   }
 }
 
-#endif  // MPICNN_DIRECT_PAIRS
 }  // namespace
 
 #ifndef MPICNN_DIRECT_PAIRS
-const Kernels kKernels = {Isa::kName,  V,           Isa::kMaxTile,     &pack_image,
-                          &pass_rows,  &weight_grad, &weight_grad_units};
+const Kernels kKernels = {Isa::kName,  V,           Isa::kMaxTile,      &pack_image,
+                          &pass_rows,  &weight_grad, &weight_grad_units, nullptr};
 #endif
 
 }  // namespace mpicnn::direct::MPICNN_DIRECT_NS

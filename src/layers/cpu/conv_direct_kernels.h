@@ -65,7 +65,10 @@ struct WeightGrad {
 // The bf16 set ("avx512bf16", conv_direct_avx512bf16.cpp) reads its inputs and weights as bf16
 // pairs: an input block is 2V channels, V pairs, a "float" of in and weights above one pair
 // (lanes l count pairs, offsets 32-bit words), each lane's product the pair's two products
-// summed; its pack_image rounds to such pairs and it has no weight gradient (null).
+// summed; its pack_image rounds to such pairs. Its weight gradient pairs pixels instead of
+// channels: in and dout packed by pack_pixel_pairs, each word two pixels of one channel (a
+// block V channels, V words a pixel, as in float32), so that "a pixel" of WeightGrad above is
+// a pair of output pixels and each product sums the pair's two; dw stays float32.
 struct Kernels {
   const char* name;  // "avx512", "avx2", "avx512bf16"
   int vec;           // V: floats per vector, output channels per block
@@ -81,6 +84,13 @@ struct Kernels {
   void (*weight_grad)(float* dw, const float* in, const float* dout, const WeightGrad& g,
                       int64_t unit, int64_t images);
   int64_t (*weight_grad_units)(const WeightGrad& g);  // how many units dw has
+  // bf16 set only (else null): dst (a BlockedImage of V channels a block, b.pix words a pixel)
+  // '=' word (row, col, lane l) holding channel l's source pixels (row - top, x) and
+  // (row - top, x + partner), x = col * col_step - left, rounded to bf16 (the first in the low
+  // half), a pixel outside the source image a zero. col_step is 1, or 2 with partner 1 and
+  // left 0 (pairs of neighbours).
+  void (*pack_pixel_pairs)(float* dst, const float* src, const BlockedImage& b, int64_t col_step,
+                           int64_t partner);
 };
 
 // The kernels for this CPU's instruction set, null where the CPU lacks it.
