@@ -13,6 +13,8 @@
 #            tf32/bf16/fp16, forward, data and weight gradient;
 #   unit     unit_tests -ts=cuda (every layer against the CPU; the model test last, the longest)
 #            and the 2-rank GPU gradient sync (both ranks on the one GPU);
+#   fold     issue 41's folded inference (MPICNN_GPU_FOLD=1, opt-in): its unit test (also in unit),
+#            then resnet50 and resnet18 inference in tf32 at batch 256, unfolded and folded;
 #   nccl     issue 43's --gpu-allreduce nccl on the one GPU: the device-sync unit tests, GradSync
 #            through NCCL at one rank (mpi_tests, fp32 and bf16), a 1-rank
 #            ./train through NCCL against the same run without an allreduce (--gpu-allreduce mpi:
@@ -39,7 +41,7 @@ T=build/release/cuda/tests
 BENCH=build/release/cuda/bench
 work=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
-checks=${CHECKS:-info profile conv unit nccl train pipeline bench}
+checks=${CHECKS:-info profile conv unit fold nccl train pipeline bench}
 want() { [[ " $checks " == *" $1 "* ]]; }
 # PyTorch with its own cuDNN: the libraries put on LD_LIBRARY_PATH for our binaries are not its.
 torch_python=(env -u LD_LIBRARY_PATH python3)
@@ -103,6 +105,19 @@ if want unit; then
   tail -n 8 "$out/unit.log"
   step unit 120 "$T/unit_tests" -tc='cuda: every model matches*'
   tail -n 25 "$out/unit.log"
+fi
+
+# ---- folded inference (issue 41, item 5): correct first, then the speed it buys ---------------
+if want fold; then
+  step fold 60 "$T/unit_tests" -tc='cuda: folded inference*'
+  tail -n 6 "$out/fold.log"
+  for m in resnet50 resnet18; do
+    for f in 0 1; do
+      step fold 60 env MPICNN_GPU_FOLD=$f "$BENCH/train_bench" --model "$m" --mode infer \
+        --size 224 --batch 256 --steps 10 --warmup 3 --device cuda --precision tf32
+    done
+  done
+  grep -E '^=== fold|images_per_s' "$out/fold.log" | tail -n 10
 fi
 
 # ---- NCCL gradient exchange (issue 43) ----------------------------------------------------------

@@ -139,6 +139,13 @@ class CudaBackend final : public Backend {
                     int n) override;
   void conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias, const float* dy,
                      const float* x, const float* w, int n) override;
+  void conv_bias_act_plan(ConvPlan& plan) override;
+  void conv_bias_act_forward(ConvPlan& plan, float* y, const float* x, const float* w,
+                             const float* bias, const float* z, bool relu, int n) override;
+  // kernels/fold.cu
+  void fold_conv_bn(float* w_out, float* b_out, const float* w, const float* b,
+                    const float* gamma, const float* beta, const float* mean, const float* var,
+                    float eps, int64_t oc, int64_t per_oc) override;
 
   // kernels/batchnorm.cu
   void batchnorm_forward(float* y, float* save_mean, float* save_invstd, float* running_mean,

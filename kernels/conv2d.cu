@@ -15,6 +15,8 @@
 // calls with their descriptor order, and where the choice is kept).
 // Workspace: the one shared ctx().workspace, grown by conv_plan (ensure_workspace) to what the
 // chosen algorithms need; convolutions run one at a time on ctx().stream, so sharing is safe.
+// Folded inference (layers/fold.h): conv_bias_act_forward runs convolution + bias (+ residual)
+// (+ ReLU) as one cudnnConvolutionBiasActivationForward on the same plan's descriptors.
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -47,6 +49,9 @@ struct ConvPlan {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
     cudnnMathType_t bwd_filter_math = CUDNN_DEFAULT_MATH;
     size_t workspace = 0;  // bytes the three algorithms need at most
+    // Folded inference's fused call (conv_bias_act_forward): its workspace, asked on first use.
+    size_t fused_workspace = 0;
+    bool fused_sized = false;
   };
 
   ConvDesc d;
@@ -55,6 +60,8 @@ struct ConvPlan {
   cudnnFilterDescriptor_t w = nullptr;          // (oc, c / groups, kh, kw)
   cudnnConvolutionDescriptor_t conv = nullptr;  // padding, stride, dilation, groups
   cudnnTensorDescriptor_t bias = nullptr;       // (1, oc, 1, 1)
+  // The fused call's activations (conv_bias_act_plan makes them): ReLU, and none.
+  cudnnActivationDescriptor_t relu = nullptr, identity = nullptr;
   std::map<int, Shape> shapes;                  // by batch size; d.n is the measured one
 
   ConvPlan() = default;
@@ -68,6 +75,8 @@ struct ConvPlan {
       if (s.y) cudnnDestroyTensorDescriptor(s.y);
     }
     if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (relu) cudnnDestroyActivationDescriptor(relu);
+    if (identity) cudnnDestroyActivationDescriptor(identity);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
     if (w) cudnnDestroyFilterDescriptor(w);
   }
@@ -388,6 +397,32 @@ void make_descriptors(ConvPlan& p) {
                                          1));
 }
 
+// The fused call's algorithm: implicit precomputed GEMM, the one cuDNN documents for
+// cudnnConvolutionBiasActivationForward with either activation (the identity only with it);
+// the forward algorithm measured for the plain convolution may be refused by the fused call.
+constexpr cudnnConvolutionFwdAlgo_t kFusedAlgo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+
+// The math type the fused call runs under (the plan's precision, as the plain forward).
+cudnnMathType_t fused_math(const ConvPlan& p) {
+  return exec_math(p, requested_math(p.precision));
+}
+
+// Workspace bytes of the fused call at batch n (shape s), asked once per shape.
+size_t fused_workspace(const ConvPlan& p, ConvPlan::Shape& s, int n) {
+  if (!s.fused_sized) {
+    CHECK(workspace<Forward>(p, s, kFusedAlgo, fused_math(p), &s.fused_workspace),
+          "cuDNN: implicit precomputed GEMM refused for ", shape_str(p.d, n));
+    s.fused_sized = true;
+  }
+  return s.fused_workspace;
+}
+
+void make_activation(cudnnActivationDescriptor_t* a, cudnnActivationMode_t mode) {
+  CUDNN_CHECK(cudnnCreateActivationDescriptor(a));
+  // NaN not propagated: the ReLU maps NaN to 0, as ReLU::forward's x > 0 ? x : 0 does.
+  CUDNN_CHECK(cudnnSetActivationDescriptor(*a, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+}
+
 }  // namespace
 
 std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t n,
@@ -473,6 +508,32 @@ void CudaBackend::conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbi
                                              s.bwd_data, c.workspace, c.workspace_bytes, &zero,
                                              s.x, dx));
   }
+}
+
+void CudaBackend::conv_bias_act_plan(ConvPlan& plan) {
+  if (!plan.relu) make_activation(&plan.relu, CUDNN_ACTIVATION_RELU);
+  if (!plan.identity) make_activation(&plan.identity, CUDNN_ACTIVATION_IDENTITY);
+  ensure_workspace(fused_workspace(plan, shape_for(plan, plan.d.n), plan.d.n));
+}
+
+void CudaBackend::conv_bias_act_forward(ConvPlan& plan, float* y, const float* x,
+                                        const float* w, const float* bias, const float* z,
+                                        bool relu, int n) {
+  if (n == 0) return;
+  CHECK(plan.relu && bias, "conv_bias_act_forward: ",
+        plan.relu ? "no bias" : "the plan was not readied (conv_bias_act_plan)");
+  const Context& c = ctx();
+  ConvPlan::Shape& s = shape_for(plan, n);
+  const size_t need = fused_workspace(plan, s, n);
+  CHECK(need <= c.workspace_bytes, "conv: workspace of ", c.workspace_bytes,
+        " bytes, the fused convolution needs ", need);
+  const float one = 1.f, alpha2 = z ? 1.f : 0.f;
+  set_math(plan, fused_math(plan));
+  // y (n, oc, oh, ow) = act(conv(x, w) + alpha2 * z + bias (1, oc, 1, 1)); without z, alpha2 = 0
+  // and y stands in for z, as TensorFlow passes its output when it has no side input.
+  CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+      c.cudnn, &one, s.x, x, plan.w, w, plan.conv, kFusedAlgo, c.workspace, c.workspace_bytes,
+      &alpha2, s.y, z ? z : y, plan.bias, bias, relu ? plan.relu : plan.identity, s.y, y));
 }
 
 }  // namespace mpicnn::gpu

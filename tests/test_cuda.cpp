@@ -1,6 +1,7 @@
 // GPU against CPU on the same inputs (ggml test-backend-ops style): every layer forward and
 // backward, every model forward, backward and 3 optimizer steps, the fused optimizers, the input
-// normalisation kernel, and no device allocation inside a training step. Tolerances are per
+// normalisation kernel, and no device allocation inside a training step; folded inference
+// (MPICNN_GPU_FOLD) against the unfolded path. Tolerances are per
 // precision. Without a usable GPU (a CPU-only build, or no device) every case prints
 // "SKIP: <case>: <reason>" and tests/run_all.sh counts it as skipped, not passed.
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "layers/conv2d.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/fold.h"
 #include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/maxpool2d.h"
@@ -449,6 +451,141 @@ TEST_CASE("cuda: BatchNorm fused with its ReLU and the residual add gives the un
                         size_t(got[0][i].numel()) * sizeof(real)) == 0);
     }
   }
+}
+
+// Folded inference (layers/fold.h, opt-in MPICNN_GPU_FOLD). One FoldedConv against the CPU's
+// Conv2d then eval BatchNorm2d (then ReLU, or + residual then ReLU), with and without a conv
+// bias, at the planned batch and one image less, into an output filled with NaN (cuDNN must not
+// read it when there is no residual). Then resnet18 in eval mode (a pipeline_eval plan), folded
+// against unfolded on the same GPU, in fp32 and tf32, with random BatchNorm parameters and
+// statistics (else the fold is the identity); its own weights unchanged by folding; back in
+// training mode (forward: the unfolded model's bits; backward); evaluated again after a training forward moved the running
+// statistics (the fold follows), and after new weights were loaded in eval mode. Tolerances: one
+// layer, the layer tolerance of the precision (the fold moves each output by a few roundings,
+// tests/test_fold.cpp's bound); the model, 10x that, as the model test above (deep chains
+// compound them).
+TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unfolded eval") {
+  REQUIRE_GPU("folded inference");
+  set_precision(Precision::FP32);
+  struct ConvBn {
+    Conv2d conv;
+    BatchNorm2d bn{6};
+    ParamStore store;
+    explicit ConvBn(bool bias)
+        : conv(Conv2dOptions{.in_channels = 5, .out_channels = 6, .kernel = 3, .padding = 1,
+                             .bias = bias}) {
+      conv.register_state(store, "conv.");
+      bn.register_state(store, "bn.");
+      store.allocate();
+      testing::fill_uniform(store.values(), 11, -0.5f, 0.5f);  // BN gammas of both signs
+      testing::fill_uniform(store.buffers(), 12, 0.05f, 1.5f);  // means; variances > 0
+      bn.set_training(false);
+    }
+  };
+  const Shape xs{3, 5, 8, 8}, ys{3, 6, 8, 8};
+  for (const bool bias : {false, true}) {
+    for (int mode = 0; mode < 3; ++mode) {  // plain, + ReLU, + residual + ReLU
+      ConvBn cpu(bias), dev(bias);
+      dev.store.to(Device::CUDA);
+      cpu.conv.plan(xs);
+      cpu.bn.plan(ys);
+      FoldedConv fold;
+      {
+        const DeviceScope scope(Device::CUDA);
+        dev.conv.plan(xs);
+        dev.bn.plan(ys);
+        fold.plan(dev.conv, dev.bn);
+      }
+      fold.refresh();
+      for (const int64_t n : {xs[0], xs[0] - 1}) {
+        const std::string tag = std::string("FoldedConv ") + (bias ? "with bias" : "no bias") +
+                                (mode == 0 ? "" : mode == 1 ? ", ReLU" : ", residual + ReLU") +
+                                ", batch " + std::to_string(n);
+        Shape xn = xs, yn = ys;
+        xn.d[0] = yn.d[0] = n;
+        const Tensor x = testing::random_tensor(xn, 21), r = testing::random_tensor(yn, 22);
+        Tensor c = Tensor::empty(yn), want = Tensor::empty(yn);
+        cpu.conv.forward(c, x);
+        cpu.bn.set_fused_relu(mode == 1);
+        if (mode == 2) cpu.bn.forward(want, c, r);  // relu(bn(c) + r)
+        else cpu.bn.forward(want, c);
+        Tensor got = Tensor::empty(yn, Device::CUDA);
+        fill(got, NAN);
+        const Tensor rg = on_gpu_copy(r);
+        fold.forward(got, on_gpu_copy(x), mode == 2 ? &rg : nullptr, mode > 0);
+        expect_near(tag, got, want, tolerance(Precision::FP32));
+      }
+    }
+  }
+
+  ModelOptions mo;
+  mo.num_classes = 10;
+  const Shape in{4, 3, 64, 64};
+  const Tensor x = on_gpu_copy(testing::random_tensor(in, 11));
+  const Tensor x3 = x.slice0(0, 3);
+  testing::TempDir dir;
+  struct Deterministic {  // the same algorithms in both models; off again however this ends
+    Deterministic() { gpu::backend().set_deterministic(true); }
+    ~Deterministic() { gpu::backend().set_deterministic(false); }
+  } deterministic;
+  for (const Precision p : {Precision::FP32, Precision::TF32}) {
+    set_precision(p);
+    const double tol = 10 * tolerance(p);
+    const std::string prec = std::string(" [") + gpu::precision_name(p) + "]";
+    auto make = [&](bool fold) {
+      auto m = build_model("resnet18", mo, 5);
+      m->root().for_each_layer([](Layer& l, const std::string&) {
+        if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) {
+          testing::fill_uniform(bn->weight, 13, 0.5f, 1.5f);
+          testing::fill_uniform(bn->bias, 14, -0.2f, 0.2f);
+          testing::fill_uniform(bn->running_mean, 15, -0.2f, 0.2f);
+          testing::fill_uniform(bn->running_var, 16, 0.5f, 1.5f);
+        }
+      });
+      m->to(Device::CUDA);
+      m->set_training(false);
+      set_gpu_fold(fold);  // read when the model plans
+      m->plan(in, PlanFor::kInference);
+      set_gpu_fold(false);
+      return m;
+    };
+    auto plain = make(false), folded = make(true);
+    const Tensor values = host_copy(folded->params().values());
+    const Tensor buffers = host_copy(folded->params().buffers());
+    expect_near("resnet18 folded eval logits" + prec, folded->forward(x), plain->forward(x), tol);
+    expect_near("resnet18 folded eval logits, batch 3" + prec, folded->forward(x3),
+                plain->forward(x3), tol);
+    // The fold wrote its own copy: the model's weights and statistics (its checkpoint) are as
+    // they were, bit for bit.
+    const auto same = [](const Tensor& a, const Tensor& b) {
+      return a.numel() == b.numel() &&
+             std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(real)) == 0;
+    };
+    CHECK(same(host_copy(folded->params().values()), values));
+    CHECK(same(host_copy(folded->params().buffers()), buffers));
+
+    // Back to training: the unfolded layers, the same bits as the model that never folded
+    // (deterministic algorithms: both planned the same ones), and a backward is allowed again.
+    plain->set_training(true);
+    folded->set_training(true);
+    CHECK(same(host_copy(folded->forward(x)), host_copy(plain->forward(x))));
+    folded->params().zero_grad();
+    folded->backward(on_gpu_copy(testing::random_tensor({4, 10}, 12)));
+    // The training forward moved the running statistics: entering eval mode folds them anew.
+    plain->set_training(false);
+    folded->set_training(false);
+    expect_near("resnet18 folded eval logits after a training forward" + prec,
+                folded->forward(x), plain->forward(x), tol);
+    // New weights loaded in eval mode are folded anew too (Model::load_state_dict).
+    Tensor scaled = host_copy(plain->params().values());
+    for (int64_t i = 0; i < scaled.numel(); ++i) scaled[i] *= 0.9f;
+    plain->params().values().copy_from(scaled);
+    plain->save_state_dict(dir / "scaled.safetensors");
+    folded->load_state_dict(dir / "scaled.safetensors");
+    expect_near("resnet18 folded eval logits after loading weights" + prec, folded->forward(x),
+                plain->forward(x), tol);
+  }
+  set_precision(Precision::FP32);
 }
 
 TEST_CASE("cuda: resnet18 in fp16 and bf16 stays near fp32") {

@@ -10,6 +10,8 @@
 // src/layers/X.cpp runs kernels/X.cu on CUDA tensors (each backend method below names its file).
 //   src/layers/conv2d.cpp              kernels/conv2d.cu   cuDNN: descriptors, algorithm search
 //   src/layers/batchnorm.cpp           kernels/batchnorm.cu
+//   src/layers/fold.cpp                kernels/fold.cu     the folded weights; their fused
+//                                      convolution (conv_bias_act_*) in kernels/conv2d.cu
 //   src/layers/relu.cpp                kernels/relu.cu
 //   src/layers/dropout.cpp             kernels/dropout.cu
 //   src/layers/add.cpp                 kernels/add.cu      add, accumulate
@@ -206,6 +208,14 @@ class Backend {
   // dx '=' (skipped when null), dw '+=' and dbias '+=' (each skipped when null: frozen).
   virtual void conv_backward(ConvPlan& plan, real* dx, real* dw, real* dbias, const real* dy,
                              const real* x, const real* w, int n) = 0;
+  // Readies `plan` for conv_bias_act_forward (folded inference, layers/fold.h): the workspace
+  // its algorithm needs at the planned batch. Plan time (may allocate), after conv_plan.
+  virtual void conv_bias_act_plan(ConvPlan& plan) = 0;
+  // y '=' act(conv(x, w) + bias (oc) + z) in one cuDNN call (cudnnConvolutionBiasActivation-
+  // Forward), act the ReLU when relu, else none; z (n, oc, oh, ow) may be null (nothing added)
+  // and may alias y. n at most the planned batch.
+  virtual void conv_bias_act_forward(ConvPlan& plan, real* y, const real* x, const real* w,
+                                     const real* bias, const real* z, bool relu, int n) = 0;
 
   // ---- BatchNorm2d (kernels/batchnorm.cu) -----------------------------------------------------
   // Training: batch statistics (biased variance to normalise), running_mean/var updated with
@@ -225,6 +235,13 @@ class Backend {
                                   const real* save_mean,
                                   const real* save_invstd, int64_t N, int64_t C, int64_t HW,
                                   bool training) = 0;
+
+  // ---- a BatchNorm2d folded into its Conv2d (kernels/fold.cu, layers/fold_math.h) ------------
+  // w_out (oc, per_oc) '=' w * s and b_out (oc) '=' (b - mean) * s + beta with s = gamma /
+  // sqrt(var + eps) per output channel; b (oc) null for a convolution without bias.
+  virtual void fold_conv_bn(real* w_out, real* b_out, const real* w, const real* b,
+                            const real* gamma, const real* beta, const real* mean,
+                            const real* var, float eps, int64_t oc, int64_t per_oc) = 0;
 
   // ---- MaxPool2d (kernels/maxpool2d.cu) -------------------------------------------------------
   // y (N, C, OH, OW) = window max; argmax (N, C, OH, OW) int32 = h * W + w of the first max,

@@ -97,6 +97,9 @@ class Conv2d : public UnaryLayer {
   void note_input(const Shape& in) { geo_ = geometry_for(in); }
   // How the planned input is unfolded (valid after plan()).
   const ColumnPlan& columns() const { return cols_; }
+  // The cuDNN plan made by plan() on the GPU (null on the CPU): folded inference (layers/fold.h)
+  // runs its fused call on the same descriptors.
+  gpu::ConvPlan* gpu_plan() const { return gpu_plan_.get(); }
 
   Tensor weight, grad_weight;  // (OC, IC/groups, KH, KW)
   Tensor bias, grad_bias;      // (OC), undefined without bias

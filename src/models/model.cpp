@@ -198,6 +198,11 @@ void Model::load_state_dict(const std::string& path) {
   for (const TensorInfo& t : r.tensors())
     CHECK(expected.count(t.name) || is_dropped_batchnorm_counter(store_, t.name), path,
           ": unexpected tensor '", t.name, "' for model ", name_);
+  refresh_plan_copies();
+}
+
+void Model::refresh_plan_copies() {
+  if (planned_.ndim == 4 && !training_) root_->set_training(false);
 }
 
 void Model::check_state(const SafetensorsReader& r) const {
@@ -218,6 +223,7 @@ void Model::check_state(const SafetensorsReader& r) const {
 
 void Model::read_state(const SafetensorsReader& r) {
   for (const StateEntry& e : store_.entries()) read_state_entry(r, e);
+  refresh_plan_copies();
 }
 
 bool is_dropped_batchnorm_counter(const ParamStore& store, const std::string& name) {

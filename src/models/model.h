@@ -142,6 +142,9 @@ class Model : public Stateful {
   ModelOptions options_;
   ParamStore store_;
   void refresh_layer_states();  // each layer's has-params and frozen flags from the entries
+  // After new weights were read into a planned model in eval mode: the plan's copies made from
+  // them (folded BatchNorm, layers/fold.h) are made again, by entering eval mode again.
+  void refresh_plan_copies();
 
   std::vector<std::string> head_;
   Shape planned_;

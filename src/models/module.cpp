@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "layers/batchnorm.h"
+#include "layers/conv2d.h"
+#include "layers/fold.h"
 #include "layers/fusion.h"
 #include "layers/relu.h"
 
@@ -47,6 +49,14 @@ Tensor view(int slot, const Shape& shape) {
 }
 }  // namespace block_scratch
 
+struct Sequential::Fold {
+  FoldedConv conv;
+  bool relu = false;  // child i + 2 is a ReLU, applied by the fused call
+};
+
+Sequential::Sequential() = default;
+Sequential::~Sequential() = default;
+
 void Sequential::register_state(ParamStore& store, const std::string& prefix) {
   // Offsets are assigned at declaration, so each child's first parameter offset is known here.
   std::vector<int64_t> first(children_.size(), -1);
@@ -74,6 +84,10 @@ void Sequential::for_each_layer(const std::function<void(Layer&, const std::stri
 
 void Sequential::set_training(bool training) {
   for (auto& [name, child] : children_) child->set_training(training);
+  training_ = training;
+  if (!training)
+    for (auto& f : folds_)
+      if (f) f->conv.refresh();  // the folded copies follow the weights as they are now
 }
 
 Shape Sequential::plan(const Shape& in) {
@@ -98,6 +112,19 @@ Shape Sequential::plan(const Shape& in) {
     bn->layer.set_fused_relu(fused);
     if (fused) fused_[i + 1] = true;
   }
+  // Folded inference: a Conv2d, the BatchNorm2d after it (and a ReLU after that).
+  folds_.clear();
+  folds_.resize(children_.size());
+  for (size_t i = 0; fold_enabled() && i + 1 < children_.size(); ++i) {
+    auto* conv = dynamic_cast<Leaf<Conv2d>*>(children_[i].second.get());
+    auto* bn = dynamic_cast<Leaf<BatchNorm2d>*>(children_[i + 1].second.get());
+    if (!conv || !bn) continue;
+    auto& f = folds_[i] = std::make_unique<Fold>();
+    f->relu = i + 2 < children_.size() &&
+              dynamic_cast<Leaf<ReLU>*>(children_[i + 2].second.get()) != nullptr;
+    f->conv.plan(conv->layer, bn->layer);
+    if (!training_) f->conv.refresh();
+  }
   const bool grads = largest && !plan_mode::inference();
   ping_ = grads ? Tensor::empty({largest}) : Tensor();
   pong_ = grads ? Tensor::empty({largest}) : Tensor();
@@ -110,10 +137,24 @@ const Tensor& Sequential::forward(const Tensor& in) {
   CHECK(in.dim() >= 1 && in.size(0) <= planned_batch_, "Sequential: batch ", in.size(0),
         " exceeds the planned ", planned_batch_);
   batch_ = in.size(0);
+  folded_ran_ = false;
   const Tensor* x = &in;
-  for (size_t i = 0; i < children_.size(); ++i)
-    if (!fused_[i]) x = &children_[i].second->forward(*x);
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (!training_ && folds_[i]) {
+      x = &forward_folded(i, *x);
+      i += folds_[i]->relu ? 2 : 1;  // the BatchNorm (and ReLU) ran in the folded call
+    } else if (!fused_[i]) {
+      x = &children_[i].second->forward(*x);
+    }
+  }
   return *x;
+}
+
+const Tensor& Sequential::forward_folded(size_t i, const Tensor& in) {
+  folded_ran_ = true;
+  Fold& f = *folds_[i];
+  return static_cast<Leaf<Conv2d>&>(*children_[i].second)
+      .forward_by(in, "FoldedConv", [&](Tensor& out) { f.conv.forward(out, in, nullptr, f.relu); });
 }
 
 bool Module::has_trainable_layer() {
@@ -129,6 +170,8 @@ size_t Sequential::first_trainable() {
 }
 
 void Sequential::backward(Tensor& din, const Tensor& dout) {
+  CHECK(!folded_ran_, "Sequential: backward after a folded eval-mode forward (MPICNN_GPU_FOLD): "
+        "its BatchNorm layers did not run");
   // Without a din to produce, the children below the lowest trainable one (all frozen, when
   // fine-tuning) need no gradient: backward stops at that child, which gets an undefined din.
   const size_t stop = din.defined() ? 0 : first_trainable();

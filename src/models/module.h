@@ -143,6 +143,13 @@ class Leaf : public Module {
   // forward with extra inputs passed on to the layer (BatchNorm2d's fused residual add).
   template <class... Extra>
   const Tensor& forward_with(const Tensor& in, const Extra&... extra) {
+    return forward_by(in, layer.kind(), [&](Tensor& out) { layer.forward(out, in, extra...); });
+  }
+  // forward computed by compute(out) instead of the layer, into this leaf's planned output
+  // (shaped as the layer's for `in`), timed under this leaf's name as `kind`: a module that runs
+  // this layer folded with the next ones (layers/fold.h).
+  template <class F>
+  const Tensor& forward_by(const Tensor& in, const char* kind, F&& compute) {
     in_ = in;
     if (aliased_) {
       out_ = in;
@@ -153,8 +160,8 @@ class Leaf : public Module {
                    " exceeds the planned ", planned_batch_);
       out_ = slot_ >= 0 ? block_scratch::view(slot_, want) : buffer_.slice0(0, want[0]);
     }
-    profile::Scope timed(prefix_, layer.kind());
-    layer.forward(out_, in, extra...);
+    profile::Scope timed(prefix_, kind);
+    compute(out_);
     return out_;
   }
   void backward(Tensor& din, const Tensor& dout) override {
@@ -183,6 +190,8 @@ class Leaf : public Module {
 // largest intermediate activation, so backward needs two buffers, not one per child.
 class Sequential : public Module {
  public:
+  Sequential();
+  ~Sequential() override;
   // Appends a child named by its index (the torchvision name), returns it.
   template <class M>
   M& add(std::unique_ptr<M> child) {
@@ -225,6 +234,14 @@ class Sequential : public Module {
   // fused_[i]: child i is an in-place ReLU that the BatchNorm before it applies (fusion.h):
   // forward and backward pass over it.
   std::vector<bool> fused_;
+  // Folded inference (layers/fold.h; GPU, eval mode, fold_enabled at plan time): folds_[i] is
+  // set where child i is a Conv2d and child i + 1 its BatchNorm2d (and child i + 2 a ReLU: the
+  // fold applies it), and forward runs those children as the one folded call.
+  struct Fold;
+  std::vector<std::unique_ptr<Fold>> folds_;
+  bool training_ = true;
+  bool folded_ran_ = false;  // the last forward ran folds (no backward then)
+  const Tensor& forward_folded(size_t i, const Tensor& in);  // folds_[i] on in
   Tensor ping_, pong_;            // gradient buffers, each the largest intermediate's size
   int64_t planned_batch_ = 0;
   int64_t batch_ = 0;             // batch of the last forward

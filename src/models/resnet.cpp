@@ -66,6 +66,9 @@ void ResidualBlock::for_each_layer(const std::function<void(Layer&, const std::s
 void ResidualBlock::set_training(bool training) {
   for (auto& b : bns_) b->set_training(training);
   if (downsample_) downsample_->set_training(training);
+  training_ = training;
+  if (!training)
+    for (FoldedConv& f : folds_) f.refresh();  // the folded copies follow the weights as they are
 }
 
 Shape ResidualBlock::plan(const Shape& in) {
@@ -89,6 +92,14 @@ Shape ResidualBlock::plan(const Shape& in) {
     max_out = std::max(max_out, s.numel());
     s = bns_[i]->plan(s);
     if (i + 1 < convs_.size()) relus_[i]->plan(s);
+  }
+  folds_.clear();
+  if (fold_enabled()) {
+    folds_.resize(convs_.size());
+    for (size_t i = 0; i < convs_.size(); ++i) {
+      folds_[i].plan(convs_[i]->layer, bns_[i]->layer);
+      if (!training_) folds_[i].refresh();
+    }
   }
   if (downsample_) {
     const Shape d = downsample_->plan(in);
@@ -119,6 +130,8 @@ Tensor ResidualBlock::grad_buffer(int slot, Shape shape) const {
 }
 
 const Tensor& ResidualBlock::forward(const Tensor& in) {
+  folded_ran_ = !training_ && !folds_.empty();
+  if (folded_ran_) return forward_folded(in);
   in_ = in;
   const Tensor* x = &in;
   const size_t last = convs_.size() - 1;
@@ -141,7 +154,25 @@ const Tensor& ResidualBlock::forward(const Tensor& in) {
   return out_;
 }
 
+// relu(conv_i(x, w'_i) + b'_i) for i < last, then relu(conv_last(x, w') + b' + residual): the
+// unfolded forward's values, each convolution with its BatchNorm, add and ReLU in one call.
+const Tensor& ResidualBlock::forward_folded(const Tensor& in) {
+  in_ = in;
+  const size_t last = convs_.size() - 1;
+  auto fold = [&](size_t i, const Tensor& x, const Tensor* residual) -> const Tensor& {
+    return convs_[i]->forward_by(
+        x, "FoldedConv", [&](Tensor& out) { folds_[i].forward(out, x, residual, true); });
+  };
+  const Tensor* x = &in;
+  for (size_t i = 0; i < last; ++i) x = &fold(i, *x, nullptr);
+  const Tensor& residual = downsample_ ? downsample_->forward(in) : in;
+  out_ = fold(last, *x, &residual);
+  return out_;
+}
+
 void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
+  CHECK(!folded_ran_, "residual block: backward after a folded eval-mode forward "
+        "(MPICNN_GPU_FOLD): its BatchNorm layers did not run");
   Tensor g_out = grad_buffer(kGradOut, out_.shape());
   {
     profile::Scope timed(relu_name_, out_relu_.kind(), /*backward=*/true);

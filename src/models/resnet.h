@@ -10,6 +10,7 @@
 #include "layers/add.h"
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
+#include "layers/fold.h"
 #include "layers/relu.h"
 #include "models/model.h"
 #include "models/module.h"
@@ -62,6 +63,13 @@ class ResidualBlock : public Module {
   // Fusion (layers/fusion.h): bn_i applies relu_i, and bn_last the residual add and the
   // block's ReLU, in their own passes.
   bool fused_ = false;
+  // Folded inference (layers/fold.h; GPU, eval mode, fold_enabled at plan time): folds_[i] is
+  // conv_i with bn_i folded in, run with relu_i, the last one with the residual add and the
+  // block's ReLU: one cuDNN call per convolution (the downsample folds in its Sequential).
+  std::vector<FoldedConv> folds_;
+  bool training_ = true;
+  bool folded_ran_ = false;  // the last forward ran folds (no backward then)
+  const Tensor& forward_folded(const Tensor& in);
 };
 
 // torchvision's ResNet up to layer4 (`name`: resnet18/34/50): the named children conv1, bn1,
