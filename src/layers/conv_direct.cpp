@@ -367,10 +367,13 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // float32 copy would be (V channels a block, its taps), a word a pixel and the one a stride to
   // its right, so that one step of two output pixels is 2 strides; the output gradient as pairs
   // of neighbouring pixels, an odd row's last pair ending in a zero (whose input partner the
-  // packing zeroes too where it falls past the padded row). Not for 1x1 layers: their input is
-  // already im2col's column matrix, and the bf16 GEMM on it measured faster than repacking
-  // it as pairs (bench/conv_bench --bf16 1).
-  if (bf16 && !batch_inner_ && !g.is_pointwise()) {
+  // packing zeroes too where it falls past the padded row). Only for layers of stride 1 whose
+  // rows hold 8 pixels or more: on 1x1 layers (whose input is already im2col's column matrix),
+  // strided layers (whose pairs pack the whole input for a quarter of the pixels) and rows of
+  // 7 (a pair in four half empty) the bf16 GEMM over im2col measured faster (bench/conv_bench
+  // --bf16 1, bench/RESULTS.md).
+  if (bf16 && !batch_inner_ && !g.is_pointwise() && g.stride_h == 1 && g.stride_w == 1 &&
+      g.out_w >= 8) {
     Wgrad16& w16 = wgrad16_;
     w16.in = plan_forward(direct::avx512bf16_kernels(), V, false);
     w16.dout_img = {oc_, g.out_h, g.out_w, g.out_h, ceil_div(g.out_w, 2), 0, 0, V};

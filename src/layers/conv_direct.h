@@ -19,9 +19,9 @@
 // reduction, the pixels): the input packed [C/16][H+2p][W+2p][16] with each word a pixel and
 // the one a stride to its right, the output gradient [OC/16][OH][OW/2][16] with each word two
 // neighbouring pixels, both rounded to bf16 as above, and the float32 kernels' loops run over
-// pairs of output pixels into float32 dw. Not for 1x1 layers, nor with interleaved images
-// (rows under 7 pixels): there bf16_weight_grad() is false and Conv2d takes the weight
-// gradient from im2col's bf16 GEMMs.
+// pairs of output pixels into float32 dw. Only for stride 1, not 1x1, and rows of 8 pixels or
+// more (where it measured faster): elsewhere bf16_weight_grad() is false and Conv2d takes the
+// weight gradient from im2col's bf16 GEMMs.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -64,8 +64,8 @@ class DirectConv {
   // (fits(g, 1, true) must hold).
   DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch, bool bf16 = false);
   bool planned() const { return k_ != nullptr; }
-  // Whether backward computes the weight gradient in bf16 (planned with bf16, not 1x1, images
-  // not interleaved); with bf16 planned and not this, backward must be given no gw.
+  // Whether backward computes the weight gradient in bf16 (planned with bf16; stride 1, not
+  // 1x1, rows of 8+); with bf16 planned and not this, backward must be given no gw.
   bool bf16_weight_grad() const { return wgrad16_.in.k != nullptr; }
   const char* isa() const { return k_ ? k_->name : "none"; }
   // Floats of workspace forward and backward need (one buffer, the caller's).
