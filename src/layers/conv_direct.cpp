@@ -356,7 +356,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   wg_.cols = g.out_w;
   // Units of two output blocks halve the loads per FMA; with interleaved images they measured
   // slower (each half pass reads the input's cache lines again), so one block there.
-  wg_.pairs = !batch_inner_;
+  wg_.blocks = batch_inner_ ? 1 : 2;
   // Units outside images when dw is larger than an image's packed data (and always with
   // interleaved images), else inside: a rule on the geometry alone (the two orders give
   // different bits, never different thread counts).
@@ -368,10 +368,10 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // its right, so that one step of two output pixels is 2 strides; the output gradient as pairs
   // of neighbouring pixels, an odd row's last pair ending in a zero (whose input partner the
   // packing zeroes too where it falls past the padded row). Only for layers of stride 1 whose
-  // rows hold 8 pixels or more: on 1x1 layers (whose input is already im2col's column matrix),
-  // strided layers (whose pairs pack the whole input for a quarter of the pixels) and rows of
-  // 7 (a pair in four half empty) the bf16 GEMM over im2col measured faster (bench/conv_bench
-  // --bf16 1, bench/RESULTS.md).
+  // rows hold 8 pixels or more: the bf16 GEMM over im2col measured faster on 1x1 layers (whose
+  // input is already im2col's column matrix) and on rows of 7 (a pair in four half empty), and
+  // as fast on strided layers (whose pairs pack the whole input for a quarter of the pixels;
+  // bench/conv_bench --bf16 1, bench/RESULTS.md).
   if (bf16 && !batch_inner_ && !g.is_pointwise() && g.stride_h == 1 && g.stride_w == 1 &&
       g.out_w >= 8) {
     Wgrad16& w16 = wgrad16_;
@@ -392,6 +392,9 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
     wg.out_row_step = w16.dout_l.row;
     wg.out_pix_step = w16.dout_l.pix;
     wg.cols = w16.dout_img.cols;
+    // Units of four output blocks: 0.42 loads per vdpbf16ps where pairs need 0.63; 5-13%
+    // faster on ResNet's stride-1 3x3 layers in bf16 (slower in float32, which keeps pairs).
+    wg.blocks = 4;
   }
 }
 

@@ -253,6 +253,47 @@ void wgrad_pair(float* dw0, float* dw1, const float* in, const float* dout0, con
   }
 }
 
+// Four output blocks of one full input block and tap (AVX-512): the input lanes in groups of
+// J (6, 6, 4), 4 x J accumulators, so a pixel costs four output-gradient loads and J broadcasts
+// for 4J FMAs (wgrad_pair: 2 loads and V/2 broadcasts for V). Each dw element still sums its
+// pixels in order: the same bits as wgrad_pair and wgrad<V>.
+template <bool kPacked, int J>
+void wgrad_quad_lanes(float* const* dws, const float* in, const float* const* douts,
+                      const WeightGrad& g, int64_t images, int l0) {
+  const int64_t lane = kPacked ? 1 : g.in_lane_step;
+  Vec acc[4][J];
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < J; ++j) acc[k][j] = Isa::load(dws[k] + (l0 + j) * V);
+  const float* in_l = in + l0 * lane;
+  for (int64_t i = 0; i < images; ++i) {
+    const float* in_i = in_l + i * g.in_image;
+    const int64_t o_i = i * g.out_image + g.out_origin;
+    for (int64_t row = 0; row < g.rows; ++row) {
+      const float* ip = in_i + row * g.in_row_step;
+      const int64_t o_r = o_i + row * g.out_row_step;
+      for (int64_t col = 0; col < g.cols; ++col) {
+        Vec d[4];
+        for (int k = 0; k < 4; ++k) d[k] = Isa::load(douts[k] + o_r + col * g.out_pix_step);
+        const float* x = ip + col * g.in_pix_step;
+        for (int j = 0; j < J; ++j) {
+          const Vec xv = Isa::bcast(x + j * lane);
+          for (int k = 0; k < 4; ++k) acc[k][j] = Isa::fma(xv, d[k], acc[k][j]);
+        }
+      }
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < J; ++j) Isa::store(dws[k] + (l0 + j) * V, acc[k][j]);
+}
+
+template <bool kPacked>
+void wgrad_quad(float* const* dws, const float* in, const float* const* douts,
+                const WeightGrad& g, int64_t images) {
+  int l0 = 0;
+  for (; l0 + 6 <= V; l0 += 6) wgrad_quad_lanes<kPacked, 6>(dws, in, douts, g, images, l0);
+  wgrad_quad_lanes<kPacked, V % 6>(dws, in, douts, g, images, l0);
+}
+
 using WgradFn = void (*)(float* const*, const int64_t*, const float*, const float*,
                          const WeightGrad&, int64_t);
 template <bool kPacked, int... J>
@@ -262,9 +303,10 @@ constexpr Table<WgradFn, sizeof...(J)> wgrad_table(std::integer_sequence<int, J.
 constexpr auto kWgradsPacked = wgrad_table<true>(std::make_integer_sequence<int, V>{});
 constexpr auto kWgradsNchw = wgrad_table<false>(std::make_integer_sequence<int, V>{});
 
-// Output blocks per unit: pairs (wgrad_pair) with AVX-512 where the planner asks for them,
-// else one (AVX2's 16 registers hold no pair).
-int64_t blocks_per_unit(const WeightGrad& g) { return V == 16 && g.pairs ? 2 : 1; }
+// Output blocks per unit: the planner's two (wgrad_pair) or four (wgrad_quad; a last group of
+// two or three: wgrad_pair, then one) with AVX-512, else one (AVX2's 16 registers hold no
+// pair).
+int64_t blocks_per_unit(const WeightGrad& g) { return V == 16 ? g.blocks : 1; }
 
 // Units of each group of output blocks: every tap of each full input block, then the last
 // block's taps in groups of taps_per_unit.
@@ -290,16 +332,25 @@ void weight_grad(float* dw, const float* in, const float* dout, const WeightGrad
   const float* in_b = in + b * g.in_block;
   const bool packed = g.in_lane_step == 1;
   const int64_t k1 = min64(k0 + per, g.out_blocks);
-  if (J == V && k1 - k0 == 2) {
-    float* dw0 = dw + ((k0 * g.in_blocks + b) * g.ntaps + t0) * V * V;
-    float* dw1 = dw + (((k0 + 1) * g.in_blocks + b) * g.ntaps + t0) * V * V;
-    (packed ? &wgrad_pair<true> : &wgrad_pair<false>)(dw0, dw1, in_b + g.taps[t0],
-                                                      dout + k0 * g.out_block,
-                                                      dout + (k0 + 1) * g.out_block, g, images);
-    return;
+  // Full input blocks: four output blocks at once, else pairs; then one at a time.
+  int64_t k = k0;
+  auto unit_dw = [&](int64_t kb) { return dw + ((kb * g.in_blocks + b) * g.ntaps + t0) * V * V; };
+  if (J == V && k1 - k == 4) {  // (only with blocks = 4)
+    float* dws[4];
+    const float* douts[4];
+    for (int q = 0; q < 4; ++q) {
+      dws[q] = unit_dw(k + q);
+      douts[q] = dout + (k + q) * g.out_block;
+    }
+    (packed ? &wgrad_quad<true> : &wgrad_quad<false>)(dws, in_b + g.taps[t0], douts, g, images);
+    k += 4;
   }
+  for (; J == V && k + 2 <= k1; k += 2)
+    (packed ? &wgrad_pair<true> : &wgrad_pair<false>)(unit_dw(k), unit_dw(k + 1),
+                                                      in_b + g.taps[t0], dout + k * g.out_block,
+                                                      dout + (k + 1) * g.out_block, g, images);
   const WgradFn fn = packed ? kWgradsPacked.f[J - 1] : kWgradsNchw.f[J - 1];
-  for (int64_t k = k0; k < k1; ++k) {
+  for (; k < k1; ++k) {
     float* base = dw + (k * g.in_blocks + b) * g.ntaps * V * V;
     // A last group short of taps computes its missing ones into scratch (tap 0's inputs).
     alignas(64) float scratch[Isa::kMaxTile * V] = {};

@@ -59,7 +59,7 @@ struct WeightGrad {
   int64_t ntaps = 0;
   int64_t out_blocks = 0, out_block = 0, out_origin = 0, out_row_step = 0, out_pix_step = 0;
   int64_t rows = 0, cols = 0;  // the forward output's plane
-  bool pairs = false;          // units of two output blocks (AVX-512 only)
+  int64_t blocks = 1;  // output blocks per unit: 1, 2 or 4 (2 and 4 with AVX-512 only)
 };
 
 // The bf16 set ("avx512bf16", conv_direct_avx512bf16.cpp) reads its inputs and weights as bf16
@@ -78,7 +78,7 @@ struct Kernels {
   // The pass's tiles of rows [row0, row1) and output blocks [blk0, blk1) into out (one image).
   void (*pass_rows)(float* out, const float* in, const Pass& p, const float* bias, int64_t row0,
                     int64_t row1, int64_t blk0, int64_t blk1);
-  // Unit u of dw (an output block, or a pair with WeightGrad::pairs; then an input block and
+  // Unit u of dw (WeightGrad::blocks output blocks, then an input block and
   // a tap or, for a last block of few lanes, a group of taps), over `images` consecutive
   // images.
   void (*weight_grad)(float* dw, const float* in, const float* dout, const WeightGrad& g,
