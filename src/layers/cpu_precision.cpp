@@ -53,4 +53,12 @@ void gemm_in(CpuPrecision precision, bool trans_a, bool trans_b, int M, int N, i
   gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void gemm_in(Device device, CpuPrecision precision, bool trans_a, bool trans_b, int M, int N,
+             int K, real alpha, const real* A, int lda, const real* B, int ldb, real beta, real* C,
+             int ldc) {
+  if (device == Device::CPU)
+    return gemm_in(precision, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm(device, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace mpicnn

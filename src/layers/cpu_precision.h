@@ -1,14 +1,16 @@
 // The precision of the CPU layers' GEMMs, process-wide: fp32 (the default: core/blas.h's gemm,
 // bit for bit as without this switch) or bf16 (core/gemm_bf16.h: inputs rounded to bfloat16,
 // products summed in float32). Conv2d (its im2col path: forward, weight and input gradients;
-// on AVX512-BF16 its direct kernels' bf16 forward and input gradient, layers/conv_direct.h)
-// and Linear read it in plan(), once, when the model is built; weights stay float32 masters,
+// on AVX512-BF16 its direct kernels, layers/conv_direct.h), Linear and DenseNet's 1x1
+// bottleneck convolutions (one GEMM each) read it in plan(), once, when the model is built;
+// weights stay float32 masters,
 // rounded by each GEMM or packing. Not mixed precision: activations, gradients, BatchNorm and
 // the optimizer stay float32. The float64 test build has fp32 only.
 #pragma once
 #include <string>
 
 #include "core/real.h"
+#include "core/tensor.h"
 
 namespace mpicnn {
 
@@ -22,5 +24,10 @@ const char* cpu_precision_name(CpuPrecision precision);
 // gemm (core/blas.h, CPU) in `precision`: C = alpha * op(A) * op(B) + beta * C, row-major.
 void gemm_in(CpuPrecision precision, bool trans_a, bool trans_b, int M, int N, int K, real alpha,
              const real* A, int lda, const real* B, int ldb, real beta, real* C, int ldc);
+// The same on `device`: on the CPU in `precision`, on a GPU core/blas.h's gemm (the GPU's own
+// precision, gpu.h). For the layers that call GEMMs themselves (Linear, DenseNet's 1x1 conv).
+void gemm_in(Device device, CpuPrecision precision, bool trans_a, bool trans_b, int M, int N,
+             int K, real alpha, const real* A, int lda, const real* B, int ldb, real beta, real* C,
+             int ldc);
 
 }  // namespace mpicnn

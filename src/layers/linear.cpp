@@ -67,18 +67,10 @@ void Linear::forward(Tensor& out, const Tensor& in) {
           has_bias_ ? 1.f : 0.f, y, out_);
 }
 
-// The GEMMs on `dev`, on the CPU in the planned precision.
-void Linear::gemm_on(Device dev, bool ta, bool tb, int M, int N, int K, const real* A, int lda,
-                     const real* B, int ldb, real beta, real* C, int ldc) const {
-  if (dev == Device::CPU)
-    return gemm_in(precision_, ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
-  gemm(dev, ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
-}
-
 void Linear::add_param_grads(Device dev, const Tensor& dout, const Tensor& in) {
   const int N = int(in.size(0));
   // grad_weight (out, in) += dy^T (out, N) * x (N, in)
-  gemm_on(dev, true, false, out_, in_, N, dout.data(), out_, in.data(), in_, 1.f,
+  gemm_in(dev, precision_, true, false, out_, in_, N, 1.f, dout.data(), out_, in.data(), in_, 1.f,
           grad_weight.data(), in_);
   if (has_bias_ && dev == Device::CUDA) {
     gpu::backend().sum_rows(grad_bias.data(), dout.data(), N, out_);
@@ -101,8 +93,8 @@ void Linear::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   if (!frozen_) add_param_grads(dev, dout, in);
   if (din.defined()) {
     // dx (N, in) = dy (N, out) * W (out, in)
-    gemm_on(dev, false, false, N, in_, out_, dout.data(), out_, weight.data(), in_, 0.f,
-            din.data(), in_);
+    gemm_in(dev, precision_, false, false, N, in_, out_, 1.f, dout.data(), out_, weight.data(),
+            in_, 0.f, din.data(), in_);
   }
 }
 

@@ -34,9 +34,6 @@ class Linear : public UnaryLayer {
  private:
   // grad_weight and grad_bias += from dout (N, out) and in (N, in), on `dev`.
   void add_param_grads(Device dev, const Tensor& dout, const Tensor& in);
-  // C (M, N) = op(A) op(B) + beta * C on `dev` (alpha 1).
-  void gemm_on(Device dev, bool ta, bool tb, int M, int N, int K, const real* A, int lda,
-               const real* B, int ldb, real beta, real* C, int ldc) const;
   int in_, out_;
   bool has_bias_;
   CpuPrecision precision_ = CpuPrecision::kFp32;

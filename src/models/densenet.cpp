@@ -12,6 +12,7 @@
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/add.h"
 #include "layers/avgpool2d.h"
+#include "layers/cpu_precision.h"
 #include "layers/flatten.h"
 #include "layers/fusion.h"
 #include "layers/linear.h"
@@ -116,6 +117,7 @@ Shape DenseBlock::plan(const Shape& in) {
   CHECK(N * hw_ <= INT_MAX / 4, "DenseBlock: ", in.str(), " is too large for one GEMM");
   const Shape mid{N, bottleneck_, h_, w_};
   fused_ = fusion_enabled();
+  precision_ = cpu_precision();  // conv1's GEMMs on the CPU, as Conv2d's (layers/cpu_precision.h)
   // An inference plan (module.h's plan_mode) keeps no layer's a1 and c1 for backward: the
   // layers share one of each (the last layer's a1 is the largest), conv2 writes a shared
   // slot, and the gradient buffers are not allocated.
@@ -172,8 +174,9 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
     {
       profile::Scope timed(l.conv1_name, l.conv1.kind());
       // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW), then to NCHW
-      gemm(dev, false, false, bottleneck_, int(cols), int(cin), 1.f, l.conv1.weight.data(),
-           int(cin), a1.data(), int(cols), 0.f, bottleneck_cm_.data(), int(cols));
+      gemm_in(dev, precision_, false, false, bottleneck_, int(cols), int(cin), 1.f,
+              l.conv1.weight.data(), int(cin), a1.data(), int(cols), 0.f, bottleneck_cm_.data(),
+              int(cols));
       swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
     }
     const Tensor& n2 = l.norm2.forward(c1);
@@ -210,10 +213,10 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
       // conv1 weight gradient '+=' (unless frozen) gc (bottleneck, n*HW) * a1^T; input
       // gradient W^T * gc.
       if (!l.conv1.frozen())
-        gemm(dev, false, true, bottleneck_, int(cin), int(cols), 1.f, gc, int(cols), a1.data(),
-             int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
-      gemm(dev, true, false, int(cin), int(cols), bottleneck_, 1.f, l.conv1.weight.data(),
-           int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
+        gemm_in(dev, precision_, false, true, bottleneck_, int(cin), int(cols), 1.f, gc,
+                int(cols), a1.data(), int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
+      gemm_in(dev, precision_, true, false, int(cin), int(cols), bottleneck_, 1.f,
+              l.conv1.weight.data(), int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
     }
     {
       profile::Scope timed(l.norm1_name, l.norm1.kind(), /*backward=*/true);

@@ -54,6 +54,7 @@ class DenseBlock : public Module {
   Tensor g_bottleneck_;   // (N, bottleneck, H, W): gradient through conv2, relu2, norm2
   Tensor g_new_;          // (N, growth, H, W): gradient of one layer's new maps
   bool fused_ = false;    // norm1 and norm2 apply relu1 and relu2 (layers/fusion.h)
+  CpuPrecision precision_ = CpuPrecision::kFp32;  // of conv1's GEMMs on the CPU (plan time)
 };
 
 std::unique_ptr<Model> make_densenet(const std::string& name, const ModelOptions& options,
