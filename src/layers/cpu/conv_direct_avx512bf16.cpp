@@ -39,6 +39,17 @@ struct Isa : Avx512Isa {
 namespace mpicnn::direct::direct_avx512bf16 {
 namespace {
 
+// Row `row` of block blk of the BlockedImage b in dst, or null for a row outside the source
+// image, which is then stored as zeros.
+float* packed_row(float* dst, const BlockedImage& b, int64_t blk, int64_t row) {
+  float* d = dst + (blk * b.rows + row) * b.cols * b.pix;
+  const int64_t h = row - b.top;
+  if (h >= 0 && h < b.height) return d;
+  for (int64_t col = 0; col < b.cols; ++col)
+    _mm512_storeu_si512(d + col * b.pix, _mm512_setzero_si512());
+  return nullptr;
+}
+
 // dst (a BlockedImage of pairs: b.pix words a pixel) '=' src (channels, height, width) rounded
 // to bf16, zeros included: per row, 16 pixels x 32 channels at a time, each channel pair's 16
 // pixels rounded and interleaved into 16 words, then transposed to one block of 16 pairs per
@@ -50,12 +61,9 @@ void pack_pairs(float* dst, const float* src, const BlockedImage& b) {
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t blk = 0; blk < blocks; ++blk) {
     for (int64_t row = 0; row < b.rows; ++row) {
-      float* d = dst + (blk * b.rows + row) * b.cols * pix;
+      float* d = packed_row(dst, b, blk, row);
+      if (!d) continue;
       const int64_t h = row - b.top;
-      if (h < 0 || h >= b.height) {
-        for (int64_t col = 0; col < b.cols; ++col) _mm512_storeu_si512(d + col * pix, zero);
-        continue;
-      }
       for (int64_t col = 0; col < b.left; ++col) _mm512_storeu_si512(d + col * pix, zero);
       for (int64_t col = right; col < b.cols; ++col) _mm512_storeu_si512(d + col * pix, zero);
       float* dp = d + b.left * pix;
@@ -98,12 +106,9 @@ void pack_pixel_pairs(float* dst, const float* src, const BlockedImage& b, int64
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t lanes = min64(V, b.channels - blk * V);
     for (int64_t row = 0; row < b.rows; ++row) {
-      float* d = dst + (blk * b.rows + row) * b.cols * pix;
+      float* d = packed_row(dst, b, blk, row);
+      if (!d) continue;
       const int64_t h = row - b.top;
-      if (h < 0 || h >= b.height) {
-        for (int64_t col = 0; col < b.cols; ++col) _mm512_storeu_si512(d + col * pix, zero);
-        continue;
-      }
       const float* s = src + blk * V * plane + h * b.width;
       for (int64_t c0 = 0; c0 < b.cols; c0 += V) {
         const int n = int(min64(V, b.cols - c0));
