@@ -19,6 +19,7 @@
 #include "layers/cpu_precision.h"
 #include "layers/linear.h"
 #include "layers/params.h"
+#include "layers/plan_mode.h"
 #include "models/densenet.h"
 #include "testing.h"
 
@@ -330,6 +331,9 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
     bool direct_wgrad = false;  // of the direct run
     auto run = [&](ConvAlgorithm a) {
       AlgorithmScope algorithm(a);
+      // 1x1 layers take the direct kernels in inference plans only (a strided one never):
+      // planned so here, to test their forward and input gradient.
+      const plan_mode::Scope mode(g.k == 1);
       conv.plan(in);
       const bool strided_pointwise = g.k == 1 && g.s > 1;
       REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect && !strided_pointwise));

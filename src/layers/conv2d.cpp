@@ -9,12 +9,13 @@
 // into one GEMM keeps the GEMMs wide for deep layers with tiny planes (7x7); the rows buffer
 // converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here,
 // OpenBLAS the GEMMs; small layers instead run their chunks side by side, one thread per chunk
-// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) an ungrouped layer (but a
-// strided 1x1) on a CPU with AVX512-BF16 runs all three passes on the direct kernels in bf16
-// (vdpbf16ps; layers/conv_direct.h), but the weight gradient of maps under 7 pixels wide, which
-// stays on this path's bf16 GEMMs (MPICNN_CONV_BF16=im2col opts out of the direct kernels); the
-// others take this
-// path, all three GEMMs in bf16 (emulated without AVX512-BF16). Winograd is float32 only.
+// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) an ungrouped layer on a CPU
+// with AVX512-BF16 runs forward and the input gradient on the direct kernels in bf16
+// (vdpbf16ps; layers/conv_direct.h), and the weight gradient there too where
+// DirectConv::bf16_weight_grad() (stride 1, rows of 8+), else on this path's bf16 GEMMs; 1x1
+// layers stay on this path but in inference plans (MPICNN_CONV_BF16=im2col opts out of the
+// direct kernels). The others take this path, all three GEMMs in bf16 (emulated without
+// AVX512-BF16). Winograd is float32 only.
 #include "layers/conv2d.h"
 
 #include <algorithm>

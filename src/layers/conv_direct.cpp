@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "layers/plan_mode.h"
 
 namespace mpicnn {
 
@@ -118,13 +119,16 @@ bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
   (void)g;
   return !bf16;
 #else
-  // A strided 1x1 layer reads a quarter of its input (stride 2): the bf16 kernels' packed copy
-  // would convert every pixel, where im2col gathers only those read; at ResNet-18's and -50's
-  // shapes it measured faster on im2col (bench/conv_bench --bf16 1), so it stays there.
-  const bool strided_pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 &&
-                                 g.pad_w == 0 && (g.stride_h > 1 || g.stride_w > 1);
-  return !bf16 || (!strided_pointwise && direct_bf16() && direct_isa() == DirectIsa::kAvx512 &&
-                   bf16_native());
+  // A 1x1 layer's input is already im2col's column matrix, which the bf16 GEMM reads where it
+  // is; the bf16 kernels first repack it as channel pairs. At ResNet-50's 1x1 shapes the GEMMs
+  // measured faster for forward and backward together (resnet50 training 2-3% faster end to
+  // end), the kernels for forward alone (inference 4%): so in bf16 a 1x1 layer runs direct in
+  // inference plans only (layers/plan_mode.h), and a strided one (whose packing would convert
+  // every pixel for a quarter of them) never (bench/conv_bench --bf16 1, bench/RESULTS.md).
+  const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+  const bool strided = g.stride_h > 1 || g.stride_w > 1;
+  return !bf16 || ((!pointwise || (plan_mode::inference() && !strided)) && direct_bf16() &&
+                   direct_isa() == DirectIsa::kAvx512 && bf16_native());
 #endif
 }
 

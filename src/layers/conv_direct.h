@@ -57,7 +57,7 @@ class DirectConv {
   // Whether the direct kernels compute this geometry with `groups` groups on this CPU; with
   // bf16, also forward in bf16: direct_bf16(), the AVX-512 kernels selected, the native bf16
   // path (core/gemm_bf16.h: a CPU with AVX512-BF16, not MPICNN_BF16=emulated), and no 1x1
-  // layer with a stride (faster on im2col).
+  // layer but, in an inference plan (layers/plan_mode.h), an unstrided one (faster on im2col).
   static bool fits(const ConvGeometry& g, int groups, bool bf16 = false);
   // Plans geometry g with out_channels outputs for batches of up to max_batch images, with the
   // instruction set selected now; forward and the input gradient in bf16 when bf16

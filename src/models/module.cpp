@@ -15,23 +15,6 @@ namespace detail {
 thread_local const GradReadyFn* grad_ready_hook = nullptr;
 }
 
-namespace plan_mode {
-namespace {
-thread_local bool t_inference = false;
-thread_local int t_parity = 0;
-}  // namespace
-bool inference() { return t_inference; }
-int next_parity() { return t_parity++ % 2; }
-Scope::Scope(bool inference) : saved_inference_(t_inference), saved_parity_(t_parity) {
-  t_inference = inference;
-  t_parity = 0;
-}
-Scope::~Scope() {
-  t_inference = saved_inference_;
-  t_parity = saved_parity_;
-}
-}  // namespace plan_mode
-
 namespace block_scratch {
 namespace {
 thread_local std::vector<Tensor> t_slots;

@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "layers/layer.h"
 #include "layers/params.h"
+#include "layers/plan_mode.h"
 
 namespace mpicnn {
 
@@ -59,30 +60,7 @@ class Module {
   virtual bool outputs_logits() const { return true; }
 };
 
-// Inference-only plans (Model::plan with PlanFor::kInference, CPU models): nothing runs
-// backward, so no activation has to outlive its last reader. Planning then (a) runs every
-// layer that declares kForwardMayAlias (BatchNorm2d) in place, overwriting its input, which
-// no model reads again; (b) lets blocks put their layers' outputs in block_scratch slots
-// shared by every block (Leaf::output_to_scratch); (c) allocates no gradient buffers. The
-// flag is set by Model::plan for the duration of one plan, on the planning thread.
-namespace plan_mode {
-bool inference();
-// 0, 1, 0, ... over the calls within one plan: which of two output slots a residual block
-// writes, so that a block never writes the slot holding its input (the previous block's
-// output).
-int next_parity();
-class Scope {
- public:
-  explicit Scope(bool inference);
-  ~Scope();
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
-
- private:
-  bool saved_inference_;
-  int saved_parity_;
-};
-}  // namespace plan_mode
+// Inference-only plans: layers/plan_mode.h.
 
 // Backward buffers that blocks with branches (ResidualBlock) share: a block needs its gradient
 // buffers only while its own backward runs, and blocks run backward one after another, never
