@@ -197,7 +197,7 @@ void Conv2d::plan(const Shape& in) {
   direct_ = DirectConv();
   if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups, !fp32)) {
     direct_ = DirectConv(g, opt_.out_channels, N, !fp32);
-    if (fp32 || direct_.bf16_weight_grad()) {
+    if (direct_weight_grad()) {
       // The direct kernels take all three passes: no columns, rows or chunks of images.
       use_winograd_ = parallel_chunks_ = false;
       chunk_grads_ = live_weight_ = live_grad_ = Tensor();
