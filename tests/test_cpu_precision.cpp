@@ -15,12 +15,15 @@
 
 #include "core/gemm_bf16.h"
 #include "core/threads.h"
+#include "layers/batchnorm.h"
 #include "layers/conv2d.h"
 #include "layers/cpu_precision.h"
 #include "layers/linear.h"
+#include "layers/softmax_xent.h"
 #include "layers/params.h"
 #include "layers/plan_mode.h"
 #include "models/densenet.h"
+#include "models/registry.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -588,4 +591,145 @@ TEST_CASE("DenseNet's 1x1 bottleneck GEMMs run in bf16 too") {
   CAPTURE(to_rounded);
   CAPTURE(to_exact);
   CHECK(to_rounded * 16 < to_exact);
+}
+
+namespace {
+
+// max |a - b| over max |b|: how far a is from b, relative to b's scale.
+double relative_gap(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const Vec va = to_double(a), vb = to_double(b);
+  double gap = 0;
+  for (size_t i = 0; i < va.size(); ++i) gap = std::max(gap, std::fabs(va[i] - vb[i]));
+  return gap / std::max(max_abs(vb), 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("BatchNorm2d with bf16 input, in place: a float32 BatchNorm2d on the rounded input") {
+  // set_bf16_input: forward rounds its input to bf16, keeps the copy, and backward reads that
+  // copy, not the input's memory, which the in-place forward has overwritten. Against a plain
+  // BatchNorm2d given the rounded input in a buffer of its own: the same float expressions,
+  // only the order of the double sums may differ (1e-6 of the scale allows a few float ulps;
+  // an unrounded input is off by ~2^-9, a stale input by the whole scale).
+  const Shape s{3, 5, 7, 9};
+  const Tensor x = random_tensor(s, 70, -2.f, 3.f), r = random_tensor(s, 71);
+  const Tensor dy = random_tensor(s, 72);
+  Tensor xr = Tensor::empty(s);
+  for (int64_t i = 0; i < s.numel(); ++i) xr.data()[i] = float(bf16_of(x.data()[i]));
+  for (bool training : {true, false})
+    for (int mode = 0; mode < 3; ++mode) {  // plain, fused ReLU, residual add + ReLU
+      CAPTURE(training);
+      CAPTURE(mode);
+      ParamStore store;
+      BatchNorm2d ours(5), ref(5);
+      ours.register_state(store, "ours.");
+      ref.register_state(store, "ref.");
+      store.allocate();
+      for (BatchNorm2d* bn : {&ours, &ref}) {
+        fill_uniform(bn->weight, 73, 0.5f, 1.5f);
+        fill_uniform(bn->bias, 74, -0.5f, 0.5f);
+        fill_uniform(bn->running_mean, 75, -0.2f, 0.2f);
+        fill_uniform(bn->running_var, 76, 0.5f, 1.5f);
+        bn->set_fused_relu(mode == 1);
+        bn->set_training(training);
+      }
+      ours.set_bf16_input(true);
+      ours.plan(s);
+      ref.plan(s);
+      Tensor io = Tensor::empty(s), out = Tensor::empty(s);
+      io.copy_from(x);
+      if (mode == 2) {
+        ours.forward(io, io, r);
+        ref.forward(out, xr, r);
+      } else {
+        ours.forward(io, io);
+        ref.forward(out, xr);
+      }
+      CHECK(relative_gap(io, out) < 1e-6);
+      CHECK(relative_gap(ours.running_mean, ref.running_mean) < 1e-6);
+      CHECK(relative_gap(ours.running_var, ref.running_var) < 1e-6);
+      Tensor din = Tensor::empty(s), din_ref = Tensor::empty(s);
+      ours.backward(din, dy, io, io);  // in is out: the input's memory holds the output now
+      ref.backward(din_ref, dy, xr, out);
+      CHECK(relative_gap(din, din_ref) < 1e-6);
+      CHECK(relative_gap(ours.grad_weight, ref.grad_weight) < 1e-6);
+      CHECK(relative_gap(ours.grad_bias, ref.grad_bias) < 1e-6);
+    }
+}
+
+TEST_CASE("bf16 training keeps the BatchNorm inputs after convolutions in bf16, in place, to the same bits") {
+  // Every BatchNorm2d right after a Conv2d (ResNet blocks, the stem and downsample Sequentials,
+  // GoogLeNet's BasicConv2d, its aux heads' too) takes bf16_input in a bf16 training plan, none
+  // in fp32 or in an inference plan; and running them in place over their convolution's output
+  // changes no value (a layer reading that output after its BatchNorm would see the
+  // BatchNorm's output instead): a training step, the running statistics and an eval forward,
+  // in place and with buffers of their own, bit for bit.
+  struct Spec {
+    const char* name;
+    int size;
+  };
+  struct InPlace {
+    explicit InPlace(bool on) { set_bf16_batchnorm_in_place(on); }
+    ~InPlace() { set_bf16_batchnorm_in_place(true); }
+  };
+  for (const Spec& spec : {Spec{"resnet20", 32}, Spec{"resnet50", 64}, Spec{"googlenet", 64}}) {
+    CAPTURE(spec.name);
+    const Shape in{2, 3, spec.size, spec.size};
+    const Tensor x = random_tensor(in, 80);
+    const std::vector<int32_t> targets{1, 3};
+    struct Result {
+      Tensor logits, grads, buffers, eval_logits;
+    };
+    auto step = [&](CpuPrecision p, bool inference, bool in_place) {
+      PrecisionScope scope(p);
+      InPlace switch_(in_place);
+      auto model = build_model(spec.name, {.num_classes = 5, .dropout = 0.f, .aux_dropout = 0.f}, 3);
+      const Shape out = model->plan(in, inference ? PlanFor::kInference : PlanFor::kTraining);
+      int bns = 0, bf16_bns = 0;  // in these models every BatchNorm2d follows a Conv2d
+      model->root().for_each_layer([&](Layer& l, const std::string&) {
+        if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) ++bns, bf16_bns += bn->bf16_input();
+      });
+      CHECK(bns > 0);
+      CHECK(bf16_bns == (p == CpuPrecision::kBf16 && !inference ? bns : 0));
+      Result r;
+      if (inference) return r;
+      model->set_training(true);
+      model->params().zero_grad();
+      r.logits = Tensor::empty(out);
+      r.logits.copy_from(model->forward(x));
+      SoftmaxCrossEntropy loss;
+      loss.plan(in[0], out[1]);
+      loss.forward(r.logits, targets.data());
+      Tensor dlogits = Tensor::empty(out);
+      loss.backward(dlogits, targets.data());
+      std::vector<Tensor> daux_t;
+      std::vector<const Tensor*> daux;
+      for (const AuxOutput& a : model->aux_outputs())
+        daux_t.push_back(random_tensor(a.logits->shape(), 81, -0.1f, 0.1f));
+      for (const Tensor& t : daux_t) daux.push_back(&t);
+      model->backward(dlogits, daux);
+      r.grads = Tensor::empty(model->params().grads().shape());
+      r.grads.copy_from(model->params().grads());
+      r.buffers = Tensor::empty(model->params().buffers().shape());
+      r.buffers.copy_from(model->params().buffers());
+      model->set_training(false);
+      r.eval_logits = Tensor::empty(out);
+      r.eval_logits.copy_from(model->forward(x));
+      return r;
+    };
+    step(CpuPrecision::kBf16, true, true);
+    step(CpuPrecision::kFp32, true, true);
+    step(CpuPrecision::kFp32, false, true);
+    const Result own = step(CpuPrecision::kBf16, false, false);
+    const Result shared = step(CpuPrecision::kBf16, false, true);
+    auto same = [](const Tensor& a, const Tensor& b) {
+      return a.shape() == b.shape() &&
+             std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(real)) == 0;
+    };
+    CHECK(same(own.logits, shared.logits));
+    CHECK(same(own.grads, shared.grads));
+    CHECK(same(own.buffers, shared.buffers));
+    CHECK(same(own.eval_logits, shared.eval_logits));
+  }
 }

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/gpu.h"
+#include "core/half.h"
 #include "core/mutant.h"
 
 namespace mpicnn {
@@ -21,10 +22,17 @@ BatchNorm2d::BatchNorm2d(int channels, real eps, real momentum)
   saved_invstd_ = Tensor::zeros({channels});
 }
 
-void BatchNorm2d::plan(const Shape& /*in*/) {
+void BatchNorm2d::plan(const Shape& in) {
   // Saved statistics live where the activations do (the model's device).
   saved_mean_ = Tensor::zeros({channels_});
   saved_invstd_ = Tensor::zeros({channels_});
+  x16_.reset();
+  x16_numel_ = 0;
+  if (bf16_input_) {
+    CHECK(default_device() == Device::CPU, "BatchNorm2d: bf16 input is for the CPU");
+    x16_numel_ = in.numel();
+    x16_ = alloc_host(size_t(x16_numel_) * sizeof(uint16_t));
+  }
 }
 
 void BatchNorm2d::register_state(ParamStore& store, const std::string& prefix) {
@@ -48,24 +56,102 @@ namespace {
 // One (n, c) plane of the forward's apply pass: q = p * scale + shift, plus the residual r,
 // then the ReLU; the same expressions, in the same order, as the separate layers compute them
 // (BatchNorm, then accumulate, then ReLU), so fused and unfused results are bit-identical.
-// q may be p (an inference plan runs BatchNorm in place: module.h's plan_mode).
-template <bool kResidual, bool kRelu>
-void apply_plane(real* q, const real* p, const real* __restrict r,
-                 real scale, real shift, int64_t hw) {
+// q may be p (an inference plan runs BatchNorm in place: module.h's plan_mode). The input is
+// float32, or bf16 words (set_bf16_input) read as the floats they are.
+inline real value(real v) { return v; }
+inline real value(uint16_t v) { return real(bf16_to_float(v)); }
+
+template <class T, bool kResidual, bool kRelu>
+void apply_plane(real* q, const T* p, const real* __restrict r, real scale, real shift,
+                 int64_t hw) {
 #pragma omp simd
   for (int64_t i = 0; i < hw; ++i) {
-    real v = p[i] * scale + shift;
+    real v = value(p[i]) * scale + shift;
     if constexpr (kResidual) v += r[i];
     if constexpr (kRelu) v = v > 0.f ? v : 0.f;
     q[i] = v;
   }
 }
 
-using ApplyFn = void (*)(real*, const real*, const real*, real, real, int64_t);
+template <class T>
+using ApplyFn = void (*)(real*, const T*, const real*, real, real, int64_t);
 
-ApplyFn apply_fn(bool residual, bool relu) {
-  if (residual) return relu ? apply_plane<true, true> : apply_plane<true, false>;
-  return relu ? apply_plane<false, true> : apply_plane<false, false>;
+template <class T>
+ApplyFn<T> apply_fn(bool residual, bool relu) {
+  if (residual) return relu ? apply_plane<T, true, true> : apply_plane<T, true, false>;
+  return relu ? apply_plane<T, false, true> : apply_plane<T, false, false>;
+}
+
+// One plane rounded to bf16 into q; returns the sum of the rounded values (the mean's pass).
+double round_plane(uint16_t* __restrict q, const real* __restrict p, int64_t hw) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < hw; ++i) {
+    q[i] = float_to_bf16(float(p[i]));
+    s += value(q[i]);
+  }
+  return s;
+}
+
+// The CPU forward (statistics as forward_impl documents) over the float32 input x32, or with
+// kBf16 over its bf16 rounding, written to x16 plane by plane as the mean's pass reads x32
+// (in eval mode too) and read by the later passes: y may be x32's memory.
+template <bool kBf16>
+void forward_cpu(real* y, const real* x32, uint16_t* x16, const real* res, bool relu,
+                 real* mean_s, real* invstd_s, real* rm, real* rv, const real* g, const real* b,
+                 int64_t N, int64_t C, int64_t HW, bool train, real eps, real momentum) {
+  using T = std::conditional_t<kBf16, uint16_t, real>;
+  const T* x;
+  if constexpr (kBf16) x = x16;
+  else x = x32;
+  const int64_t M = N * HW;
+  const ApplyFn<T> apply = apply_fn<T>(res != nullptr, relu);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) {
+    real mean, invstd;
+    if (train) {
+      double s = 0, ss = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t off = (n * C + c) * HW;
+        double ps = 0;
+        if constexpr (kBf16) {
+          ps = round_plane(x16 + off, x32 + off, HW);
+        } else {
+          const real* p = x32 + off;
+#pragma omp simd reduction(+ : ps)
+          for (int64_t i = 0; i < HW; ++i) ps += p[i];
+        }
+        s += ps;
+      }
+      const double mu = s / double(M);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* p = x + (n * C + c) * HW;
+        double pss = 0;
+#pragma omp simd reduction(+ : pss)
+        for (int64_t i = 0; i < HW; ++i) pss += (value(p[i]) - mu) * (value(p[i]) - mu);
+        ss += pss;
+      }
+      const double var = ss / double(M);  // biased: used to normalise
+      mean = real(mu);
+      invstd = real(1.0 / std::sqrt(var + double(eps)));
+      // Running stats use the unbiased variance, as PyTorch does.
+      rm[c] = real((1.0 - momentum) * rm[c] + momentum * mu);
+      rv[c] = real((1.0 - momentum) * rv[c] + momentum * var * (MUTANT(3) ? 1.0 : double(M) / double(M - 1)));
+    } else {
+      if constexpr (kBf16)
+        for (int64_t n = 0; n < N; ++n)
+          round_plane(x16 + (n * C + c) * HW, x32 + (n * C + c) * HW, HW);
+      mean = rm[c];
+      invstd = real(1.0 / std::sqrt(double(rv[c]) + double(eps)));
+    }
+    mean_s[c] = mean;
+    invstd_s[c] = invstd;
+    const real scale = g[c] * invstd, shift = b[c] - mean * scale;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t off = (n * C + c) * HW;
+      apply(y + off, x + off, res ? res + off : nullptr, scale, shift, HW);
+    }
+  }
 }
 
 }  // namespace
@@ -99,55 +185,13 @@ void BatchNorm2d::forward_impl(Tensor& out, const Tensor& in, const Tensor* resi
     saved_training_ = train;
     return;
   }
-  const real* x = in.data();
   const real* res = residual ? residual->data() : nullptr;
-  real* y = out.data();
-  real* mean_s = saved_mean_.data();
-  real* invstd_s = saved_invstd_.data();
-  real* rm = running_mean.data();
-  real* rv = running_var.data();
-  const real* g = weight.data();
-  const real* b = bias.data();
-  const ApplyFn apply = apply_fn(res != nullptr, relu);
-
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    real mean, invstd;
-    if (train) {
-      double s = 0, ss = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const real* p = x + (n * C + c) * HW;
-        double ps = 0;
-#pragma omp simd reduction(+ : ps)
-        for (int64_t i = 0; i < HW; ++i) ps += p[i];
-        s += ps;
-      }
-      const double mu = s / double(M);
-      for (int64_t n = 0; n < N; ++n) {
-        const real* p = x + (n * C + c) * HW;
-        double pss = 0;
-#pragma omp simd reduction(+ : pss)
-        for (int64_t i = 0; i < HW; ++i) pss += (p[i] - mu) * (p[i] - mu);
-        ss += pss;
-      }
-      const double var = ss / double(M);  // biased: used to normalise
-      mean = real(mu);
-      invstd = real(1.0 / std::sqrt(var + double(eps_)));
-      // Running stats use the unbiased variance, as PyTorch does.
-      rm[c] = real((1.0 - momentum_) * rm[c] + momentum_ * mu);
-      rv[c] = real((1.0 - momentum_) * rv[c] + momentum_ * var * (MUTANT(3) ? 1.0 : double(M) / double(M - 1)));
-    } else {
-      mean = rm[c];
-      invstd = real(1.0 / std::sqrt(double(rv[c]) + double(eps_)));
-    }
-    mean_s[c] = mean;
-    invstd_s[c] = invstd;
-    const real scale = g[c] * invstd, shift = b[c] - mean * scale;
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t off = (n * C + c) * HW;
-      apply(y + off, x + off, res ? res + off : nullptr, scale, shift, HW);
-    }
-  }
+  CHECK(!bf16_input_ || in.numel() <= x16_numel_, "BatchNorm2d: input ", in.shape().str(),
+        " exceeds the planned bf16 copy");
+  const auto forward = bf16_input_ ? forward_cpu<true> : forward_cpu<false>;
+  forward(out.data(), in.data(), static_cast<uint16_t*>(x16_.get()), res, relu,
+          saved_mean_.data(), saved_invstd_.data(), running_mean.data(), running_var.data(),
+          weight.data(), bias.data(), N, C, HW, train, eps_, momentum_);
   if (train) ++num_batches_tracked;
   saved_training_ = train;
 }
@@ -157,8 +201,9 @@ namespace {
 // Backward of one channel over its N planes: the sums of dy and dy * xhat, then (when dx is
 // wanted) dx. With kRelu, dy is the gradient of the fused ReLU's output y: the ReLU's backward
 // (y > 0 ? dy : 0, as ReLU::backward computes it) is applied as the values are read.
-template <bool kRelu>
-void channel_backward(real* dx, double* sdy_out, double* sdyx_out, const real* x, const real* dy,
+// x: float32, or the bf16 copy of a bf16-input layer.
+template <class T, bool kRelu>
+void channel_backward(real* dx, double* sdy_out, double* sdyx_out, const T* x, const real* dy,
                       const real* y, int64_t N, int64_t C, int64_t c, int64_t HW, real mean,
                       real invstd, real k, bool batch_stats, int64_t M) {
   // The mask as a bitwise and (v or +0, exactly ReLU::backward's values): written as a
@@ -176,7 +221,7 @@ void channel_backward(real* dx, double* sdy_out, double* sdyx_out, const real* x
   // sum(dy) and sum(dy * xhat) give dbias, dweight and the batch-statistics terms of dx.
   double sdy = 0, sdyx = 0;
   for (int64_t n = 0; n < N; ++n) {
-    const real* p = x + (n * C + c) * HW;
+    const T* p = x + (n * C + c) * HW;
     const real* d = dy + (n * C + c) * HW;
     const real* yy = kRelu ? y + (n * C + c) * HW : nullptr;
     double a = 0, bsum = 0;
@@ -184,7 +229,7 @@ void channel_backward(real* dx, double* sdy_out, double* sdyx_out, const real* x
     for (int64_t i = 0; i < HW; ++i) {
       const real gi = grad(d, yy, i);
       a += gi;
-      bsum += gi * ((p[i] - mean) * invstd);
+      bsum += gi * ((value(p[i]) - mean) * invstd);
     }
     sdy += a;
     sdyx += bsum;
@@ -196,13 +241,13 @@ void channel_backward(real* dx, double* sdy_out, double* sdyx_out, const real* x
   const real mdy = batch_stats ? real(sdy / double(M)) : 0.f;
   const real mdyx = batch_stats ? real(sdyx / double(M)) : 0.f;
   for (int64_t n = 0; n < N; ++n) {
-    const real* p = x + (n * C + c) * HW;
+    const T* p = x + (n * C + c) * HW;
     const real* d = dy + (n * C + c) * HW;
     const real* yy = kRelu ? y + (n * C + c) * HW : nullptr;
     real* q = dx + (n * C + c) * HW;
 #pragma omp simd
     for (int64_t i = 0; i < HW; ++i)
-      q[i] = k * (grad(d, yy, i) - mdy - (p[i] - mean) * invstd * mdyx);
+      q[i] = k * (grad(d, yy, i) - mdy - (value(p[i]) - mean) * invstd * mdyx);
   }
 }
 
@@ -227,28 +272,33 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
                                       saved_training_);
     return;
   }
-  const real* x = in.data();
-  const real* dy = dout.data();
-  const real* y = fused_relu_ ? out.data() : nullptr;
-  real* dx = din.defined() ? din.data() : nullptr;
-  const real* mean_s = saved_mean_.data();
-  const real* invstd_s = saved_invstd_.data();
-  const real* g = weight.data();
-  real* gw = frozen_ ? nullptr : grad_weight.data();  // frozen: no parameter gradients
-  real* gb = frozen_ ? nullptr : grad_bias.data();
-  const bool batch_stats = saved_training_;
-  const auto channel = fused_relu_ ? channel_backward<true> : channel_backward<false>;
-
+  // The channels' backward over x of element type T (float32, or the bf16 copy).
+  auto run = [&]<class T>(const T* x) {
+    const real* dy = dout.data();
+    const real* y = fused_relu_ ? out.data() : nullptr;
+    real* dx = din.defined() ? din.data() : nullptr;
+    const real* mean_s = saved_mean_.data();
+    const real* invstd_s = saved_invstd_.data();
+    const real* g = weight.data();
+    real* gw = frozen_ ? nullptr : grad_weight.data();  // frozen: no parameter gradients
+    real* gb = frozen_ ? nullptr : grad_bias.data();
+    const bool batch_stats = saved_training_;
+    const auto channel = fused_relu_ ? channel_backward<T, true> : channel_backward<T, false>;
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) {
-    const real mean = mean_s[c], invstd = invstd_s[c];
-    double sdy, sdyx;
-    channel(dx, &sdy, &sdyx, x, dy, y, N, C, c, HW, mean, invstd, g[c] * invstd, batch_stats, M);
-    if (gw) {
-      if constexpr (!MUTANT(2)) gb[c] += real(sdy);
-      gw[c] += real(sdyx);
+    for (int64_t c = 0; c < C; ++c) {
+      const real mean = mean_s[c], invstd = invstd_s[c];
+      double sdy, sdyx;
+      channel(dx, &sdy, &sdyx, x, dy, y, N, C, c, HW, mean, invstd, g[c] * invstd, batch_stats,
+              M);
+      if (gw) {
+        if constexpr (!MUTANT(2)) gb[c] += real(sdy);
+        gw[c] += real(sdyx);
+      }
     }
-  }
+  };
+  // A bf16-input layer's input memory may hold its output by now (in place): its copy is x.
+  if (bf16_input_) run(static_cast<const uint16_t*>(x16_.get()));
+  else run(in.data());
 }
 
 }  // namespace mpicnn

@@ -3,6 +3,8 @@
 // uses the running stats. Statistics are per process: under MPI each rank normalises its own
 // batch, as PyTorch DistributedDataParallel does (no SyncBatchNorm here).
 #pragma once
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "layers/layer.h"
@@ -33,6 +35,13 @@ class BatchNorm2d : public UnaryLayer {
   // skipped.
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
+  // bf16 input (CPU only; set before plan): forward rounds its input to bfloat16 (core/half.h,
+  // as PyTorch's bf16 autocast stores a convolution's output), normalises the rounded values
+  // and keeps them, half the bytes of the float32 input, for backward, which reads that copy
+  // and never `in`. So a module may run it in place over its convolution's output and keep
+  // one float32 buffer where there were two: --precision bf16 training (bf16_batchnorm_input).
+  void set_bf16_input(bool on) { bf16_input_ = on; }
+  bool bf16_input() const { return bf16_input_; }
 
   int channels() const { return channels_; }
   // The statistics of the last forward, which backward uses (tests of the GPU's math).
@@ -65,6 +74,9 @@ class BatchNorm2d : public UnaryLayer {
   bool use_running_stats_ = false;
   bool count_in_state_ = true;  // num_batches_tracked is a buffer of the state dict
   bool fused_relu_ = false;
+  bool bf16_input_ = false;
+  std::shared_ptr<void> x16_;  // the rounded input (bf16 words, NCHW) when bf16_input_
+  int64_t x16_numel_ = 0;      // its planned size
 
   // out = bn(in) (+ residual) (then relu), statistics as forward documents.
   void forward_impl(Tensor& out, const Tensor& in, const Tensor* residual, bool relu);

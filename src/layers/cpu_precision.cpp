@@ -8,6 +8,7 @@
 #include "core/blas.h"
 #include "core/check.h"
 #include "core/gemm_bf16.h"
+#include "layers/plan_mode.h"
 
 namespace mpicnn {
 
@@ -41,6 +42,11 @@ CpuPrecision parse_cpu_precision(const std::string& name) {
 }
 const char* cpu_precision_name(CpuPrecision precision) {
   return precision == CpuPrecision::kBf16 ? "bf16" : "fp32";
+}
+
+bool bf16_batchnorm_input() {
+  return cpu_precision() == CpuPrecision::kBf16 && default_device() == Device::CPU &&
+         !plan_mode::inference();
 }
 
 void gemm_in(CpuPrecision precision, bool trans_a, bool trans_b, int M, int N, int K, real alpha,

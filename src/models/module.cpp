@@ -2,9 +2,11 @@
 #include "models/module.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
+#include "layers/cpu_precision.h"
 #include "layers/fold.h"
 #include "layers/fusion.h"
 #include "layers/relu.h"
@@ -31,6 +33,22 @@ Tensor view(int slot, const Shape& shape) {
   return t_slots[size_t(slot)].head(shape);
 }
 }  // namespace block_scratch
+
+namespace {
+// Sequential::plan calls open on this thread: a Sequential's nesting depth while it plans.
+thread_local int t_sequential_depth = 0;
+}  // namespace
+
+namespace {
+std::atomic<bool> g_bf16_batchnorm_in_place{true};
+}
+void set_bf16_batchnorm_in_place(bool on) { g_bf16_batchnorm_in_place.store(on); }
+
+void plan_after_conv(Leaf<BatchNorm2d>& bn) {
+  const bool bf16 = bf16_batchnorm_input();
+  bn.layer.set_bf16_input(bf16);
+  bn.in_place(bf16 && g_bf16_batchnorm_in_place.load());
+}
 
 struct Sequential::Fold {
   FoldedConv conv;
@@ -75,12 +93,19 @@ void Sequential::set_training(bool training) {
 
 Shape Sequential::plan(const Shape& in) {
   CHECK(!children_.empty(), "Sequential: no children to plan");
+  const int depth = t_sequential_depth;
+  struct Nest {  // children plan one level deeper, until this plan returns (or throws)
+    Nest() { ++t_sequential_depth; }
+    ~Nest() { --t_sequential_depth; }
+  } nest;
   in_shapes_.clear();
   Shape s = in;
-  int64_t largest = 0;
   for (size_t i = 0; i < children_.size(); ++i) {
     in_shapes_.push_back(s);
-    if (i > 0) largest = std::max(largest, s.numel());  // gradient of an intermediate
+    // A BatchNorm2d right after a Conv2d: child i + 1 alone reads child i's output.
+    auto* bn = dynamic_cast<Leaf<BatchNorm2d>*>(children_[i].second.get());
+    if (bn && i > 0 && dynamic_cast<Leaf<Conv2d>*>(children_[i - 1].second.get()))
+      plan_after_conv(*bn);
     s = children_[i].second->plan(s);
   }
   // Fusion: an in-place ReLU right after a BatchNorm is applied by the BatchNorm.
@@ -108,9 +133,19 @@ Shape Sequential::plan(const Shape& in) {
     f->conv.plan(conv->layer, bn->layer);
     if (!training_) f->conv.refresh();
   }
-  const bool grads = largest && !plan_mode::inference();
-  ping_ = grads ? Tensor::empty({largest}) : Tensor();
-  pong_ = grads ? Tensor::empty({largest}) : Tensor();
+  // Gradient buffers: child i's input gradient goes to buffer i % 2 (backward), sized for the
+  // largest it holds; fused ReLUs pass theirs through, and child 0's is the caller's din.
+  int64_t need[2] = {0, 0};
+  for (size_t i = 1; i < children_.size(); ++i)
+    if (!fused_[i]) need[i % 2] = std::max(need[i % 2], in_shapes_[i].numel());
+  shared_grads_ = default_device() == Device::CPU;
+  for (int k = 0; k < 2; ++k) {
+    grads_[k] = Tensor();
+    grad_slot_[k] = block_scratch::kSequential0 + 2 * depth + k;
+    if (need[k] == 0 || plan_mode::inference()) continue;  // no backward through buffer k
+    if (shared_grads_) block_scratch::reserve(grad_slot_[k], need[k]);
+    else grads_[k] = Tensor::empty({need[k]});
+  }
   planned_batch_ = in[0];
   return s;
 }
@@ -171,9 +206,8 @@ void Sequential::backward(Tensor& din, const Tensor& dout) {
     // Gradient w.r.t. child i's input, in whichever buffer g is not using.
     Shape s = in_shapes_[i];
     s.d[0] = batch_;
-    Tensor& buf = (i % 2) ? ping_ : pong_;
     Tensor& v = views[i % 2];
-    v = buf.head(s);
+    v = shared_grads_ ? block_scratch::view(grad_slot_[i % 2], s) : grads_[i % 2].head(s);
     children_[i].second->backward(v, *g);
     if (hook && ready_from_[i] >= 0) (*hook)(ready_from_[i]);
     g = &v;

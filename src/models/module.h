@@ -17,6 +17,10 @@
 #include "layers/plan_mode.h"
 
 namespace mpicnn {
+class BatchNorm2d;
+}
+
+namespace mpicnn {
 
 // Gradient-ready hook, for overlapping the gradient allreduce with backward (src/dist): while
 // Model::backward runs with a hook set, every Sequential calls it after each child's backward
@@ -70,8 +74,11 @@ class Module {
 // only: a GPU block keeps its own buffers (device memory must not outlive the backend).
 // Inference plans also put forward outputs here (plan_mode); views are taken at run time,
 // after every reserve() of the plan. Slots by user: ResidualBlock 0-8 (resnet.h),
-// DenseBlock 9 (densenet.h).
+// DenseBlock 9 (densenet.h), Sequential kSequential0 + 2 * depth + 0 or 1 (its two gradient
+// buffers, shared by every Sequential nested as deep: one runs backward inside another only
+// from a deeper level).
 namespace block_scratch {
+inline constexpr int kSequential0 = 10;
 void reserve(int slot, int64_t floats);
 Tensor view(int slot, const Shape& shape);  // the slot's first shape.numel() floats
 }  // namespace block_scratch
@@ -164,8 +171,20 @@ class Leaf : public Module {
   Tensor buffer_, in_, out_;
 };
 
+// Plans `bn`, whose input is a convolution's output that nothing else reads, to keep that
+// input in bf16 and run in place over it where layers/cpu_precision.h's bf16_batchnorm_input()
+// says so (--precision bf16 training: one float32 buffer for the convolution and its
+// BatchNorm, and a bf16 copy, where there were two float32 ones), else as a plain BatchNorm.
+// Before bn's plan().
+void plan_after_conv(Leaf<BatchNorm2d>& bn);
+// Whether plan_after_conv runs those BatchNorms in place (the default) or leaves them a
+// buffer of their own, process-wide: tests show the in-place plans change no value.
+void set_bf16_batchnorm_in_place(bool on);
+
 // Children run in order; gradients between them ping-pong through two buffers sized for the
-// largest intermediate activation, so backward needs two buffers, not one per child.
+// largest intermediate activation, so backward needs two buffers, not one per child. On the
+// CPU those are block_scratch slots of the Sequential's nesting depth, shared with every other
+// Sequential as deep (they run backward one after another); on the GPU its own.
 class Sequential : public Module {
  public:
   Sequential();
@@ -220,7 +239,11 @@ class Sequential : public Module {
   bool training_ = true;
   bool folded_ran_ = false;  // the last forward ran folds (no backward then)
   const Tensor& forward_folded(size_t i, const Tensor& in);  // folds_[i] on in
-  Tensor ping_, pong_;            // gradient buffers, each the largest intermediate's size
+  // The two gradient buffers: block_scratch slots grad_slot_ on the CPU (shared_grads_), else
+  // grads_; each as large as the largest intermediate gradient it holds.
+  bool shared_grads_ = false;
+  int grad_slot_[2] = {-1, -1};
+  Tensor grads_[2];
   int64_t planned_batch_ = 0;
   int64_t batch_ = 0;             // batch of the last forward
 };

@@ -90,6 +90,7 @@ Shape ResidualBlock::plan(const Shape& in) {
     if (i > 0) max_mid_in = std::max(max_mid_in, s.numel());
     s = convs_[i]->plan(s);
     max_out = std::max(max_out, s.numel());
+    plan_after_conv(*bns_[i]);  // bn_i alone reads conv_i's output
     s = bns_[i]->plan(s);
     if (i + 1 < convs_.size()) relus_[i]->plan(s);
   }
