@@ -1,6 +1,7 @@
 // BatchNorm2d: reference loops for train/eval forward, PyTorch's running-stat formulas,
 // gradient checks in both modes.
 #include <cmath>
+#include <cstring>
 
 #include "layers/batchnorm.h"
 #include "testing.h"
@@ -159,6 +160,29 @@ TEST_CASE("BatchNorm2d backward accumulates parameter gradients and allows din =
   for (double& v : twice) v *= 2;
   expect_close("grad_weight accumulates", f.bn.grad_weight, twice, 1e-6, 1e-7);
   expect_close("in-place din", w2, dx1, 1e-6, 1e-7);
+}
+
+TEST_CASE("BatchNorm2d recompute gives the last forward's output bit for bit") {
+  // DenseNet recomputes norm1's outputs in backward: the same values, train or eval, with and
+  // without the fused ReLU, and after the running statistics have moved.
+  const Shape s{3, 4, 5, 6};
+  const Tensor x = random_tensor(s, 7, -2.f, 2.f);
+  for (bool training : {true, false})
+    for (bool relu : {false, true}) {
+      CAPTURE(training);
+      CAPTURE(relu);
+      BnFixture f(4);
+      f.bn.set_fused_relu(relu);
+      f.bn.set_training(training);
+      Tensor y = Tensor::empty(s), again = Tensor::empty(s);
+      f.bn.forward(y, x);
+      f.bn.recompute(again, x);
+      CHECK(std::memcmp(y.data(), again.data(), size_t(s.numel()) * sizeof(real)) == 0);
+      fill_uniform(again, 8);
+      f.bn.forward(y, random_tensor(s, 9));  // stale statistics must not be used after this
+      f.bn.recompute(again, x);
+      CHECK(std::memcmp(y.data(), again.data(), size_t(s.numel()) * sizeof(real)) != 0);
+    }
 }
 
 TEST_CASE("BatchNorm2d rejects bad shapes") {

@@ -523,7 +523,8 @@ TEST_CASE("a conv -> ReLU -> linear network: bf16 within its carried bound of fp
 TEST_CASE("DenseNet's 1x1 bottleneck GEMMs run in bf16 too") {
   // DenseBlock computes conv1 (1x1) as one GEMM of its own: under bf16 it must round its inputs
   // as Conv2d does, not run float32 under a bf16 label. One layer, training mode: the new maps
-  // against a double reference in which both convolutions' inputs and weights are rounded to
+  // against a double reference in which both convolutions' inputs and weights, and norm2's
+  // input (conv1's output, kept in bf16 by a training plan: plan_after_conv), are rounded to
   // bf16, and against one in which nothing is. The block sits on the rounded one (float32 sums
   // and BatchNorm only: far inside 1/16 of its distance to the exact one); with conv1 in
   // float32 it sits as far from both (measured: the check then fails).
@@ -575,7 +576,7 @@ TEST_CASE("DenseNet's 1x1 bottleneck GEMMs run in bf16 too") {
     const Vec a1 = q(bn_relu(to_double(x), IC, *p["norm1.weight"], *p["norm1.bias"]));
     const Geo g1{N, IC, H, W, B, 1}, g2{N, B, H, W, G, 3, 1, 1};
     const Vec c1 = g1.forward(a1, q(to_double(*p["conv1.weight"])));
-    const Vec a2 = q(bn_relu(c1, B, *p["norm2.weight"], *p["norm2.bias"]));
+    const Vec a2 = q(bn_relu(q(c1), B, *p["norm2.weight"], *p["norm2.bias"]));
     return g2.forward(a2, q(to_double(*p["conv2.weight"])));
   };
   const Vec on_rounded = reference(true), on_exact = reference(false);

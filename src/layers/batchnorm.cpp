@@ -82,6 +82,17 @@ ApplyFn<T> apply_fn(bool residual, bool relu) {
   return relu ? apply_plane<T, false, true> : apply_plane<T, false, false>;
 }
 
+// Channel c of every image: y = x * scale + shift (+ res) (then relu), from its statistics.
+template <class T>
+void apply_channel(real* y, const T* x, const real* res, ApplyFn<T> apply, real mean,
+                   real invstd, real g, real b, int64_t N, int64_t C, int64_t c, int64_t HW) {
+  const real scale = g * invstd, shift = b - mean * scale;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t off = (n * C + c) * HW;
+    apply(y + off, x + off, res ? res + off : nullptr, scale, shift, HW);
+  }
+}
+
 // One plane rounded to bf16 into q; returns the sum of the rounded values (the mean's pass).
 double round_plane(uint16_t* __restrict q, const real* __restrict p, int64_t hw) {
   double s = 0;
@@ -146,11 +157,7 @@ void forward_cpu(real* y, const real* x32, uint16_t* x16, const real* res, bool 
     }
     mean_s[c] = mean;
     invstd_s[c] = invstd;
-    const real scale = g[c] * invstd, shift = b[c] - mean * scale;
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t off = (n * C + c) * HW;
-      apply(y + off, x + off, res ? res + off : nullptr, scale, shift, HW);
-    }
+    apply_channel(y, x, res, apply, mean, invstd, g[c], b[c], N, C, c, HW);
   }
 }
 
@@ -194,6 +201,21 @@ void BatchNorm2d::forward_impl(Tensor& out, const Tensor& in, const Tensor* resi
           weight.data(), bias.data(), N, C, HW, train, eps_, momentum_);
   if (train) ++num_batches_tracked;
   saved_training_ = train;
+}
+
+void BatchNorm2d::recompute(Tensor& out, const Tensor& in) const {
+  CHECK(in.dim() == 4 && in.size(1) == channels_ && out.shape() == in.shape(),
+        "BatchNorm2d recompute: out ", out.shape().str(), ", in ", in.shape().str());
+  CHECK(in.device() == Device::CPU && out.device() == Device::CPU && !bf16_input_,
+        "BatchNorm2d recompute: float32 input on the CPU only");
+  const int64_t N = in.size(0), C = channels_, HW = in.size(2) * in.size(3);
+  const ApplyFn<real> apply = apply_fn<real>(false, fused_relu_);
+  const real *x = in.data(), *mean = saved_mean_.data(), *invstd = saved_invstd_.data();
+  const real *g = weight.data(), *b = bias.data();
+  real* y = out.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c)
+    apply_channel(y, x, nullptr, apply, mean[c], invstd[c], g[c], b[c], N, C, c, HW);
 }
 
 namespace {

@@ -42,6 +42,10 @@ class BatchNorm2d : public UnaryLayer {
   // one float32 buffer where there were two: --precision bf16 training (bf16_batchnorm_input).
   void set_bf16_input(bool on) { bf16_input_ = on; }
   bool bf16_input() const { return bf16_input_; }
+  // out = the last forward's output again, from its input `in` (unchanged since) and the
+  // statistics it saved, bit for bit (no residual; float32 input on the CPU): DenseNet
+  // recomputes its layers' first BatchNorm outputs in backward instead of keeping them.
+  void recompute(Tensor& out, const Tensor& in) const;
 
   int channels() const { return channels_; }
   // The statistics of the last forward, which backward uses (tests of the GPU's math).

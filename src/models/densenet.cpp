@@ -58,7 +58,8 @@ struct DenseBlock::DenseLayer {
   Leaf<BatchNorm2d> norm2;
   Leaf<ReLU> relu2;
   Leaf<Conv2d> conv2;
-  Tensor a1;  // (in_channels, N, H*W): relu1(norm1(features)), conv1's input
+  Tensor a1;  // (in_channels, N, H*W): relu1(norm1(features)), conv1's input (one for all
+              // layers in inference and CPU training plans)
   Tensor c1;  // (N, bottleneck, H, W): conv1's output, norm2's input
 };
 
@@ -120,18 +121,21 @@ Shape DenseBlock::plan(const Shape& in) {
   precision_ = cpu_precision();  // conv1's GEMMs on the CPU, as Conv2d's (layers/cpu_precision.h)
   // An inference plan (module.h's plan_mode) keeps no layer's a1 and c1 for backward: the
   // layers share one of each (the last layer's a1 is the largest), conv2 writes a shared
-  // slot, and the gradient buffers are not allocated.
+  // slot, and the gradient buffers are not allocated. On the CPU a training plan shares a1
+  // too: backward recomputes it (recompute_a1_). norm2 alone reads c1 (plan_after_conv).
   const bool inference = plan_mode::inference();
+  recompute_a1_ = !inference && default_device() == Device::CPU;
   const int64_t last_in = int64_t(layers_.back()->in_channels) * N * hw_;
-  const Tensor shared_a1 = inference ? Tensor::empty({last_in}) : Tensor();
+  const Tensor shared_a1 = inference || recompute_a1_ ? Tensor::empty({last_in}) : Tensor();
   const Tensor shared_c1 = inference ? Tensor::empty(mid) : Tensor();
   for (auto& l : layers_) {
     l->norm1.set_fused_relu(fused_);
     l->norm2.layer.set_fused_relu(fused_);
-    l->a1 = inference ? shared_a1 : Tensor::empty({int64_t(l->in_channels) * N * hw_});
+    l->a1 = shared_a1.defined() ? shared_a1 : Tensor::empty({int64_t(l->in_channels) * N * hw_});
     l->norm1.plan({1, l->in_channels, N, hw_});  // its saved statistics, on the model's device
     l->conv1.note_input({N, l->in_channels, h_, w_});  // computed here as one GEMM, never planned
     l->c1 = inference ? shared_c1 : Tensor::empty(mid);
+    plan_after_conv(l->norm2);
     l->norm2.plan(mid);
     l->relu2.plan(mid);
     l->conv2.output_to_scratch(inference ? kConv2Slot : -1);
@@ -205,7 +209,13 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     if (!fused_) l.relu2.backward(gb, gb);  // fused: norm2's backward masks
     l.norm2.backward(gb, gb);  // now the gradient of c1
     real* gc = bottleneck_cm_.data();
-    const Tensor a1 = l.a1.head({1, cin, n, hw_});
+    Tensor a1 = l.a1.head({1, cin, n, hw_});
+    const Tensor prefix = feat_.head({1, cin, n, hw_});
+    if (recompute_a1_) {  // relu1(norm1(prefix)) as forward computed it, bit for bit
+      profile::Scope timed(l.norm1_name, l.norm1.kind(), /*backward=*/true);
+      l.norm1.recompute(a1, prefix);
+      if (!fused_) l.relu1.forward(a1, a1);
+    }
     Tensor g_prefix = g_prefix_.head({1, cin, n, hw_});
     {
       profile::Scope timed(l.conv1_name, l.conv1.kind(), /*backward=*/true);
@@ -221,7 +231,6 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     {
       profile::Scope timed(l.norm1_name, l.norm1.kind(), /*backward=*/true);
       if (!fused_) l.relu1.backward(g_prefix, g_prefix, a1, a1);
-      const Tensor prefix = feat_.head({1, cin, n, hw_});
       l.norm1.backward(g_prefix, g_prefix, prefix, a1);
     }
     Tensor g_features = grad_.head({1, cin, n, hw_});

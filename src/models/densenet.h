@@ -54,6 +54,11 @@ class DenseBlock : public Module {
   Tensor g_bottleneck_;   // (N, bottleneck, H, W): gradient through conv2, relu2, norm2
   Tensor g_new_;          // (N, growth, H, W): gradient of one layer's new maps
   bool fused_ = false;    // norm1 and norm2 apply relu1 and relu2 (layers/fusion.h)
+  // A CPU training plan: the layers share one a1 (as an inference plan's), and backward
+  // recomputes each layer's from the features and norm1's saved statistics (BatchNorm2d::
+  // recompute), one more pass over the prefix instead of every layer's a1 kept (half the
+  // block's activation memory).
+  bool recompute_a1_ = false;
   CpuPrecision precision_ = CpuPrecision::kFp32;  // of conv1's GEMMs on the CPU (plan time)
 };
 
