@@ -661,20 +661,23 @@ TEST_CASE("BatchNorm2d with bf16 input, in place: a float32 BatchNorm2d on the r
 
 TEST_CASE("bf16 training keeps the BatchNorm inputs after convolutions in bf16, in place, to the same bits") {
   // Every BatchNorm2d right after a Conv2d (ResNet blocks, the stem and downsample Sequentials,
-  // GoogLeNet's BasicConv2d, its aux heads' too) takes bf16_input in a bf16 training plan, none
-  // in fp32 or in an inference plan; and running them in place over their convolution's output
-  // changes no value (a layer reading that output after its BatchNorm would see the
-  // BatchNorm's output instead): a training step, the running statistics and an eval forward,
-  // in place and with buffers of their own, bit for bit.
+  // GoogLeNet's BasicConv2d, its aux heads' too, DenseNet's stem and norm2) takes bf16_input in a bf16 training plan, none
+  // in fp32 or in an inference plan; and using the memory that frees (bf16_batchnorm_sharing:
+  // the BatchNorms in place over their convolution's output, ResNet's downsample output in a
+  // shared slot) changes no value (a layer reading such an output after it was overwritten
+  // would see another): a training step, the running statistics and an eval forward, shared
+  // and with buffers of their own, bit for bit.
   struct Spec {
     const char* name;
     int size;
+    int after_conv;  // BatchNorm2d layers right after a Conv2d; -1: all of them
   };
-  struct InPlace {
-    explicit InPlace(bool on) { set_bf16_batchnorm_in_place(on); }
-    ~InPlace() { set_bf16_batchnorm_in_place(true); }
+  struct Sharing {
+    explicit Sharing(bool on) { set_bf16_batchnorm_sharing(on); }
+    ~Sharing() { set_bf16_batchnorm_sharing(true); }
   };
-  for (const Spec& spec : {Spec{"resnet20", 32}, Spec{"resnet50", 64}, Spec{"googlenet", 64}}) {
+  for (const Spec& spec : {Spec{"resnet20", 32, -1}, Spec{"resnet50", 64, -1},
+                           Spec{"googlenet", 64, -1}, Spec{"densenet121", 32, 1 + 58}}) {
     CAPTURE(spec.name);
     const Shape in{2, 3, spec.size, spec.size};
     const Tensor x = random_tensor(in, 80);
@@ -682,17 +685,18 @@ TEST_CASE("bf16 training keeps the BatchNorm inputs after convolutions in bf16, 
     struct Result {
       Tensor logits, grads, buffers, eval_logits;
     };
-    auto step = [&](CpuPrecision p, bool inference, bool in_place) {
+    auto step = [&](CpuPrecision p, bool inference, bool sharing) {
       PrecisionScope scope(p);
-      InPlace switch_(in_place);
+      Sharing switch_(sharing);
       auto model = build_model(spec.name, {.num_classes = 5, .dropout = 0.f, .aux_dropout = 0.f}, 3);
       const Shape out = model->plan(in, inference ? PlanFor::kInference : PlanFor::kTraining);
-      int bns = 0, bf16_bns = 0;  // in these models every BatchNorm2d follows a Conv2d
+      int bns = 0, bf16_bns = 0;
       model->root().for_each_layer([&](Layer& l, const std::string&) {
         if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) ++bns, bf16_bns += bn->bf16_input();
       });
-      CHECK(bns > 0);
-      CHECK(bf16_bns == (p == CpuPrecision::kBf16 && !inference ? bns : 0));
+      const int after_conv = spec.after_conv < 0 ? bns : spec.after_conv;
+      CHECK(after_conv > 0);
+      CHECK(bf16_bns == (p == CpuPrecision::kBf16 && !inference ? after_conv : 0));
       Result r;
       if (inference) return r;
       model->set_training(true);

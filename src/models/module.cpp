@@ -37,17 +37,17 @@ Tensor view(int slot, const Shape& shape) {
 namespace {
 // Sequential::plan calls open on this thread: a Sequential's nesting depth while it plans.
 thread_local int t_sequential_depth = 0;
+std::atomic<bool> g_bf16_batchnorm_sharing{true};
 }  // namespace
 
-namespace {
-std::atomic<bool> g_bf16_batchnorm_in_place{true};
+bool bf16_batchnorm_sharing() {
+  return bf16_batchnorm_input() && g_bf16_batchnorm_sharing.load();
 }
-void set_bf16_batchnorm_in_place(bool on) { g_bf16_batchnorm_in_place.store(on); }
+void set_bf16_batchnorm_sharing(bool on) { g_bf16_batchnorm_sharing.store(on); }
 
 void plan_after_conv(Leaf<BatchNorm2d>& bn) {
-  const bool bf16 = bf16_batchnorm_input();
-  bn.layer.set_bf16_input(bf16);
-  bn.in_place(bf16 && g_bf16_batchnorm_in_place.load());
+  bn.layer.set_bf16_input(bf16_batchnorm_input());
+  bn.in_place(bf16_batchnorm_sharing());
 }
 
 struct Sequential::Fold {

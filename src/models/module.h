@@ -17,10 +17,8 @@
 #include "layers/plan_mode.h"
 
 namespace mpicnn {
-class BatchNorm2d;
-}
 
-namespace mpicnn {
+class BatchNorm2d;
 
 // Gradient-ready hook, for overlapping the gradient allreduce with backward (src/dist): while
 // Model::backward runs with a hook set, every Sequential calls it after each child's backward
@@ -73,7 +71,7 @@ class Module {
 // allocates, growing the slot to the largest block's need); backward takes view()s of it. CPU
 // only: a GPU block keeps its own buffers (device memory must not outlive the backend).
 // Inference plans also put forward outputs here (plan_mode); views are taken at run time,
-// after every reserve() of the plan. Slots by user: ResidualBlock 0-8 (resnet.h),
+// after every reserve() of the plan. Slots by user: ResidualBlock 0-6 (resnet.h),
 // DenseBlock 9 (densenet.h), Sequential kSequential0 + 2 * depth + 0 or 1 (its two gradient
 // buffers, shared by every Sequential nested as deep: one runs backward inside another only
 // from a deeper level).
@@ -103,9 +101,10 @@ class Leaf : public Module {
     fn(layer, prefix_);
   }
   void set_training(bool training) override { layer.set_training(training); }
-  // Inference plans only (plan_mode): the output goes to block_scratch slot `slot` instead
-  // of a buffer of its own; -1 (the default) keeps its own. The caller guarantees that the
-  // output's readers are done before the slot's next writer runs.
+  // The output goes to block_scratch slot `slot` instead of a buffer of its own; -1 (the
+  // default) keeps its own. The caller guarantees that the output's readers, backward's
+  // included, are done before the slot's next writer runs: inference plans (plan_mode), and a
+  // training plan's output that no backward reads. Set before plan().
   Leaf& output_to_scratch(int slot) {
     scratch_slot_ = slot;
     return *this;
@@ -117,7 +116,7 @@ class Leaf : public Module {
     bool may_alias = false;
     if constexpr (requires { L::kForwardMayAlias; }) may_alias = L::kForwardMayAlias;
     aliased_ = in_place_ || (inference && may_alias);
-    slot_ = inference && !aliased_ ? scratch_slot_ : -1;
+    slot_ = aliased_ ? -1 : scratch_slot_;
     buffer_ = Tensor();
     planned_batch_ = out[0];
     if (slot_ >= 0) block_scratch::reserve(slot_, out.numel());
@@ -177,9 +176,12 @@ class Leaf : public Module {
 // BatchNorm, and a bf16 copy, where there were two float32 ones), else as a plain BatchNorm.
 // Before bn's plan().
 void plan_after_conv(Leaf<BatchNorm2d>& bn);
-// Whether plan_after_conv runs those BatchNorms in place (the default) or leaves them a
-// buffer of their own, process-wide: tests show the in-place plans change no value.
-void set_bf16_batchnorm_in_place(bool on);
+// Whether plans made now use the memory that bf16 BatchNorm inputs free: plan_after_conv's
+// BatchNorms in place, and buffers that then no backward reads shared (ResidualBlock's
+// downsample output). bf16_batchnorm_input() and the switch, on unless a test turns it off
+// (process-wide) to show that sharing changes no value.
+bool bf16_batchnorm_sharing();
+void set_bf16_batchnorm_sharing(bool on);
 
 // Children run in order; gradients between them ping-pong through two buffers sized for the
 // largest intermediate activation, so backward needs two buffers, not one per child. On the

@@ -83,7 +83,11 @@ Shape ResidualBlock::plan(const Shape& in) {
     const int slot = i == 0 ? kFwdA : i < last ? kFwdB : out_slot;
     convs_[i]->output_to_scratch(inference ? slot : -1);
   }
-  if (downsample_conv_) downsample_conv_->output_to_scratch(inference ? kFwdA : -1);
+  // The downsample's output is the residual, read once by bn_last's forward. Its BatchNorm,
+  // in place over the convolution's output when it keeps a bf16 input (plan_after_conv),
+  // reads only that copy in backward: then a training plan shares the slot too.
+  const bool ds_scratch = inference || bf16_batchnorm_sharing();
+  if (downsample_conv_) downsample_conv_->output_to_scratch(ds_scratch ? kFwdA : -1);
   Shape s = in;
   int64_t max_out = 0, max_mid_in = 0;
   for (size_t i = 0; i < convs_.size(); ++i) {
@@ -108,9 +112,10 @@ Shape ResidualBlock::plan(const Shape& in) {
   } else {
     CHECK(in == s, "residual block: identity ", in.str(), " does not match ", s.str());
   }
-  // Gradient buffers: the output's, conv outputs', mid inputs' and (downsample) the input's.
-  const int64_t need[kGradSlots] = {s.numel(), max_out, std::max<int64_t>(max_mid_in, 1),
-                                    downsample_ ? in.numel() : 1};
+  // Gradient buffers: the output's, conv outputs' (and the input's from the downsample, once
+  // the main branch is done with A), mid inputs'.
+  const int64_t need[kGradSlots] = {s.numel(), std::max(max_out, downsample_ ? in.numel() : 1),
+                                    std::max<int64_t>(max_mid_in, 1)};
   shared_grads_ = default_device() == Device::CPU;
   for (int k = 0; k < kGradSlots; ++k) {
     if (inference) {
@@ -199,7 +204,7 @@ void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
     return;
   }
   if (downsample_) {
-    Tensor gi = grad_buffer(kGradIn, in_.shape());
+    Tensor gi = grad_buffer(kGradA, in_.shape());  // the main branch is done with A
     downsample_->backward(gi, g_out);
     accumulate(din, gi);
   } else if constexpr (!MUTANT(8)) {

@@ -47,10 +47,10 @@ class ResidualBlock : public Module {
   std::string relu_name_;
   int out_channels_;
   Tensor in_, out_;  // last forward's input and output (a view of bn_last's)
-  // Gradient buffers: the block output's, the conv outputs', the mid inputs', the input's (with
-  // a downsample). On the CPU every block shares one set (block_scratch in module.h); on the
-  // GPU each block has its own (grads_).
-  enum { kGradOut, kGradA, kGradB, kGradIn, kGradSlots };
+  // Gradient buffers: the block output's, the conv outputs' (then the input's from the
+  // downsample), the mid inputs'. On the CPU every block shares one set (block_scratch in
+  // module.h); on the GPU each block has its own (grads_).
+  enum { kGradOut, kGradA, kGradB, kGradSlots };
   // Inference plans (module.h's plan_mode): outputs in shared slots. conv1 and the
   // downsample's conv write A (conv1's output is dead once conv2 has read it), a bottleneck's
   // conv2 writes B, the last conv (and its BatchNorm, in place: the block's output) one of two
