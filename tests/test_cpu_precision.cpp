@@ -19,11 +19,11 @@
 #include "layers/conv2d.h"
 #include "layers/cpu_precision.h"
 #include "layers/linear.h"
-#include "layers/softmax_xent.h"
 #include "layers/params.h"
 #include "layers/plan_mode.h"
 #include "models/densenet.h"
 #include "models/registry.h"
+#include "model_step.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -661,8 +661,8 @@ TEST_CASE("BatchNorm2d with bf16 input, in place: a float32 BatchNorm2d on the r
 
 TEST_CASE("bf16 training keeps the BatchNorm inputs after convolutions in bf16, in place, to the same bits") {
   // Every BatchNorm2d right after a Conv2d (ResNet blocks, the stem and downsample Sequentials,
-  // GoogLeNet's BasicConv2d, its aux heads' too, DenseNet's stem and norm2) takes bf16_input in a bf16 training plan, none
-  // in fp32 or in an inference plan; and using the memory that frees (bf16_batchnorm_sharing:
+  // GoogLeNet's BasicConv2d, its aux heads' too, DenseNet's stem and norm2) takes bf16_input in
+  // a bf16 training plan, none in fp32 or in an inference plan; and using the memory that frees (bf16_batchnorm_sharing:
   // the BatchNorms in place over their convolution's output, ResNet's downsample output in a
   // shared slot) changes no value (a layer reading such an output after it was overwritten
   // would see another): a training step, the running statistics and an eval forward, shared
@@ -682,9 +682,6 @@ TEST_CASE("bf16 training keeps the BatchNorm inputs after convolutions in bf16, 
     const Shape in{2, 3, spec.size, spec.size};
     const Tensor x = random_tensor(in, 80);
     const std::vector<int32_t> targets{1, 3};
-    struct Result {
-      Tensor logits, grads, buffers, eval_logits;
-    };
     auto step = [&](CpuPrecision p, bool inference, bool sharing) {
       PrecisionScope scope(p);
       Sharing switch_(sharing);
@@ -697,44 +694,11 @@ TEST_CASE("bf16 training keeps the BatchNorm inputs after convolutions in bf16, 
       const int after_conv = spec.after_conv < 0 ? bns : spec.after_conv;
       CHECK(after_conv > 0);
       CHECK(bf16_bns == (p == CpuPrecision::kBf16 && !inference ? after_conv : 0));
-      Result r;
-      if (inference) return r;
-      model->set_training(true);
-      model->params().zero_grad();
-      r.logits = Tensor::empty(out);
-      r.logits.copy_from(model->forward(x));
-      SoftmaxCrossEntropy loss;
-      loss.plan(in[0], out[1]);
-      loss.forward(r.logits, targets.data());
-      Tensor dlogits = Tensor::empty(out);
-      loss.backward(dlogits, targets.data());
-      std::vector<Tensor> daux_t;
-      std::vector<const Tensor*> daux;
-      for (const AuxOutput& a : model->aux_outputs())
-        daux_t.push_back(random_tensor(a.logits->shape(), 81, -0.1f, 0.1f));
-      for (const Tensor& t : daux_t) daux.push_back(&t);
-      model->backward(dlogits, daux);
-      r.grads = Tensor::empty(model->params().grads().shape());
-      r.grads.copy_from(model->params().grads());
-      r.buffers = Tensor::empty(model->params().buffers().shape());
-      r.buffers.copy_from(model->params().buffers());
-      model->set_training(false);
-      r.eval_logits = Tensor::empty(out);
-      r.eval_logits.copy_from(model->forward(x));
-      return r;
+      return inference ? StepResult() : step_and_eval(*model, x, targets, out);
     };
     step(CpuPrecision::kBf16, true, true);
     step(CpuPrecision::kFp32, true, true);
     step(CpuPrecision::kFp32, false, true);
-    const Result own = step(CpuPrecision::kBf16, false, false);
-    const Result shared = step(CpuPrecision::kBf16, false, true);
-    auto same = [](const Tensor& a, const Tensor& b) {
-      return a.shape() == b.shape() &&
-             std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(real)) == 0;
-    };
-    CHECK(same(own.logits, shared.logits));
-    CHECK(same(own.grads, shared.grads));
-    CHECK(same(own.buffers, shared.buffers));
-    CHECK(same(own.eval_logits, shared.eval_logits));
+    check_same_step(step(CpuPrecision::kBf16, false, false), step(CpuPrecision::kBf16, false, true));
   }
 }

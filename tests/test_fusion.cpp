@@ -1,7 +1,6 @@
 // Fusion (layers/fusion.h) changes passes, never numbers: BatchNorm with its ReLU, and with a
 // residual add and ReLU, against the separate layers, and whole models fused against unfused,
 // compared bit for bit (forward, backward, running statistics, eval mode).
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -9,19 +8,15 @@
 #include "layers/batchnorm.h"
 #include "layers/fusion.h"
 #include "layers/relu.h"
-#include "layers/softmax_xent.h"
 #include "models/registry.h"
+#include "model_step.h"
 #include "testing.h"
 
 using namespace mpicnn;
 using mpicnn::testing::random_tensor;
+using mpicnn::testing::same_bits;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() &&
-         std::memcmp(a.data(), b.data(), size_t(a.numel()) * sizeof(real)) == 0;
-}
 
 // Restores the switch however the test case ends.
 struct FusionSwitch {
@@ -106,9 +101,6 @@ TEST_CASE("fusion: fused and unfused models train and evaluate to the same bits"
     const Shape in{2, 3, spec.size, spec.size};
     const Tensor x = random_tensor(in, 7);
     const std::vector<int32_t> targets{1, 3};
-    struct Result {
-      Tensor logits, grads, buffers, eval_logits;
-    };
     auto run = [&](bool fused) {
       FusionSwitch sw(fused);
       auto model = build_model(spec.name, {.num_classes = 5, .dropout = 0.f, .aux_dropout = 0.f}, 3);
@@ -118,35 +110,9 @@ TEST_CASE("fusion: fused and unfused models train and evaluate to the same bits"
         if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) fused_bns += bn->fused_relu();
       });
       CHECK((fused_bns > 0) == fused);  // the switch reaches every model
-      model->set_training(true);
-      model->params().zero_grad();
-      Result r;
-      r.logits = Tensor::empty(out);
-      r.logits.copy_from(model->forward(x));
-      SoftmaxCrossEntropy loss;
-      loss.plan(in[0], out[1]);
-      loss.forward(r.logits, targets.data());
-      Tensor dlogits = Tensor::empty(out);
-      loss.backward(dlogits, targets.data());
-      std::vector<Tensor> daux_t;
-      std::vector<const Tensor*> daux;
-      for (const AuxOutput& a : model->aux_outputs()) daux_t.push_back(random_tensor(a.logits->shape(), 9, -0.1f, 0.1f));
-      for (const Tensor& t : daux_t) daux.push_back(&t);
-      model->backward(dlogits, daux);
-      r.grads = Tensor::empty(model->params().grads().shape());
-      r.grads.copy_from(model->params().grads());
-      r.buffers = Tensor::empty(model->params().buffers().shape());
-      r.buffers.copy_from(model->params().buffers());
-      model->set_training(false);
-      r.eval_logits = Tensor::empty(out);
-      r.eval_logits.copy_from(model->forward(x));
-      return r;
+      return testing::step_and_eval(*model, x, targets, out);
     };
-    const Result plain = run(false), fused = run(true);
-    CHECK(same_bits(plain.logits, fused.logits));
-    CHECK(same_bits(plain.grads, fused.grads));
-    CHECK(same_bits(plain.buffers, fused.buffers));
-    CHECK(same_bits(plain.eval_logits, fused.eval_logits));
+    testing::check_same_step(run(false), run(true));
     }
   }
 }
