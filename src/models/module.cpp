@@ -32,6 +32,20 @@ Tensor view(int slot, const Shape& shape) {
                "block scratch slot ", slot, ": ", shape.str(), " not reserved on this thread");
   return t_slots[size_t(slot)].head(shape);
 }
+void Buffer::plan(int slot, int64_t floats) {
+  slot_ = -1;
+  own_ = Tensor();
+  if (floats == 0 || plan_mode::inference()) return;  // no backward through it
+  if (default_device() == Device::CPU) {
+    slot_ = slot;
+    reserve(slot, floats);
+  } else {
+    own_ = Tensor::empty({floats});
+  }
+}
+Tensor Buffer::view(const Shape& shape) const {
+  return slot_ >= 0 ? block_scratch::view(slot_, shape) : own_.head(shape);
+}
 }  // namespace block_scratch
 
 namespace {
@@ -138,14 +152,7 @@ Shape Sequential::plan(const Shape& in) {
   int64_t need[2] = {0, 0};
   for (size_t i = 1; i < children_.size(); ++i)
     if (!fused_[i]) need[i % 2] = std::max(need[i % 2], in_shapes_[i].numel());
-  shared_grads_ = default_device() == Device::CPU;
-  for (int k = 0; k < 2; ++k) {
-    grads_[k] = Tensor();
-    grad_slot_[k] = block_scratch::kSequential0 + 2 * depth + k;
-    if (need[k] == 0 || plan_mode::inference()) continue;  // no backward through buffer k
-    if (shared_grads_) block_scratch::reserve(grad_slot_[k], need[k]);
-    else grads_[k] = Tensor::empty({need[k]});
-  }
+  for (int k = 0; k < 2; ++k) grads_[k].plan(block_scratch::kSequential0 + 2 * depth + k, need[k]);
   planned_batch_ = in[0];
   return s;
 }
@@ -207,7 +214,7 @@ void Sequential::backward(Tensor& din, const Tensor& dout) {
     Shape s = in_shapes_[i];
     s.d[0] = batch_;
     Tensor& v = views[i % 2];
-    v = shared_grads_ ? block_scratch::view(grad_slot_[i % 2], s) : grads_[i % 2].head(s);
+    v = grads_[i % 2].view(s);
     children_[i].second->backward(v, *g);
     if (hook && ready_from_[i] >= 0) (*hook)(ready_from_[i]);
     g = &v;

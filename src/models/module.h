@@ -79,6 +79,16 @@ namespace block_scratch {
 inline constexpr int kSequential0 = 10;
 void reserve(int slot, int64_t floats);
 Tensor view(int slot, const Shape& shape);  // the slot's first shape.numel() floats
+// A module's backward buffer: slot `slot` on the CPU, a tensor of its own on the GPU.
+class Buffer {
+ public:
+  // Sized for `floats` floats; none when floats is 0 or the plan is inference-only.
+  void plan(int slot, int64_t floats);
+  Tensor view(const Shape& shape) const;  // its first shape.numel() floats
+ private:
+  int slot_ = -1;  // -1: own_
+  Tensor own_;
+};
 }  // namespace block_scratch
 
 // One layer and its output buffer. With in_place (ReLU, Dropout, as torchvision's
@@ -241,11 +251,8 @@ class Sequential : public Module {
   bool training_ = true;
   bool folded_ran_ = false;  // the last forward ran folds (no backward then)
   const Tensor& forward_folded(size_t i, const Tensor& in);  // folds_[i] on in
-  // The two gradient buffers: block_scratch slots grad_slot_ on the CPU (shared_grads_), else
-  // grads_; each as large as the largest intermediate gradient it holds.
-  bool shared_grads_ = false;
-  int grad_slot_[2] = {-1, -1};
-  Tensor grads_[2];
+  // The two gradient buffers, each as large as the largest intermediate gradient it holds.
+  block_scratch::Buffer grads_[2];
   int64_t planned_batch_ = 0;
   int64_t batch_ = 0;             // batch of the last forward
 };

@@ -116,23 +116,13 @@ Shape ResidualBlock::plan(const Shape& in) {
   // the main branch is done with A), mid inputs'.
   const int64_t need[kGradSlots] = {s.numel(), std::max(max_out, downsample_ ? in.numel() : 1),
                                     std::max<int64_t>(max_mid_in, 1)};
-  shared_grads_ = default_device() == Device::CPU;
-  for (int k = 0; k < kGradSlots; ++k) {
-    if (inference) {
-      grads_[k] = Tensor();  // no backward
-    } else if (shared_grads_) {
-      block_scratch::reserve(k, need[k]);  // one set for every block (module.h)
-      grads_[k] = Tensor();
-    } else {
-      grads_[k] = Tensor::empty({need[k]});
-    }
-  }
+  for (int k = 0; k < kGradSlots; ++k) grads_[k].plan(k, need[k]);  // slot k: every block's
   return s;
 }
 
 Tensor ResidualBlock::grad_buffer(int slot, Shape shape) const {
   shape.d[0] = out_.size(0);
-  return shared_grads_ ? block_scratch::view(slot, shape) : grads_[slot].head(shape);
+  return grads_[slot].view(shape);
 }
 
 const Tensor& ResidualBlock::forward(const Tensor& in) {

@@ -49,15 +49,14 @@ class ResidualBlock : public Module {
   Tensor in_, out_;  // last forward's input and output (a view of bn_last's)
   // Gradient buffers: the block output's, the conv outputs' (then the input's from the
   // downsample), the mid inputs'. On the CPU every block shares one set (block_scratch in
-  // module.h); on the GPU each block has its own (grads_).
+  // module.h); on the GPU each block has its own (block_scratch::Buffer).
   enum { kGradOut, kGradA, kGradB, kGradSlots };
   // Inference plans (module.h's plan_mode): outputs in shared slots. conv1 and the
   // downsample's conv write A (conv1's output is dead once conv2 has read it), a bottleneck's
   // conv2 writes B, the last conv (and its BatchNorm, in place: the block's output) one of two
   // output slots by the block's parity, so that it never overwrites the block's input.
   enum { kFwdA = kGradSlots, kFwdB, kFwdOut0, kFwdOut1 };
-  bool shared_grads_ = false;
-  Tensor grads_[kGradSlots];
+  block_scratch::Buffer grads_[kGradSlots];
   Tensor grad_buffer(int slot, Shape shape) const;  // shape with the last forward's batch
   Shape in_shape_;
   // Fusion (layers/fusion.h): bn_i applies relu_i, and bn_last the residual add and the
