@@ -69,6 +69,12 @@ void pack_k_contiguous(bf16_t* dst, const float* src, int64_t ls, int lanes, int
     const __mmask16 store = first_lanes(W - l0);
     for (int kp0 = 0; kp0 < kpairs; kp0 += 16) {
       __m512i r[16];
+      constexpr int kAhead = 128;  // floats prefetched ahead in each lane (see below)
+      if (2 * kp0 + kAhead < kc)
+        for (int l = 0; l < 16 && l0 + l < lanes; ++l) {
+          __builtin_prefetch(src + (l0 + l) * ls + 2 * kp0 + kAhead);
+          __builtin_prefetch(src + (l0 + l) * ls + 2 * kp0 + kAhead + 16);
+        }
       for (int l = 0; l < 16; ++l)
         r[l] = l0 + l < lanes ? round_32(src + (l0 + l) * ls + 2 * kp0, kc - 2 * kp0)
                               : _mm512_setzero_si512();
@@ -81,11 +87,19 @@ void pack_k_contiguous(bf16_t* dst, const float* src, int64_t ls, int lanes, int
 
 // Lanes contiguous (op(A) transposed, op(B) untransposed): per pair, 16 lanes of each of its
 // two K rows rounded together and interleaved into 16 pairs.
+// Both packers read many short runs far apart (a panel's 48 columns of 512 rows; 16 lanes
+// of 32 values), which the hardware prefetcher does not follow: prefetched here, ResNet-50's
+// 1x1 layers' forward and input-gradient GEMMs at batch 16 take 31 -> 26 ms (bench/RESULTS.md).
 void pack_lanes_contiguous(bf16_t* dst, const float* src, int64_t ks, int lanes, int W,
                            int kc) {
+  constexpr int kAhead = 8;  // rows prefetched ahead
   for (int kp = 0; kp < (kc + 1) / 2; ++kp) {
     const float* row0 = src + 2 * kp * ks;
     const bool has_row1 = 2 * kp + 1 < kc;
+    for (int r = 0; r < 2; ++r)
+      if (2 * kp + kAhead + r < kc)
+        for (int l0 = 0; l0 < lanes; l0 += 16)
+          __builtin_prefetch(row0 + (kAhead + r) * ks + l0);
     for (int l0 = 0; l0 < W; l0 += 16) {
       const __mmask16 load = first_lanes(lanes - l0);
       const __m512 lo = _mm512_maskz_loadu_ps(load, row0 + l0);
