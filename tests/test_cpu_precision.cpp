@@ -296,7 +296,9 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
   // gradient): the same bound on the rounded output gradient and input; for 1x1 and strided
   // layers and rows under 8 pixels it runs im2col's bf16 GEMMs as the im2col path does: the
   // same bits (their accuracy is tested above).
-  if (!DirectConv::fits(ConvGeometry{}, 1, true)) {  // 1x1 stride 1: wherever the kernels run
+  // A 1x1 layer, planned for inference (the plans where 1x1 layers take the kernels): direct
+  // wherever the kernels run.
+  if (const plan_mode::Scope inference(true); !DirectConv::fits(ConvGeometry{}, 1, true)) {
     MESSAGE("no bf16 direct kernels here (a CPU without AVX512-BF16, or the avx2 kernels, or "
             "MPICNN_CONV_BF16=im2col): not tested");
     return;
