@@ -243,6 +243,10 @@ TEST_CASE("AvgPool2d forward matches reference and gradient checks") {
       {{3, 2, 6, 7}, 3, 2, 1, 2, 1, 0, false, true, 5},  // divisor_override
       {{4, 2, 5, 5}, 3, 3, 3, 3, 1, 1, true, true, 0},   // a window would start in padding
       {{4, 16, 15, 15}, 3, 3, 2, 2, 1, 1, false, true, 0},  // large enough for OpenMP
+      // 2x2/2 windows tiling the plane (the vectorised path, DenseNet's transitions)
+      {{2, 3, 8, 38}, 2, 2, 2, 2, 0, 0, false, true, 0},
+      {{2, 3, 6, 4}, 2, 2, 2, 2, 0, 0, true, false, 3},
+      {{4, 16, 16, 16}, 2, 2, 2, 2, 0, 0, false, true, 0},
   };
   for (const AvgCfg& c : cfgs) {
     const std::string tag = "avgpool case " + std::to_string(&c - cfgs) + " " + c.in.str();
