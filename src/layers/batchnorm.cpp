@@ -10,6 +10,7 @@
 #include "core/gpu.h"
 #include "core/half.h"
 #include "core/mutant.h"
+#include "layers/add.h"
 
 namespace mpicnn {
 
@@ -223,8 +224,9 @@ namespace {
 // Backward of one channel over its N planes: the sums of dy and dy * xhat, then (when dx is
 // wanted) dx. With kRelu, dy is the gradient of the fused ReLU's output y: the ReLU's backward
 // (y > 0 ? dy : 0, as ReLU::backward computes it) is applied as the values are read.
-// x: float32, or the bf16 copy of a bf16-input layer.
-template <class T, bool kRelu>
+// x: float32, or the bf16 copy of a bf16-input layer. With kAdd, dx '+=' the gradient, in one
+// fused multiply-add (one rounding where backward and an accumulate after it make two).
+template <class T, bool kRelu, bool kAdd>
 void channel_backward(real* dx, double* sdy_out, double* sdyx_out, const T* x, const real* dy,
                       const real* y, int64_t N, int64_t C, int64_t c, int64_t HW, real mean,
                       real invstd, real k, bool batch_stats, int64_t M) {
@@ -268,15 +270,38 @@ void channel_backward(real* dx, double* sdy_out, double* sdyx_out, const T* x, c
     const real* yy = kRelu ? y + (n * C + c) * HW : nullptr;
     real* q = dx + (n * C + c) * HW;
 #pragma omp simd
-    for (int64_t i = 0; i < HW; ++i)
-      q[i] = k * (grad(d, yy, i) - mdy - (value(p[i]) - mean) * invstd * mdyx);
+    for (int64_t i = 0; i < HW; ++i) {
+      const real t = grad(d, yy, i) - mdy - (value(p[i]) - mean) * invstd * mdyx;
+      if constexpr (kAdd) q[i] = std::fma(k, t, q[i]);
+      else q[i] = k * t;
+    }
   }
+}
+
+template <class T, bool kAdd>
+using ChannelFn = decltype(&channel_backward<T, false, kAdd>);
+template <class T, bool kAdd>
+ChannelFn<T, kAdd> channel_fn(bool relu) {
+  return relu ? channel_backward<T, true, kAdd> : channel_backward<T, false, kAdd>;
 }
 
 }  // namespace
 
 void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
                            const Tensor& out) {
+  backward_impl(din, dout, in, out, /*add=*/false);
+}
+
+void BatchNorm2d::backward_add(Tensor& dacc, Tensor& dout, const Tensor& in, const Tensor& out) {
+  CHECK(dacc.shape() == in.shape() && !overlaps(dacc, dout), "BatchNorm2d backward_add: dacc ",
+        dacc.shape().str(), " vs in ", in.shape().str(), ", apart from dout");
+  if (dacc.device() == Device::CPU) return backward_impl(dacc, dout, in, out, /*add=*/true);
+  backward_impl(dout, dout, in, out, /*add=*/false);
+  accumulate(dacc, dout);
+}
+
+void BatchNorm2d::backward_impl(Tensor& din, const Tensor& dout, const Tensor& in,
+                                const Tensor& out, bool add) {
   CHECK(dout.shape() == in.shape(), "BatchNorm2d backward: dout ", dout.shape().str(),
         " vs in ", in.shape().str());
   CHECK(!din.defined() || din.shape() == in.shape(), "BatchNorm2d backward: din ",
@@ -305,7 +330,7 @@ void BatchNorm2d::backward(Tensor& din, const Tensor& dout, const Tensor& in,
     real* gw = frozen_ ? nullptr : grad_weight.data();  // frozen: no parameter gradients
     real* gb = frozen_ ? nullptr : grad_bias.data();
     const bool batch_stats = saved_training_;
-    const auto channel = fused_relu_ ? channel_backward<T, true> : channel_backward<T, false>;
+    const auto channel = add ? channel_fn<T, true>(fused_relu_) : channel_fn<T, false>(fused_relu_);
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < C; ++c) {
       const real mean = mean_s[c], invstd = invstd_s[c];

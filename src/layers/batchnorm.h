@@ -29,6 +29,10 @@ class BatchNorm2d : public UnaryLayer {
   // din '=' (may alias dout), grad_weight and grad_bias '+='. With a fused ReLU, dout is the
   // gradient of the ReLU's output (masked here by out > 0).
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
+  // dacc '+=' the input gradient (dacc apart from dout, which may be overwritten): on the CPU
+  // in one pass over dacc, each element one fused multiply-add; elsewhere backward into dout
+  // and an accumulate. DenseNet sums its layers' input gradients so.
+  void backward_add(Tensor& dacc, Tensor& dout, const Tensor& in, const Tensor& out);
 
   // Fusion (layers/fusion.h): forward applies the ReLU that follows this layer (out =
   // relu(bn(in))) and backward takes that ReLU's output gradient, so the ReLU layer itself is
@@ -84,6 +88,9 @@ class BatchNorm2d : public UnaryLayer {
 
   // out = bn(in) (+ residual) (then relu), statistics as forward documents.
   void forward_impl(Tensor& out, const Tensor& in, const Tensor* residual, bool relu);
+  // din '=' (or, with add, '+=') the input gradient; parameter gradients '+='.
+  void backward_impl(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out,
+                     bool add);
 };
 
 }  // namespace mpicnn

@@ -231,10 +231,9 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
     {
       profile::Scope timed(l.norm1_name, l.norm1.kind(), /*backward=*/true);
       if (!fused_) l.relu1.backward(g_prefix, g_prefix, a1, a1);
-      l.norm1.backward(g_prefix, g_prefix, prefix, a1);
+      Tensor g_features = grad_.head({1, cin, n, hw_});
+      l.norm1.backward_add(g_features, g_prefix, prefix, a1);  // the prefix's gradients sum
     }
-    Tensor g_features = grad_.head({1, cin, n, hw_});
-    accumulate(g_features, g_prefix);
   }
   if (din.defined()) {
     CHECK_SHAPE(din, {n, in_channels_, h_, w_});
