@@ -185,6 +185,37 @@ TEST_CASE("BatchNorm2d recompute gives the last forward's output bit for bit") {
     }
 }
 
+TEST_CASE("BatchNorm2d backward_add adds backward's input gradient, parameter gradients alike") {
+  // dacc + dx in one fused multiply-add per element: within a rounding of backward's dx added
+  // to dacc's old values; the parameter gradients as backward's, bit for bit.
+  const Shape s{3, 4, 5, 6};
+  const Tensor x = random_tensor(s, 7, -2.f, 2.f), dy = random_tensor(s, 8);
+  for (bool relu : {false, true}) {
+    CAPTURE(relu);
+    BnFixture a(4), b(4);
+    Tensor ya = Tensor::empty(s), yb = Tensor::empty(s), dx = Tensor::empty(s);
+    for (BnFixture* f : {&a, &b}) f->bn.set_fused_relu(relu);
+    a.bn.forward(ya, x);
+    b.bn.forward(yb, x);
+    a.store.zero_grad();
+    b.store.zero_grad();
+    a.bn.backward(dx, dy, x, ya);
+    const Tensor acc0 = random_tensor(s, 9);
+    Tensor acc = Tensor::empty(s), dout = Tensor::empty(s);
+    acc.copy_from(acc0);
+    dout.copy_from(dy);
+    b.bn.backward_add(acc, dout, x, yb);
+    Vec want = to_double(acc0);
+    const Vec dxd = to_double(dx);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += dxd[i];
+    expect_close("dacc", acc, want, 1e-6, 1e-6);
+    for (const auto& [ga, gb] : {std::pair{&a.bn.grad_weight, &b.bn.grad_weight},
+                                 std::pair{&a.bn.grad_bias, &b.bn.grad_bias}})
+      CHECK(std::memcmp(ga->data(), gb->data(), size_t(ga->numel()) * sizeof(real)) == 0);
+    CHECK_THROWS_AS(b.bn.backward_add(dout, dout, x, yb), Error);  // dacc must not be dout
+  }
+}
+
 TEST_CASE("BatchNorm2d rejects bad shapes") {
   BnFixture f(3);
   Tensor x = Tensor::zeros({2, 4, 3, 3}), y = Tensor::zeros({2, 4, 3, 3});
