@@ -10,7 +10,6 @@
 #include "core/gpu.h"
 #include "core/profile.h"
 #include "layers/adaptive_avgpool2d.h"
-#include "layers/add.h"
 #include "layers/avgpool2d.h"
 #include "layers/cpu_precision.h"
 #include "layers/flatten.h"
