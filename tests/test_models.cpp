@@ -4,6 +4,7 @@
 // smaller models at their smallest input; finite-difference gradient checks of the custom
 // blocks (Fire, DenseBlock). Numerical parity with PyTorch is tests/test_model_parity.cpp.
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -744,4 +745,55 @@ TEST_CASE("per-layer profile: every layer of a forward and backward, once each, 
   testing::check_profile_rows(profile::rows(), *m);
   profile::reset();
   CHECK(profile::rows().empty());
+}
+
+TEST_CASE("Sequential backward_over: the last BatchNorm's gradient over dout, the same bits") {
+  // A ResNet downsample (conv 1x1/2, BatchNorm): planned to overwrite its output gradient, its
+  // BatchNorm runs backward in place over it and no gradient buffer of its own is needed; din
+  // and the parameter gradients are a plain Sequential's, bit for bit.
+  auto make = [](bool over) {
+    auto s = std::make_unique<Sequential>();
+    s->add("0", leaf<Conv2d>(Conv2dOptions{.in_channels = 6, .out_channels = 8, .kernel = 1,
+                                           .stride = 2, .bias = false}));
+    s->add("1", leaf<BatchNorm2d>(8));
+    s->set_overwrites_dout(over);
+    return s;
+  };
+  const Shape in{3, 6, 7, 9};
+  const Tensor x = random_tensor(in, 61);
+  std::vector<Tensor> got;
+  for (bool over : {false, true}) {
+    CAPTURE(over);
+    auto s = make(over);
+    ParamStore store;
+    s->register_state(store, "d.");
+    store.allocate();
+    uint64_t seed = 62;
+    for (const StateEntry& e : store.entries())
+      if (e.kind == StateKind::Param) fill_uniform(*e.value, ++seed, 0.5f, 1.5f);
+    const Shape out = s->plan(in);
+    s->set_training(true);
+    s->forward(x);
+    const Tensor dy = random_tensor(out, 70);
+    Tensor dout = Tensor::empty(out), din = Tensor::empty(in);
+    dout.copy_from(dy);
+    store.zero_grad();
+    if (over) {
+      CHECK_THROWS_AS(s->backward(din, dout), Error);  // planned to overwrite: backward_over
+      s->backward_over(din, dout);
+      CHECK(std::memcmp(dout.data(), dy.data(), size_t(dy.numel()) * sizeof(real)) != 0);
+    } else {
+      s->backward(din, dout);
+    }
+    got.push_back(din);
+    for (const StateEntry& e : store.entries())
+      if (e.kind == StateKind::Param) {
+        got.push_back(Tensor::empty(e.grad->shape()));  // a copy: the store's slab goes
+        got.back().copy_from(*e.grad);
+      }
+  }
+  const size_t half = got.size() / 2;
+  for (size_t i = 0; i < half; ++i)
+    CHECK(std::memcmp(got[i].data(), got[half + i].data(),
+                      size_t(got[i].numel()) * sizeof(real)) == 0);
 }

@@ -149,9 +149,13 @@ Shape Sequential::plan(const Shape& in) {
   }
   // Gradient buffers: child i's input gradient goes to buffer i % 2 (backward), sized for the
   // largest it holds; fused ReLUs pass theirs through, and child 0's is the caller's din.
+  const size_t last = children_.size() - 1;
+  last_over_dout_ = overwrites_dout_ && last > 0 &&
+                    dynamic_cast<Leaf<BatchNorm2d>*>(children_[last].second.get()) != nullptr;
   int64_t need[2] = {0, 0};
   for (size_t i = 1; i < children_.size(); ++i)
-    if (!fused_[i]) need[i % 2] = std::max(need[i % 2], in_shapes_[i].numel());
+    if (!fused_[i] && !(i == last && last_over_dout_))
+      need[i % 2] = std::max(need[i % 2], in_shapes_[i].numel());
   for (int k = 0; k < 2; ++k) grads_[k].plan(block_scratch::kSequential0 + 2 * depth + k, need[k]);
   planned_batch_ = in[0];
   return s;
@@ -195,6 +199,13 @@ size_t Sequential::first_trainable() {
 }
 
 void Sequential::backward(Tensor& din, const Tensor& dout) {
+  CHECK(!last_over_dout_, "Sequential: planned to overwrite its output gradient: backward_over");
+  backward_impl(din, dout, nullptr);
+}
+
+void Sequential::backward_over(Tensor& din, Tensor& dout) { backward_impl(din, dout, &dout); }
+
+void Sequential::backward_impl(Tensor& din, const Tensor& dout, Tensor* over) {
   CHECK(!folded_ran_, "Sequential: backward after a folded eval-mode forward (MPICNN_GPU_FOLD): "
         "its BatchNorm layers did not run");
   // Without a din to produce, the children below the lowest trainable one (all frozen, when
@@ -210,11 +221,11 @@ void Sequential::backward(Tensor& din, const Tensor& dout) {
     }
     // A fused ReLU (never the first child, nor trainable: never `stop`): its gradient passes.
     if (fused_[i]) continue;
-    // Gradient w.r.t. child i's input, in whichever buffer g is not using.
+    // Gradient w.r.t. child i's input, in whichever buffer g is not using (or over dout).
     Shape s = in_shapes_[i];
     s.d[0] = batch_;
     Tensor& v = views[i % 2];
-    v = grads_[i % 2].view(s);
+    v = i == children_.size() - 1 && last_over_dout_ ? *over : grads_[i % 2].view(s);
     children_[i].second->backward(v, *g);
     if (hook && ready_from_[i] >= 0) (*hook)(ready_from_[i]);
     g = &v;

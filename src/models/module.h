@@ -232,8 +232,17 @@ class Sequential : public Module {
   Shape plan(const Shape& in) override;
   const Tensor& forward(const Tensor& in) override;
   void backward(Tensor& din, const Tensor& dout) override;
+  // For a caller whose output gradient is dead after this backward (a ResNet block's
+  // downsample, which reads it last): set before plan, then call backward_over, which may
+  // overwrite dout. A last child that is a BatchNorm2d (whose backward may run in place) then
+  // writes its input gradient over dout instead of a buffer of its own.
+  void set_overwrites_dout(bool on) { overwrites_dout_ = on; }
+  void backward_over(Tensor& din, Tensor& dout);
 
  private:
+  void backward_impl(Tensor& din, const Tensor& dout, Tensor* over);  // over: dout, writable
+  bool overwrites_dout_ = false;
+  bool last_over_dout_ = false;  // as planned: the last child's backward runs over dout
   size_t first_trainable();  // index of the lowest child with a trainable layer, or size()
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   // ready_from_[i]: lowest grad-slab offset of the parameters of children i.., -1 when they

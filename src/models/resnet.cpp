@@ -39,6 +39,7 @@ ResidualBlock::ResidualBlock(int in_channels, int width, int stride, bool bottle
   }
   if (stride != 1 || in_channels != out_channels_) {
     downsample_ = std::make_unique<Sequential>();
+    downsample_->set_overwrites_dout(true);  // its BatchNorm's gradient over g_out: see backward
     downsample_conv_ = &downsample_->add(conv(in_channels, out_channels_, 1, stride));
     downsample_->add(leaf<BatchNorm2d>(out_channels_));
   }
@@ -190,12 +191,12 @@ void ResidualBlock::backward(Tensor& din, const Tensor& dout) {
   }
   if (!din.defined()) {
     Tensor none;
-    if (downsample_) downsample_->backward(none, g_out);
+    if (downsample_) downsample_->backward_over(none, g_out);
     return;
   }
   if (downsample_) {
     Tensor gi = grad_buffer(kGradA, in_.shape());  // the main branch is done with A
-    downsample_->backward(gi, g_out);
+    downsample_->backward_over(gi, g_out);  // the last reader of g_out: may overwrite it
     accumulate(din, gi);
   } else if constexpr (!MUTANT(8)) {
     accumulate(din, g_out);
