@@ -4,6 +4,7 @@
 #include "layers/avgpool2d.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "core/gpu.h"
@@ -33,12 +34,17 @@ inline real divisor(const Span& h, const Span& w, const AvgPool2dOptions& o) {
 }
 
 // 2x2 windows at stride 2 that tile the plane exactly (DenseNet's transitions): every window
-// whole, every cell in one window. The same sums in the same order as avg_plane and
+// whole, every cell in one window. tiling_2x2 gives their divisor where the windows are so;
+// avg_plane_2x2 and its backward compute the same sums in the same order as avg_plane and
 // avg_plane_backward (0 + the cells row by row; 0 + each cell's share), in loops that
 // vectorise.
-bool tiles_2x2(int64_t H, int64_t W, int64_t OH, int64_t OW, const AvgPool2dOptions& o) {
-  return o.kernel[0] == 2 && o.kernel[1] == 2 && o.stride[0] == 2 && o.stride[1] == 2 &&
-         o.padding[0] == 0 && o.padding[1] == 0 && H == 2 * OH && W == 2 * OW;
+std::optional<real> tiling_2x2(int64_t H, int64_t W, int64_t OH, int64_t OW,
+                               const AvgPool2dOptions& o) {
+  const bool tiles = o.kernel[0] == 2 && o.kernel[1] == 2 && o.stride[0] == 2 &&
+                     o.stride[1] == 2 && o.padding[0] == 0 && o.padding[1] == 0 &&
+                     H == 2 * OH && W == 2 * OW;
+  if (!tiles) return std::nullopt;
+  return divisor(span(0, 2, 2, 0, H), span(0, 2, 2, 0, W), o);
 }
 
 void avg_plane_2x2(real* __restrict y, const real* __restrict x, int64_t W, int64_t OH,
@@ -151,11 +157,10 @@ void AvgPool2d::forward(Tensor& out, const Tensor& in) {
   const real* x = in.data();
   real* y = out.data();
   const int64_t work = out.numel() * opt_.kernel[0] * opt_.kernel[1];
-  if (tiles_2x2(H, W, OH, OW, opt_)) {
-    const real div = divisor(span(0, 2, 2, 0, H), span(0, 2, 2, 0, W), opt_);
+  if (const std::optional<real> div = tiling_2x2(H, W, OH, OW, opt_)) {
 #pragma omp parallel for schedule(static) if (work > 32768)
     for (int64_t p = 0; p < planes; ++p)
-      avg_plane_2x2(y + p * OH * OW, x + p * H * W, W, OH, OW, div);
+      avg_plane_2x2(y + p * OH * OW, x + p * H * W, W, OH, OW, *div);
     return;
   }
 #pragma omp parallel for schedule(static) if (work > 32768)
@@ -177,11 +182,10 @@ void AvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
   const real* dy = dout.data();
   real* dx = din.data();
   const int64_t work = dout.numel() * opt_.kernel[0] * opt_.kernel[1] + din.numel();
-  if (tiles_2x2(H, W, OH, OW, opt_)) {
-    const real div = divisor(span(0, 2, 2, 0, H), span(0, 2, 2, 0, W), opt_);
+  if (const std::optional<real> div = tiling_2x2(H, W, OH, OW, opt_)) {
 #pragma omp parallel for schedule(static) if (work > 32768)
     for (int64_t p = 0; p < planes; ++p)
-      avg_plane_2x2_backward(dx + p * H * W, dy + p * OH * OW, W, OH, OW, div);
+      avg_plane_2x2_backward(dx + p * H * W, dy + p * OH * OW, W, OH, OW, *div);
     return;
   }
 #pragma omp parallel for schedule(static) if (work > 32768)
