@@ -86,7 +86,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.cpp=$(OUT)/bench/%)
 # references (tests/f64/: the float64 half, compared with PyTorch float64 to 1e-10). Only what
 # the classifier models and optimizers need and call (the state dicts' safetensors): 49 files
 # of the library's 121.
-F64_SRC   := src/core/check.cpp src/core/tensor.cpp src/core/rng.cpp src/core/threads.cpp src/core/profile.cpp \
+F64_SRC   := src/core/check.cpp src/core/tensor.cpp src/core/format.cpp src/core/rng.cpp src/core/threads.cpp src/core/profile.cpp \
   src/core/blas.cpp src/core/gpu.cpp src/core/gpu_absent.cpp $(sort $(wildcard src/layers/*.cpp)) \
   $(sort $(wildcard src/models/*.cpp)) src/optim/optimizer.cpp src/optim/sgd.cpp src/optim/adamw.cpp \
   src/io/safetensors.cpp src/io/safetensors_writer.cpp src/io/safetensors_crc.cpp src/io/atomic_file.cpp

@@ -4,6 +4,7 @@
 //   build/release/bench/train_bench --model resnet18 --size 32 --batch 64 --mode train
 //                                   [--steps 10] [--warmup 3] [--threads N]
 //                                   [--device cpu|cuda] [--precision fp32|tf32|bf16|fp16]
+//                                   [--gpu-layout nchw|nhwc]
 //                                   [--freeze-backbone 0|1] [--profile 0|1]
 // --freeze-backbone 1 times a fine-tuning step: everything but the model's head frozen (no
 // parameter gradients, backward stops at the head, no optimizer update of the backbone).
@@ -81,7 +82,8 @@ void print_profile(int steps, const std::vector<double>& times) {
 
 int main(int argc, char** argv) {
   try {
-    std::string model_name = "resnet18", mode = "train", device = "cpu", precision = "auto";
+    std::string model_name = "resnet18", mode = "train", device = "cpu", precision = "auto",
+                gpu_layout = "nchw";
     int size = 32, batch = 64, steps = 10, warmup = 3, threads = default_num_threads();
     bool freeze_backbone = false, profiling = false;
     for (int i = 1; i < argc; ++i) {
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
       else if (k == "--threads") threads = std::stoi(v);
       else if (k == "--device") device = v;
       else if (k == "--precision") precision = v;
+      else if (k == "--gpu-layout") gpu_layout = v;
       else if (k == "--freeze-backbone") freeze_backbone = v == "1" || v == "true";
       else if (k == "--profile") profiling = v == "1" || v == "true";
       else FAIL("unknown option ", k);
@@ -104,7 +107,7 @@ int main(int argc, char** argv) {
     CHECK(mode == "train" || mode == "infer", "--mode must be train or infer, got '", mode, "'");
     CHECK(steps >= 1 && warmup >= 0 && batch >= 1 && size >= 1, "bad --steps/--warmup/--batch/--size");
     set_num_threads(threads);
-    const DeviceChoice dc = choose_device(device, precision, false, 0);
+    const DeviceChoice dc = choose_device(device, precision, false, 0, gpu_layout);
     set_cpu_precision(dc.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);  // before plan()
     const bool cuda = dc.device == Device::CUDA;
     const int classes = 1000;
@@ -117,8 +120,8 @@ int main(int argc, char** argv) {
     Tensor host_x = Tensor::empty(in);
     Rng rng(7, 1);
     for (int64_t i = 0; i < host_x.numel(); ++i) host_x.data()[i] = rng.normal(uint64_t(i));
-    Tensor x = Tensor::empty(in, dc.device);
-    x.copy_from(host_x);
+    InputStage stage(dc.device, batch, Shape{3, size, size});  // in the model's format
+    const Tensor x = stage.put(host_x);
     std::vector<int32_t> targets;
     for (int n = 0; n < batch; ++n) targets.push_back(int32_t(rng.below(uint64_t(n), classes)));
     if (freeze_backbone) {

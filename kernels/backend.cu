@@ -196,6 +196,11 @@ void CudaBackend::wait(Event& e) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+void CudaBackend::copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx().stream));
+}
+
 void CudaBackend::copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
                          int64_t width, int64_t rows) {
   if (width == 0 || rows == 0) return;

@@ -41,8 +41,6 @@ int64_t splits_for(int64_t C, int64_t M) {
   return s < 1 ? 1 : s;
 }
 
-constexpr int64_t kIndex32 = int64_t(1) << 31;  // below this, 32-bit index math
-
 // Calls f(offset) for this thread's share of channel c's M = N * HW elements, element j at
 // (n * C + c) * HW + i with j = n * HW + i: the blocks of grid row blockIdx.y split the
 // channel, and thread t of block b takes j = b * blockDim + t, then steps by gridDim.x *
@@ -122,15 +120,9 @@ __global__ void bn_stats_finish_kernel(float* save_mean, float* save_invstd, flo
                                        float momentum) {
   for (int64_t j = global_index(); j < cnt; j += grid_stride()) {
     const int64_t c = c0 + j;
-    const double mu = partial_total(sum, j, S) / double(M);
-    const double var = partial_total(ss, j, S) / double(M);
-    save_mean[c] = float(mu);
-    save_invstd[c] = float(1.0 / sqrt(var + double(eps)));
-    // Running stats with the unbiased variance; a*b + c*d as GCC contracts it, fma(a, b, c*d).
-    const double m = double(momentum), keep = 1.0 - m;
-    running_mean[c] = float(fma(keep, double(running_mean[c]), m * mu));
-    running_var[c] =
-        float(fma(keep, double(running_var[c]), m * var * double(M) / double(M - 1)));
+    bn_math::finish_stats(save_mean[c], save_invstd[c], running_mean[c], running_var[c],
+                          partial_total(sum, j, S), partial_total(ss, j, S), double(M), eps,
+                          momentum);
   }
 }
 
@@ -140,7 +132,7 @@ __global__ void bn_eval_stats_kernel(float* save_mean, float* save_invstd,
                                      int64_t C, float eps) {
   for (int64_t c = global_index(); c < C; c += grid_stride()) {
     save_mean[c] = running_mean[c];
-    save_invstd[c] = float(1.0 / sqrt(double(running_var[c]) + double(eps)));
+    save_invstd[c] = bn_math::eval_invstd(running_var[c], eps);
   }
 }
 
@@ -158,19 +150,6 @@ __global__ void bn_apply_kernel(float* y, const float* x, const float* r, const 
     const float scale = bn_math::scale(weight[c], save_invstd[c]);
     const float shift = bn_math::shift(bias[c], save_mean[c], scale);
     y[k] = bn_math::apply<kResidual, kRelu>(x[k], scale, shift, kResidual ? r[k] : 0.f);
-  }
-}
-
-// Calls f(a', b') with a' and b' std::bool_constant<a> and <b>: a kernel's compile-time flags
-// from run-time ones.
-template <typename F>
-void with_flags(bool a, bool b, F f) {
-  if (a) {
-    if (b) f(std::true_type{}, std::true_type{});
-    else f(std::true_type{}, std::false_type{});
-  } else {
-    if (b) f(std::false_type{}, std::true_type{});
-    else f(std::false_type{}, std::false_type{});
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -53,6 +54,23 @@ __device__ __forceinline__ int64_t global_index() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
+
+// Below this many elements, kernels index in 32 bits (64-bit division is emulated and would
+// dominate memory-bound loops).
+constexpr int64_t kIndex32 = int64_t(1) << 31;
+
+// Calls f(a', b') with a' and b' std::bool_constant<a> and <b>: a kernel's compile-time flags
+// from run-time ones.
+template <typename F>
+void with_flags(bool a, bool b, F f) {
+  if (a) {
+    if (b) f(std::true_type{}, std::true_type{});
+    else f(std::true_type{}, std::false_type{});
+  } else {
+    if (b) f(std::false_type{}, std::true_type{});
+    else f(std::false_type{}, std::false_type{});
+  }
+}
 
 struct Context {
   int device = -1;
@@ -102,6 +120,7 @@ class CudaBackend final : public Backend {
   float elapsed_ms(Event& start, Event& end) override;
   void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
               int64_t rows) override;
+  void copy_bytes(void* dst, const void* src, size_t bytes) override;
   void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) override;
   void mark_ready(int slot) override;
   bool slot_done(int slot, bool wait) override;
@@ -134,11 +153,11 @@ class CudaBackend final : public Backend {
 
   // kernels/conv2d.cu
   std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n, int out_channels,
-                                      int groups) override;
-  void conv_forward(ConvPlan& plan, float* y, const float* x, const float* w, const float* bias,
+                                      int groups, Format format) override;
+  void conv_forward(ConvPlan& plan, void* y, const void* x, const void* w, const void* bias,
                     int n) override;
-  void conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias, const float* dy,
-                     const float* x, const float* w, int n) override;
+  void conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias, const void* dy,
+                     const void* x, const void* w, int n, bool accumulate_params) override;
   void conv_bias_act_plan(ConvPlan& plan) override;
   void conv_bias_act_forward(ConvPlan& plan, float* y, const float* x, const float* w,
                              const float* bias, const float* z, bool relu, int n) override;
@@ -178,6 +197,35 @@ class CudaBackend final : public Backend {
                             float label_smoothing) override;
   void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
                              int64_t N, int64_t C, float label_smoothing, float scale) override;
+
+  // kernels/format.cu (channels-last typed activations)
+  void fill_typed(Elem t, void* x, float value, int64_t n) override;
+  void convert(void* dst, Format df, const void* src, Format sf, int64_t N, int64_t C, int64_t H,
+               int64_t W, bool accumulate) override;
+  void add_typed(Elem t, void* out, const void* a, const void* b, int64_t n) override;
+  void accumulate_typed(Elem t, void* dst, const void* src, int64_t n) override;
+  void relu_forward_typed(Elem t, void* y, const void* x, int64_t n) override;
+  void relu_backward_typed(Elem t, void* dx, const void* dy, const void* y, int64_t n) override;
+  void normalize_u8_nhwc(Elem t, void* out, const uint8_t* in, const uint8_t* flip, int64_t N,
+                         int C, int H, int W, const float* mean, const float* std) override;
+  void maxpool_forward_nhwc(Elem t, void* y, int32_t* argmax, const void* x, int64_t N,
+                            const PoolDesc& d) override;
+  void maxpool_backward_nhwc(Elem t, void* dx, const void* dy, const int32_t* argmax, int64_t N,
+                             const PoolDesc& d) override;
+  void adaptive_avgpool_forward_nhwc(Elem t, void* y, const void* x, int64_t N,
+                                     const PoolDesc& d) override;
+  void adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* dy, int64_t N,
+                                      const PoolDesc& d) override;
+  // kernels/batchnorm_nhwc.cu
+  void batchnorm_forward_nhwc(Elem t, void* y, float* save_mean, float* save_invstd,
+                              float* running_mean, float* running_var, const void* x,
+                              const float* weight, const float* bias, const void* residual,
+                              bool relu, int64_t N, int64_t C, int64_t HW, float eps,
+                              float momentum, bool training) override;
+  void batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, float* dbias, const void* dy,
+                               const void* y, const void* x, const float* weight,
+                               const float* save_mean, const float* save_invstd, int64_t N,
+                               int64_t C, int64_t HW, bool training) override;
 
   // kernels/optim.cu
   void sgd_step(float* params, float* buf, const float* grads, const SlabChunk* chunks,

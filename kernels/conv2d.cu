@@ -1,6 +1,8 @@
-// Conv2d on cuDNN 9's legacy convolution API (NCHW float32, PyTorch Conv2d semantics): the
-// per-shape plan (descriptors, chosen algorithms) and forward/backward, the GPU side of
-// src/layers/conv2d.cpp. Not a convolution of our own, and not the CPU path (im2col + GEMM).
+// Conv2d on cuDNN 9's legacy convolution API (PyTorch Conv2d semantics): the per-shape plan
+// (descriptors, chosen algorithms) and forward/backward, the GPU side of src/layers/conv2d.cpp.
+// Not a convolution of our own, and not the CPU path (im2col + GEMM). Tensors are NCHW float32,
+// or in the plan's channels-last format (--gpu-layout nhwc: NHWC float32, bfloat16 or float16
+// data and KRSC filters of that type, float math; 16-bit data on the tensor cores).
 //
 // Algorithms: conv_plan measures every forward / backward-data / backward-filter algorithm once
 // at the planned batch d.n (cudnnFind*AlgorithmEx on temporary buffers and a temporary
@@ -55,6 +57,7 @@ struct ConvPlan {
   };
 
   ConvDesc d;
+  Format format;                          // of x, y, w, bias (core/format.h)
   Precision precision = Precision::FP32;  // settings the algorithms were chosen under
   bool deterministic = false;
   cudnnFilterDescriptor_t w = nullptr;          // (oc, c / groups, kh, kw)
@@ -99,7 +102,8 @@ size_t search_workspace_cap() {
 // for float tensors. BF16 runs TF32 too: cuDNN has no math mode converting fp32 tensors to bf16
 // (ALLOW_CONVERSION converts to fp16 only), so the nearest it offers is TF32. FP16 lets the
 // tensor cores run on fp16 conversions of the fp32 data.
-cudnnMathType_t requested_math(Precision p) {
+cudnnMathType_t requested_math(Precision p, Elem t) {
+  if (t != Elem::F32) return CUDNN_TENSOR_OP_MATH;  // 16-bit data: tensor cores, float sums
   switch (p) {
     case Precision::FP32: return CUDNN_FMA_MATH;
     case Precision::TF32: return CUDNN_DEFAULT_MATH;
@@ -254,15 +258,28 @@ std::string shape_str(const ConvDesc& d, int n) {
                         d.stride_h, "x", d.stride_w, ", groups ", d.groups);
 }
 
+// cuDNN's names for a format's memory order and element type.
+cudnnTensorFormat_t cudnn_layout(Format f) {
+  return f.order == Order::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+cudnnDataType_t cudnn_dtype(Format f) {
+  switch (f.elem) {
+    case Elem::F32: return CUDNN_DATA_FLOAT;
+    case Elem::BF16: return CUDNN_DATA_BFLOAT16;
+    case Elem::F16: return CUDNN_DATA_HALF;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
 // Creates s.x and s.y for batch n (s is already in the plan, so a throw leaves nothing leaked).
 void make_tensors(const ConvPlan& p, ConvPlan::Shape& s, int n) {
   const ConvDesc& d = p.d;
+  const cudnnTensorFormat_t layout = cudnn_layout(p.format);
+  const cudnnDataType_t type = cudnn_dtype(p.format);
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&s.x));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.c, d.h,
-                                         d.w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.x, layout, type, n, d.c, d.h, d.w));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&s.y));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, d.oc, d.oh,
-                                         d.ow));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(s.y, layout, type, n, d.oc, d.oh, d.ow));
 }
 
 // Direction Dir's algorithm from cuDNN's heuristics (best first): the first acceptable one
@@ -273,7 +290,7 @@ void choose_heuristic(const ConvPlan& p, ConvPlan::Shape& s, int n, size_t room)
   int max_count = 0, count = 0;
   CUDNN_CHECK(Dir::max_count(h, &max_count));
   std::vector<typename Dir::Perf> results(size_t(std::max(max_count, 1)));
-  set_math(p, requested_math(p.precision));
+  set_math(p, requested_math(p.precision, p.format.elem));
   CUDNN_CHECK(Dir::heuristic(h, p, s, max_count, &count, results.data()));
   bool found = false;
   for (int i = 0; i < count && !found; ++i) {
@@ -304,7 +321,7 @@ typename Dir::Perf find_fastest(const ConvPlan& p, const ConvPlan::Shape& s, con
   int max_count = 0, count = 0;
   CUDNN_CHECK(Dir::max_count(h, &max_count));
   std::vector<typename Dir::Perf> results(size_t(std::max(max_count, 1)));
-  set_math(p, requested_math(p.precision));
+  set_math(p, requested_math(p.precision, p.format.elem));
   CUDNN_CHECK(Dir::find(h, p, s, o, max_count, &count, results.data(), ws, cap));
   const auto* best = fastest(results, count, p, cap);
   CHECK(best, "cuDNN: no usable ", Dir::kName, " algorithm for ", shape_str(p.d, p.d.n),
@@ -356,9 +373,10 @@ void choose_measured(const ConvPlan& p, ConvPlan::Shape& s, size_t cap) {
   // Temporary operands of the planned sizes, zeroed so no NaN or denormal skews the timings.
   // Backward-data writes its dx into the x buffer and backward-filter its dw into the w
   // buffer: the contents are scratch either way. Freed when this returns.
-  const size_t x_bytes = size_t(d.n) * d.c * d.h * d.w * sizeof(float);
-  const size_t y_bytes = size_t(d.n) * d.oc * d.oh * d.ow * sizeof(float);
-  const size_t w_bytes = size_t(d.oc) * (d.c / d.groups) * d.kh * d.kw * sizeof(float);
+  const size_t e = elem_bytes(p.format.elem);
+  const size_t x_bytes = size_t(d.n) * d.c * d.h * d.w * e;
+  const size_t y_bytes = size_t(d.n) * d.oc * d.oh * d.ow * e;
+  const size_t w_bytes = size_t(d.oc) * (d.c / d.groups) * d.kh * d.kw * e;
   std::shared_ptr<void> xb = backend().alloc(x_bytes), yb = backend().alloc(y_bytes),
                         wb = backend().alloc(w_bytes);
   CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, x_bytes, c.stream));
@@ -385,16 +403,16 @@ void choose_measured(const ConvPlan& p, ConvPlan::Shape& s, size_t cap) {
 void make_descriptors(ConvPlan& p) {
   const ConvDesc& d = p.d;
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.w));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d.oc,
-                                         d.c / d.groups, d.kh, d.kw));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.w, cudnn_dtype(p.format), cudnn_layout(p.format),
+                                         d.oc, d.c / d.groups, d.kh, d.kw));
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p.conv));
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, d.pad_h, d.pad_w, d.stride_h, d.stride_w,
                                               d.dil_h, d.dil_w, CUDNN_CROSS_CORRELATION,
-                                              CUDNN_DATA_FLOAT));
+                                              CUDNN_DATA_FLOAT));  // float sums for every type
   CUDNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, d.groups));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.bias));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d.oc, 1,
-                                         1));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, cudnn_dtype(p.format), 1,
+                                         d.oc, 1, 1));
 }
 
 // The fused call's algorithm: implicit precomputed GEMM, the one cuDNN documents for
@@ -404,7 +422,7 @@ constexpr cudnnConvolutionFwdAlgo_t kFusedAlgo = CUDNN_CONVOLUTION_FWD_ALGO_IMPL
 
 // The math type the fused call runs under (the plan's precision, as the plain forward).
 cudnnMathType_t fused_math(const ConvPlan& p) {
-  return exec_math(p, requested_math(p.precision));
+  return exec_math(p, requested_math(p.precision, p.format.elem));
 }
 
 // Workspace bytes of the fused call at batch n (shape s), asked once per shape.
@@ -426,7 +444,7 @@ void make_activation(cudnnActivationDescriptor_t* a, cudnnActivationMode_t mode)
 }  // namespace
 
 std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t n,
-                                                  int out_channels, int groups) {
+                                                  int out_channels, int groups, Format format) {
   Context& c = ctx();
   ConvDesc d;  // g in the int sizes of cuDNN's descriptors
   d.n = int(n), d.c = int(g.channels), d.h = int(g.height), d.w = int(g.width);
@@ -441,6 +459,9 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t 
   auto plan = std::make_shared<ConvPlan>();  // owns each descriptor as soon as it exists
   ConvPlan& p = *plan;
   p.d = d;
+  p.format = format;
+  CHECK(format.plain() || format.order == Order::NHWC, "conv_plan: ", format_name(format),
+        " tensors (plain or NHWC only)");
   p.precision = c.precision;
   p.deterministic = c.deterministic;
   make_descriptors(p);
@@ -467,8 +488,8 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t 
   return plan;
 }
 
-void CudaBackend::conv_forward(ConvPlan& plan, float* y, const float* x, const float* w,
-                               const float* bias, int n) {
+void CudaBackend::conv_forward(ConvPlan& plan, void* y, const void* x, const void* w,
+                               const void* bias, int n) {
   if (n == 0) return;
   const Context& c = ctx();
   const ConvPlan::Shape& s = shape_for(plan, n);
@@ -483,23 +504,25 @@ void CudaBackend::conv_forward(ConvPlan& plan, float* y, const float* x, const f
   if (bias) CUDNN_CHECK(cudnnAddTensor(c.cudnn, &one, plan.bias, bias, &one, s.y, y));
 }
 
-void CudaBackend::conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbias,
-                                const float* dy, const float* x, const float* w, int n) {
+void CudaBackend::conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias,
+                                const void* dy, const void* x, const void* w, int n,
+                                bool accumulate_params) {
   if (n == 0) return;  // dx is empty, and dw / dbias gain nothing
   const Context& c = ctx();
   const ConvPlan::Shape& s = shape_for(plan, n);
   CHECK(s.workspace <= c.workspace_bytes, "conv: workspace of ", c.workspace_bytes,
         " bytes, the algorithms need ", s.workspace);
-  const float one = 1.f, zero = 0.f;
-  // dbias (1, oc, 1, 1) += sum of dy (n, oc, oh, ow) over n, oh, ow
+  const float one = 1.f, zero = 0.f, param_beta = accumulate_params ? 1.f : 0.f;
+  // dbias (1, oc, 1, 1) += (or =) sum of dy (n, oc, oh, ow) over n, oh, ow
   if (dbias)
-    CUDNN_CHECK(cudnnConvolutionBackwardBias(c.cudnn, &one, s.y, dy, &one, plan.bias, dbias));
-  // dw (oc, c / groups, kh, kw) += correlation of x with dy
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(c.cudnn, &one, s.y, dy, &param_beta, plan.bias,
+                                             dbias));
+  // dw (oc, c / groups, kh, kw) += (or =) correlation of x with dy
   if (dw) {
     set_math(plan, s.bwd_filter_math);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(c.cudnn, &one, s.x, x, s.y, dy, plan.conv,
                                                s.bwd_filter, c.workspace, c.workspace_bytes,
-                                               &one, plan.w, dw));
+                                               &param_beta, plan.w, dw));
   }
   // dx (n, c, h, w) = transposed convolution of dy with w
   if (dx) {
@@ -511,6 +534,8 @@ void CudaBackend::conv_backward(ConvPlan& plan, float* dx, float* dw, float* dbi
 }
 
 void CudaBackend::conv_bias_act_plan(ConvPlan& plan) {
+  CHECK(plan.format.plain(), "folded inference (MPICNN_GPU_FOLD) has no ",
+        format_name(plan.format), " path: run it with --gpu-layout nchw");
   if (!plan.relu) make_activation(&plan.relu, CUDNN_ACTIVATION_RELU);
   if (!plan.identity) make_activation(&plan.identity, CUDNN_ACTIVATION_IDENTITY);
   ensure_workspace(fused_workspace(plan, shape_for(plan, plan.d.n), plan.d.n));

@@ -1,8 +1,9 @@
 // GPU against CPU on the same inputs (ggml test-backend-ops style): every layer forward and
 // backward, every model forward, backward and 3 optimizer steps, the fused optimizers, the input
 // normalisation kernel, and no device allocation inside a training step; folded inference
-// (MPICNN_GPU_FOLD) against the unfolded path. Tolerances are per
-// precision. Without a usable GPU (a CPU-only build, or no device) every case prints
+// (MPICNN_GPU_FOLD) against the unfolded path; the channels-last typed path (--gpu-layout nhwc:
+// NHWC float32, bfloat16, float16 activations) layer by layer and in whole models. Tolerances
+// are per precision. Without a usable GPU (a CPU-only build, or no device) every case prints
 // "SKIP: <case>: <reason>" and tests/run_all.sh counts it as skipped, not passed.
 #include <cmath>
 #include <cstdio>
@@ -214,6 +215,92 @@ void check_unary(const std::string& what, const std::function<std::unique_ptr<L>
 }
 
 void set_precision(Precision p) { gpu::backend().set_precision(p); }
+
+// ---- the channels-last typed path -----------------------------------------------------------
+// The activation format --gpu-layout nhwc gives under precision p.
+Format nhwc_format(Precision p) {
+  const Elem e = p == Precision::BF16 ? Elem::BF16 : p == Precision::FP16 ? Elem::F16 : Elem::F32;
+  return Format{e, Order::NHWC};
+}
+// x as a GPU tensor in format f (rounded to its type on the host, as the GPU would).
+Tensor to_gpu_as(const Tensor& x, Format f) {
+  const Tensor h = convert_host(x, f);
+  Tensor d = Tensor::empty(x.shape(), Device::CUDA, f);
+  d.copy_from(h);
+  return d;
+}
+// x's values after a round trip through f's element type: what the GPU path computes from.
+Tensor rounded_to(const Tensor& x, Format f) { return convert_host(convert_host(x, f), Format{}); }
+// A GPU tensor of any format against a plain CPU one.
+void expect_near_typed(const std::string& what, const Tensor& got, const Tensor& want, double tol) {
+  expect_near(what + " [" + format_name(got.format()) + "]", to_plain_host(got), want, tol);
+}
+// NaN in every element of a GPU tensor of any format (a cell a kernel forgot fails the check).
+void fill_nan(Tensor& t) { t.copy_from(convert_host(testing::random_tensor(t.shape(), 0, NAN, NAN), t.format())); }
+
+// check_unary on the typed path: the layer planned for 4-D activations in format f, fed the
+// CPU's inputs rounded to f's type, its outputs and gradients against the CPU layer in float32
+// on those rounded inputs (the difference: f's rounding of each output, and 16-bit weights in
+// convolutions).
+template <class L>
+void check_unary_typed(const std::string& what, const std::function<std::unique_ptr<L>()>& make,
+                       const Shape& in_shape, Format f, double tol, bool training = true) {
+  auto cpu = make(), dev = make();
+  ParamStore sc, sg;
+  cpu->register_state(sc, "l.");
+  dev->register_state(sg, "l.");
+  sc.allocate();
+  sg.allocate();
+  testing::fill_uniform(sc.values(), 11, -0.5f, 0.5f);
+  testing::fill_uniform(sc.buffers(), 12, 0.5f, 1.5f);
+  sg.values().copy_from(sc.values());
+  sg.buffers().copy_from(sc.buffers());
+  sg.to(Device::CUDA);
+  cpu->set_training(training);
+  dev->set_training(training);
+  cpu->plan(in_shape);
+  const Shape out_shape = cpu->output_shape(in_shape);
+  Format out_format;
+  {
+    const DeviceScope scope(Device::CUDA);
+    const ActivationScope typed(f);
+    dev->plan(in_shape);
+    out_format = Tensor::activation_format_for(out_shape);
+  }
+  const std::string tag = what + " [" + format_name(f) + "]";
+  const Tensor x = rounded_to(testing::random_tensor(in_shape, 21), f);
+  const Tensor xg = to_gpu_as(x, f);
+  Tensor y = Tensor::empty(out_shape), yg = Tensor::empty(out_shape, Device::CUDA, out_format);
+  fill_nan(yg);
+  cpu->forward(y, x);
+  dev->forward(yg, xg);
+  expect_near_typed(tag + " forward", yg, y, tol);
+  const Tensor dy = rounded_to(testing::random_tensor(out_shape, 22), out_format);
+  const Tensor dyg = to_gpu_as(dy, out_format);
+  Tensor dx = Tensor::empty(in_shape), dxg = Tensor::empty(in_shape, Device::CUDA, f);
+  fill_nan(dxg);
+  fill(sc.grads(), 0.25f);
+  fill(sg.grads(), 0.25f);
+  cpu->backward(dx, dy, x, y);
+  dev->backward(dxg, dyg, xg, yg);
+  expect_near_typed(tag + " backward (input)", dxg, dx, tol);
+  expect_near_entries(tag + " backward", sc, sg.grads(), sc.grads(), tol);
+  expect_near(tag + " buffers", sg.buffers(), sc.buffers(), tol);
+}
+
+// Cosine of the angle between two slabs (either device): gradients of a deep model in 16-bit
+// differ element by element from float32's where ReLU and max-pool decisions flip, but point
+// the same way.
+double cosine(const Tensor& a, const Tensor& b) {
+  const Tensor x = to_host(a), y = to_host(b);
+  double xy = 0, xx = 0, yy = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    xy += double(x[i]) * double(y[i]);
+    xx += double(x[i]) * double(x[i]);
+    yy += double(y[i]) * double(y[i]);
+  }
+  return xy / std::sqrt(std::max(xx * yy, 1e-300));
+}
 
 }  // namespace
 
@@ -747,6 +834,186 @@ TEST_CASE("cuda: an 8-bit training batch normalised on the GPU equals the CPU tr
   CHECK(std::memcmp(got.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
   const Tensor again = to_host(stage.put(want));  // the float path: one copy up
   CHECK(std::memcmp(again.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
+}
+
+TEST_CASE("cuda: channels-last conversions give the host's bits, and add into float32") {
+  REQUIRE_GPU("nhwc convert");
+  const Shape s{3, 5, 7, 6};
+  const Tensor x = testing::random_tensor(s, 31, -70000.f, 70000.f);
+  const Tensor xg = on_gpu_copy(x);
+  gpu::Backend& g = gpu::backend();
+  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    const Format f = nhwc_format(p);
+    Tensor t = Tensor::empty(s, Device::CUDA, f);
+    g.convert(t.raw(), f, xg.data(), Format{}, 3, 5, 7, 6, false);
+    const Tensor want = convert_host(x, f), got = to_host(t);
+    CHECK(std::memcmp(got.raw(), want.raw(), want.bytes()) == 0);
+    // Back, added into a float32 NCHW tensor: y + widen(t).
+    Tensor acc = on_gpu_copy(x);
+    g.convert(acc.data(), Format{}, t.raw(), f, 3, 5, 7, 6, true);
+    const Tensor w = convert_host(want, Format{}), a = to_host(acc);
+    int wrong = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) wrong += a[i] != x[i] + w[i];
+    CHECK(wrong == 0);
+    // Typed elementwise: add, accumulate, ReLU forward and backward against the float math
+    // rounded once.
+    const Tensor b = rounded_to(testing::random_tensor(s, 32), f), bg = to_gpu_as(b, f);
+    const Tensor xr = rounded_to(x, f);
+    Tensor sum = Tensor::empty(s, Device::CUDA, f);
+    g.add_typed(f.elem, sum.raw(), t.raw(), bg.raw(), x.numel());
+    Tensor sum_want = Tensor::empty(s);
+    for (int64_t i = 0; i < x.numel(); ++i) sum_want[i] = xr[i] + b[i];
+    sum_want = convert_host(rounded_to(sum_want, Format{f.elem, Order::NCHW}), Format{});
+    CHECK(rel_error(to_plain_host(sum), sum_want) == 0);
+  }
+}
+
+TEST_CASE("cuda: the 8-bit input stage writes NHWC in the precision's type") {
+  REQUIRE_GPU("nhwc input");
+  const int N = 2, C = 3, H = 4, W = 5;
+  std::vector<uint8_t> pix(size_t(N * H * W * C));
+  for (size_t i = 0; i < pix.size(); ++i) pix[i] = uint8_t((i * 37 + 11) % 256);
+  const std::vector<float> mean = {0.485f, 0.456f, 0.406f}, stdv = {0.229f, 0.224f, 0.225f};
+  const std::vector<uint8_t> flips = {0, 1};
+  InputStage plain(Device::CUDA, N, Shape{C, H, W});
+  const Tensor want = to_host(plain.put_u8(pix.data(), flips, mean, stdv));
+  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    const Format f = nhwc_format(p);
+    set_gpu_activations(f);
+    InputStage typed(Device::CUDA, N, Shape{C, H, W});
+    const Tensor got = to_host(typed.put_u8(pix.data(), flips, mean, stdv));
+    CHECK(got.format() == f);
+    const Tensor w = convert_host(want, f);
+    CHECK(std::memcmp(got.raw(), w.raw(), w.bytes()) == 0);
+    const Tensor again = to_host(typed.put(want));  // the float path: up, then converted
+    CHECK(std::memcmp(again.raw(), w.raw(), w.bytes()) == 0);
+  }
+  set_gpu_activations(Format{});
+}
+
+TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
+  REQUIRE_GPU("nhwc layers");
+  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    set_precision(p);
+    const Format f = nhwc_format(p);
+    const double tol = tolerance(p);
+    using C = Conv2dOptions;
+    const std::vector<std::pair<std::string, C>> convs = {
+        {"conv 3x3 s1 p1 bias", C{.in_channels = 8, .out_channels = 16, .kernel = 3, .padding = 1}},
+        {"conv 7x7 s2 p3 (3 channels)", C{.in_channels = 3, .out_channels = 8, .kernel = 7, .stride = 2, .padding = 3, .bias = false}},
+        {"conv 1x1", C{.in_channels = 16, .out_channels = 8, .kernel = 1, .bias = false}},
+        {"conv 1x1 s2", C{.in_channels = 16, .out_channels = 32, .kernel = 1, .stride = 2, .bias = false}},
+        {"conv grouped", C{.in_channels = 8, .out_channels = 8, .kernel = 3, .padding = 1, .groups = 4}},
+    };
+    for (const auto& [name, o] : convs)
+      check_unary_typed<Conv2d>(name, [o = o] { return std::make_unique<Conv2d>(o); },
+                                Shape{4, o.in_channels, 13, 11}, f, tol);
+    for (const Shape& s : {Shape{4, 6, 9, 7}, Shape{8, 3, 32, 32}, Shape{5, 2, 37, 41}, Shape{2, 4100, 2, 2}}) {
+      const int64_t c = s[1];
+      check_unary_typed<BatchNorm2d>("batchnorm train " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, f, tol);
+      check_unary_typed<BatchNorm2d>("batchnorm eval " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, f, tol, false);
+    }
+    check_unary_typed<ReLU>("relu", [] { return std::make_unique<ReLU>(); }, Shape{3, 5, 7, 7}, f, tol);
+    check_unary_typed<MaxPool2d>("maxpool 3/2/1", [] { return std::make_unique<MaxPool2d>(3, 2, 1); }, Shape{2, 3, 11, 10}, f, tol);
+    check_unary_typed<MaxPool2d>("maxpool ceil dilated", [] {
+      return std::make_unique<MaxPool2d>(MaxPool2dOptions{.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true});
+    }, Shape{2, 3, 12, 9}, f, tol);
+    check_unary_typed<AdaptiveAvgPool2d>("adaptive 7->1", [] { return std::make_unique<AdaptiveAvgPool2d>(1); }, Shape{2, 64, 7, 7}, f, tol);
+    check_unary_typed<AdaptiveAvgPool2d>("adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7}, f, tol);
+    check_unary_typed<Flatten>("flatten 1x1", [] { return std::make_unique<Flatten>(); }, Shape{3, 40, 1, 1}, f, tol);
+    check_unary_typed<Flatten>("flatten 3x2 (NCHW order out)", [] { return std::make_unique<Flatten>(); }, Shape{3, 4, 3, 2}, f, tol);
+    // BatchNorm fused with the residual add and the ReLU (a residual block's last), both ways.
+    const Shape s{4, 8, 6, 5};
+    BatchNorm2d bc(8), bg(8);
+    ParamStore sc, sg;
+    bc.register_state(sc, "b.");
+    bg.register_state(sg, "b.");
+    sc.allocate();
+    sg.allocate();
+    testing::fill_uniform(sc.values(), 13, 0.5f, 1.5f);
+    sg.values().copy_from(sc.values());
+    sg.buffers().copy_from(sc.buffers());
+    sg.to(Device::CUDA);
+    bc.set_fused_relu(true);
+    bg.set_fused_relu(true);
+    bc.plan(s);
+    {
+      const DeviceScope scope(Device::CUDA);
+      bg.plan(s);
+    }
+    const Tensor x = rounded_to(testing::random_tensor(s, 41), f), r = rounded_to(testing::random_tensor(s, 42), f);
+    Tensor y = Tensor::empty(s), yg = Tensor::empty(s, Device::CUDA, f);
+    bc.forward(y, x, r);
+    const Tensor xg = to_gpu_as(x, f), rg = to_gpu_as(r, f);
+    bg.forward(yg, xg, rg);
+    expect_near_typed("batchnorm + add + relu forward", yg, y, tol);
+    const Tensor dy = rounded_to(testing::random_tensor(s, 43), f);
+    Tensor dx = Tensor::empty(s), dxg = Tensor::empty(s, Device::CUDA, f);
+    bc.backward(dx, dy, x, y);
+    bg.backward(dxg, to_gpu_as(dy, f), xg, yg);
+    expect_near_typed("batchnorm + add + relu backward", dxg, dx, tol);
+    expect_near_entries("batchnorm + add + relu parameter gradients", sc, sg.grads(), sc.grads(), tol);
+  }
+  set_precision(Precision::FP32);
+}
+
+// Whole models on the typed path: logits near the CPU's float32 ones (as the fp16/bf16 test
+// above), the gradient pointing the CPU's way, the loss falling over SGD steps on one batch,
+// and no allocation inside a step.
+TEST_CASE("cuda: ResNets and VGG train on the channels-last typed path") {
+  REQUIRE_GPU("nhwc models");
+  for (const char* name : {"resnet18", "resnet50", "vgg11_bn"}) {
+    ModelOptions mo;
+    mo.num_classes = 10;
+    mo.dropout = 0.f;
+    const Shape in{4, 3, 32, 32};
+    auto cpu = build_model(name, mo, 5);
+    cpu->plan(in);
+    for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+      set_precision(p);
+      const Format f = nhwc_format(p);
+      set_gpu_activations(f);
+      const std::string tag = std::string(name) + " [" + format_name(f) + "]";
+      auto dev = build_model(name, mo, 5);
+      dev->to(Device::CUDA);
+      dev->plan(in);
+      const Tensor x = rounded_to(testing::random_tensor(in, 9), f);
+      const Tensor xg = to_gpu_as(x, f);
+      const int32_t labels[4] = {1, 7, 3, 3};
+      SoftmaxCrossEntropy xc, xg_loss;
+      xc.plan(4, 10);
+      xg_loss.plan(4, 10, Device::CUDA);
+      Tensor dl = Tensor::empty({4, 10}), dlg = Tensor::empty({4, 10}, Device::CUDA);
+      expect_near(tag + " logits", dev->forward(xg), cpu->forward(x), 10 * tolerance(p));
+      xc.forward(cpu->forward(x), labels);
+      xc.backward(dl, labels);
+      cpu->params().zero_grad();
+      cpu->backward(dl);
+      SGD opt(dev->params(), {.lr = 0.05, .momentum = 0.9});
+      std::vector<double> losses;
+      int64_t allocations = 0;
+      for (int step = 0; step < 6; ++step) {
+        if (step == 2) gpu::backend().synchronize(), allocations = gpu::backend().allocation_count();
+        xg_loss.forward(dev->forward(xg), labels);
+        xg_loss.backward(dlg, labels);
+        dev->params().zero_grad();
+        dev->backward(dlg);
+        if (step == 0) {
+          const double c = cosine(dev->params().grads(), cpu->params().grads());
+          INFO(tag, ": gradient cosine ", c);
+          CHECK(c > 0.95);
+        }
+        opt.step();
+        losses.push_back(xg_loss.loss());
+      }
+      gpu::backend().synchronize();
+      CHECK(gpu::backend().allocation_count() == allocations);
+      INFO(tag, ": loss ", losses.front(), " -> ", losses.back());
+      CHECK(losses.back() < losses.front());
+    }
+  }
+  set_gpu_activations(Format{});
+  set_precision(Precision::FP32);
 }
 
 }  // TEST_SUITE

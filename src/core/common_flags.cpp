@@ -68,4 +68,12 @@ Shared<std::string> precision(const std::string& help_suffix) {
           [](const Given& g) { return to_choice(g, {"auto", "fp32", "tf32", "bf16", "fp16"}); }};
 }
 
+Shared<std::string> gpu_layout(const std::string& help_suffix) {
+  return {{"gpu-layout", "", "L", Kind::Value,
+           "GPU activations: nchw (float32, the default) or nhwc (channels-last, stored in "
+           "--precision's type: float32 for fp32/tf32, bfloat16, float16; experimental until "
+           "checked on a GPU; ResNets, VGG, AlexNet, LeNet)" + help_suffix},
+          [](const Given& g) { return to_choice(g, {"nchw", "nhwc"}); }};
+}
+
 }  // namespace mpicnn::cli::common

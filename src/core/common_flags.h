@@ -18,5 +18,6 @@ Shared<int> threads(const std::string& help_suffix = "");
 Shared<double> timeout(const std::string& help_suffix = "");
 Shared<std::string> device(const std::string& help_suffix = "");
 Shared<std::string> precision(const std::string& help_suffix = "");
+Shared<std::string> gpu_layout(const std::string& help_suffix = "");
 
 }  // namespace mpicnn::cli::common

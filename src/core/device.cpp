@@ -7,8 +7,10 @@
 namespace mpicnn {
 
 DeviceChoice choose_device(const std::string& device, const std::string& precision,
-                           bool deterministic, int local_rank, const std::string& device_flag,
-                           const std::string& precision_flag) {
+                           bool deterministic, int local_rank, const std::string& gpu_layout,
+                           const std::string& device_flag, const std::string& precision_flag) {
+  CHECK(gpu_layout == "nchw" || gpu_layout == "nhwc", "--gpu-layout: '", gpu_layout,
+        "' is not a layout (accepted: nchw, nhwc)");
   CHECK(device == "auto" || device == "cpu" || device == "cuda", device_flag, ": '", device,
         "' is not a device (accepted: auto, cpu, cuda)");
   bool cuda = device == "cuda";
@@ -18,7 +20,11 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
     cuda = why.empty();
   }
   DeviceChoice c;
+  set_gpu_activations(Format{});
   if (!cuda) {
+    CHECK(gpu_layout == "nchw", "--gpu-layout nhwc: the model runs on the CPU (",
+          device == "cpu" ? std::string("--device cpu") : gpu::unavailable_reason(),
+          "); the CPU keeps its own layouts, pass --gpu-layout nchw or run on a GPU");
     CHECK(precision == "auto" || precision == "fp32" || precision == "bf16", precision_flag, " ", precision,
           ": the CPU computes in fp32 or bf16 (", precision, " needs --device cuda)");
     c.cpu_bf16 = precision == "bf16";
@@ -38,7 +44,16 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
   b.set_precision(c.precision);
   b.set_deterministic(deterministic);
   c.device = Device::CUDA;
+  if (gpu_layout == "nhwc") {
+    c.activations.order = Order::NHWC;
+    c.activations.elem = c.precision == gpu::Precision::BF16   ? Elem::BF16
+                          : c.precision == gpu::Precision::FP16 ? Elem::F16
+                                                                : Elem::F32;
+  }
+  set_gpu_activations(c.activations);
   c.description = "cuda: " + b.device_name() + ", " + gpu::precision_name(c.precision) +
+                  (c.activations.plain() ? "" : std::string(", activations ") +
+                                                    format_name(c.activations)) +
                   (deterministic ? ", deterministic" : "");
   return c;
 }
@@ -46,14 +61,23 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
 InputStage::InputStage(Device device, int64_t max_batch, const Shape& sample) {
   CHECK(sample.ndim == 3 && max_batch > 0, "input stage: batch ", max_batch, " of ", sample.str());
   if (device == Device::CPU) return;
-  images_ = Tensor::empty(Shape{max_batch, sample[0], sample[1], sample[2]}, device);
+  const Shape s = {max_batch, sample[0], sample[1], sample[2]};
+  images_ = Tensor::empty(s, device, gpu_activations());
+  if (!images_.format().plain()) staging_ = Tensor::empty(s, device);
   u8_ = gpu::backend().alloc(size_t(images_.numel() + max_batch));
 }
 
 Tensor InputStage::put(const Tensor& images) {
   if (!images_.defined()) return images;
   Tensor x = images_.head(images.shape());
-  x.copy_from(images);
+  if (x.format().plain()) {
+    x.copy_from(images);
+    return x;
+  }
+  Tensor plain = staging_.head(images.shape());
+  plain.copy_from(images);
+  gpu::backend().convert(x.raw(), x.format(), plain.data(), Format{}, x.size(0), x.size(1),
+                         x.size(2), x.size(3), /*accumulate=*/false);
   return x;
 }
 
@@ -71,7 +95,12 @@ Tensor InputStage::put_u8(const uint8_t* pixels, const std::vector<uint8_t>& fli
   be.copy(dev_pixels, true, pixels, false, size_t(n * C * H * W));
   be.copy(dev_flips, true, flips.data(), false, size_t(n));
   Tensor x = images_.head(Shape{n, C, H, W});
-  be.normalize_u8(x.data(), dev_pixels, dev_flips, n, int(C), int(H), int(W), mean.data(), stddev.data());
+  if (x.format().order == Order::NHWC)
+    be.normalize_u8_nhwc(x.format().elem, x.raw(), dev_pixels, dev_flips, n, int(C), int(H),
+                         int(W), mean.data(), stddev.data());
+  else
+    be.normalize_u8(x.data(), dev_pixels, dev_flips, n, int(C), int(H), int(W), mean.data(),
+                    stddev.data());
   return x;
 }
 

@@ -20,6 +20,9 @@ struct DeviceChoice {
   // bf16-rounded inputs with float32 sums (layers/cpu_precision.h, which the caller sets before
   // planning the model).
   bool cpu_bf16 = false;
+  // On the GPU with --gpu-layout nhwc: the format of the model's 4-D activations (NHWC, in
+  // the precision's storage type); plain otherwise. Also set process-wide (gpu_activations).
+  Format activations;
   std::string description;  // "cpu", "cpu, bf16 GEMMs (AVX512-BF16)" or "cuda: NVIDIA H100 ..., tf32"
 };
 
@@ -28,10 +31,14 @@ struct DeviceChoice {
 // it, else emulated in float32 with the same bits, slower); deterministic: cuDNN's deterministic
 // algorithms only. On the GPU, selects device local_rank % visible GPUs (one GPU per rank on
 // a node) and applies the settings. `device_flag` / `precision_flag` name the options in errors.
+// gpu_layout: nchw | nhwc (--gpu-layout; nhwc needs the GPU).
 DeviceChoice choose_device(const std::string& device, const std::string& precision,
                            bool deterministic, int local_rank,
+                           const std::string& gpu_layout = "nchw",
                            const std::string& device_flag = "--device",
                            const std::string& precision_flag = "--precision");
+
+// choose_device also sets gpu_activations() (core/format.h) to the choice's activations.
 
 // The model's input batches on its device: on a GPU, buffers for the largest batch allocated
 // once (so no step allocates) that each batch is copied into; on the CPU, batches pass
@@ -44,17 +51,18 @@ class InputStage {
 
   Device device() const { return images_.defined() ? images_.device() : Device::CPU; }
 
-  // (n, C, H, W) floats on the device: `images` itself on the CPU, else its one host -> device
-  // copy.
+  // (n, C, H, W) on the device in gpu_activations()' format: `images` itself on the CPU, else
+  // its one host -> device copy (converted on the device when the format is not plain).
   Tensor put(const Tensor& images);
   // GPU only: (n, H, W, C) 8-bit pixels, copied up (a quarter of the floats' bytes) and
-  // turned there into (n, C, H, W) floats (pixels / 255 - mean[c]) / stddev[c], mirrored
+  // turned there into (n, C, H, W) values (pixels / 255 - mean[c]) / stddev[c], mirrored
   // left-right where flips[i] != 0 (gpu::Backend::normalize_u8); n = flips.size().
   Tensor put_u8(const uint8_t* pixels, const std::vector<uint8_t>& flips,
                 const std::vector<float>& mean, const std::vector<float>& stddev);
 
  private:
   Tensor images_;               // (max_batch, C, H, W) on the GPU; undefined on the CPU
+  Tensor staging_;              // plain float copy for put() when images_ is not plain
   std::shared_ptr<void> u8_;    // GPU: max_batch * H * W * C pixel bytes, then max_batch flips
 };
 

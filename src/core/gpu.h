@@ -29,12 +29,19 @@
 //   Tensor::fill, GradSync, trainer    kernels/elementwise.cu  fill, scale, all_finite
 //   device, memory, copies, events     kernels/backend.cu; kernels/common.cuh declares the
 //                                      backend class, its context and the check macros
+//   channels-last typed activations    kernels/format.cu (convert, elementwise, input, pools),
+//   (--gpu-layout nhwc, core/format.h)  kernels/batchnorm_nhwc.cu; convolutions in conv2d.cu
+//
+// Typed calls (the "channels-last" section): activations are void pointers in a Elem (F32:
+// float) and, for 4-D ones, NHWC order; parameters, their gradients and statistics stay float.
+// Their per-element math and index order live in layers/format_math.h for host and device.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "core/format.h"
 #include "core/real.h"
 
 namespace mpicnn {
@@ -137,6 +144,8 @@ class Backend {
   // Device to device on the compute stream: rows of `width` floats with pitches in floats.
   virtual void copy2d(real* dst, int64_t dst_pitch, const real* src, int64_t src_pitch,
                       int64_t width, int64_t rows) = 0;
+  // Device to device on the compute stream, `bytes` bytes (the regions must not overlap).
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
 
   // Gradient sync, per bucket, with numbered slots (0..; a slot may be reused once done):
   // copy_to_host_async queues an asynchronous device -> pinned host copy of `bytes` on the
@@ -199,15 +208,20 @@ class Backend {
   // dilation, output size), g.channels -> out_channels in `groups` groups, batches up to n.
   // Descriptors and algorithms for every batch size up to n, chosen once here (cuDNN's measured
   // search at n; its heuristics when deterministic) with the workspace they need.
+  // `format`: of x, y, w, bias and their gradients (plain; or NHWC of any type, filters then
+  // (oc, kh, kw, c / groups) and the bias (oc) in that type, math in float with tensor cores).
   virtual std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n,
-                                              int out_channels, int groups) = 0;
+                                              int out_channels, int groups,
+                                              Format format = {}) = 0;
   // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n at most
   // the planned batch.
-  virtual void conv_forward(ConvPlan& plan, real* y, const real* x, const real* w,
-                            const real* bias, int n) = 0;
-  // dx '=' (skipped when null), dw '+=' and dbias '+=' (each skipped when null: frozen).
-  virtual void conv_backward(ConvPlan& plan, real* dx, real* dw, real* dbias, const real* dy,
-                             const real* x, const real* w, int n) = 0;
+  virtual void conv_forward(ConvPlan& plan, void* y, const void* x, const void* w,
+                            const void* bias, int n) = 0;
+  // dx '=' (skipped when null), dw and dbias '+=' when accumulate_params, else '=' (each
+  // skipped when null: frozen).
+  virtual void conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias, const void* dy,
+                             const void* x, const void* w, int n,
+                             bool accumulate_params = true) = 0;
   // Readies `plan` for conv_bias_act_forward (folded inference, layers/fold.h): the workspace
   // its algorithm needs at the planned batch. Plan time (may allocate), after conv_plan.
   virtual void conv_bias_act_plan(ConvPlan& plan) = 0;
@@ -274,6 +288,52 @@ class Backend {
   virtual void softmax_xent_backward(real* dlogits, const real* probs, const int32_t* targets,
                                      int64_t N, int64_t C, float label_smoothing,
                                      float scale) = 0;
+
+  // ---- channels-last typed activations (--gpu-layout nhwc): kernels/format.cu ---------------
+  // x = value, n elements of type t (rounded to nearest even).
+  virtual void fill_typed(Elem t, void* x, float value, int64_t n) = 0;
+  // dst (N, C, H, W) in format df '=' src in format sf, element by element, converted through
+  // float (16-bit types rounded to nearest even); with accumulate (df F32 only), dst '+='.
+  // Weights (O, I, KH, KW) convert as (N, C, H, W) (NHWC: cuDNN's KRSC filters), a bias (C)
+  // as (1, C, 1, 1). Formats of fewer than 4 dimensions: call with H = W = 1.
+  virtual void convert(void* dst, Format df, const void* src, Format sf, int64_t N, int64_t C,
+                       int64_t H, int64_t W, bool accumulate) = 0;
+  // Add, accumulate and ReLU on n elements of type t (layout-blind), as add, accumulate,
+  // relu_forward and relu_backward; sums and the mask computed in float.
+  virtual void add_typed(Elem t, void* out, const void* a, const void* b, int64_t n) = 0;
+  virtual void accumulate_typed(Elem t, void* dst, const void* src, int64_t n) = 0;
+  virtual void relu_forward_typed(Elem t, void* y, const void* x, int64_t n) = 0;
+  virtual void relu_backward_typed(Elem t, void* dx, const void* dy, const void* y,
+                                   int64_t n) = 0;
+  // normalize_u8 into out (N, C, H, W) NHWC of type t (the pixels are NHWC already).
+  virtual void normalize_u8_nhwc(Elem t, void* out, const uint8_t* in, const uint8_t* flip,
+                                 int64_t N, int C, int H, int W, const real* mean,
+                                 const real* std) = 0;
+  // The pools of maxpool_* and adaptive_avgpool_* on NHWC tensors of type t: the same windows,
+  // ties, NaN rule and argmax numbering (h * W + w within the plane; -1: empty window), sums
+  // in float.
+  virtual void maxpool_forward_nhwc(Elem t, void* y, int32_t* argmax, const void* x,
+                                    int64_t N, const PoolDesc& d) = 0;
+  virtual void maxpool_backward_nhwc(Elem t, void* dx, const void* dy, const int32_t* argmax,
+                                     int64_t N, const PoolDesc& d) = 0;
+  virtual void adaptive_avgpool_forward_nhwc(Elem t, void* y, const void* x, int64_t N,
+                                             const PoolDesc& d) = 0;
+  virtual void adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* dy, int64_t N,
+                                              const PoolDesc& d) = 0;
+  // batchnorm_forward / batchnorm_backward on NHWC tensors of type t (x, y, residual, dx, dy;
+  // statistics and parameters float): the same contract, rounding each output once to t.
+  // (kernels/batchnorm_nhwc.cu)
+  virtual void batchnorm_forward_nhwc(Elem t, void* y, real* save_mean, real* save_invstd,
+                                      real* running_mean, real* running_var, const void* x,
+                                      const real* weight, const real* bias,
+                                      const void* residual, bool relu, int64_t N, int64_t C,
+                                      int64_t HW, float eps, float momentum,
+                                      bool training) = 0;
+  virtual void batchnorm_backward_nhwc(Elem t, void* dx, real* dweight, real* dbias,
+                                       const void* dy, const void* y, const void* x,
+                                       const real* weight, const real* save_mean,
+                                       const real* save_invstd, int64_t N, int64_t C,
+                                       int64_t HW, bool training) = 0;
 
   // ---- optimizers (kernels/optim.cu): one launch over the whole slab -----------------------
   // chunks: device array of nchunks runs (made once by the optimizer). buf is the momentum

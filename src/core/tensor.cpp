@@ -20,6 +20,13 @@ Device default_device() { return g_default_device; }
 DeviceScope::DeviceScope(Device d) : saved_(g_default_device) { g_default_device = d; }
 DeviceScope::~DeviceScope() { g_default_device = saved_; }
 
+static thread_local Format g_activation_format;
+Format activation_format() { return g_activation_format; }
+ActivationScope::ActivationScope(Format f) : saved_(g_activation_format) {
+  g_activation_format = f;
+}
+ActivationScope::~ActivationScope() { g_activation_format = saved_; }
+
 Shape::Shape(std::initializer_list<int64_t> dims) {
   CHECK(dims.size() <= size_t(kMaxDims), "shape has ", dims.size(), " dims, at most ", kMaxDims);
   for (int64_t v : dims) {
@@ -54,14 +61,17 @@ std::string Shape::str() const {
 
 Tensor to_host(const Tensor& t) {
   if (t.device() == Device::CPU) return t;
-  Tensor h = Tensor::empty(t.shape(), Device::CPU);
+  Tensor h = Tensor::empty(t.shape(), Device::CPU, t.format());
   h.copy_from(t);
   return h;
 }
 
+Tensor to_plain_host(const Tensor& t) { return convert_host(to_host(t), Format{}); }
+
 bool overlaps(const Tensor& a, const Tensor& b) {
-  return a.numel() > 0 && b.numel() > 0 && a.data() < b.data() + b.numel() &&
-         b.data() < a.data() + a.numel();
+  const auto* pa = static_cast<const std::byte*>(a.raw());
+  const auto* pb = static_cast<const std::byte*>(b.raw());
+  return a.numel() > 0 && b.numel() > 0 && pa < pb + b.bytes() && pb < pa + a.bytes();
 }
 
 static std::atomic<int64_t> g_host_allocations{0};
@@ -94,14 +104,29 @@ std::shared_ptr<void> alloc_host_zeroed(size_t bytes) {
   return std::shared_ptr<void>(p, [bytes](void* q) { munmap(q, bytes); });
 }
 
-Tensor Tensor::empty(const Shape& shape, Device device) {
+Tensor Tensor::empty(const Shape& shape, Device device, Format format) {
   Tensor t;
-  const size_t bytes = size_t(shape.numel()) * sizeof(real);
+  const size_t bytes = size_t(shape.numel()) * elem_bytes(format.elem);
   t.storage_ = device == Device::CPU ? alloc_host(bytes) : gpu::backend().alloc(bytes);
-  t.data_ = static_cast<real*>(t.storage_.get());
+  t.data_ = static_cast<std::byte*>(t.storage_.get());
   t.shape_ = shape;
   t.device_ = device;
+  t.format_ = format;
   return t;
+}
+
+Format Tensor::activation_format_for(const Shape& shape) {
+  return shape.ndim == 4 ? activation_format() : Format{};
+}
+
+Tensor Tensor::activation(const Shape& shape) {
+  return empty(shape, default_device(), activation_format_for(shape));
+}
+
+void Tensor::fail_not_real() const {
+  FAIL("a ", format_name(format_), " tensor ", shape_.str(),
+       " read as ", sizeof(real) == 4 ? "float32" : "float64",
+       " (a layer without a path for this format; see --gpu-layout)");
 }
 
 Tensor Tensor::zeros(const Shape& shape, Device device) {
@@ -112,7 +137,7 @@ Tensor Tensor::zeros(const Shape& shape, Device device) {
   }
   Tensor t;
   t.storage_ = alloc_host_zeroed(size_t(shape.numel()) * sizeof(real));
-  t.data_ = static_cast<real*>(t.storage_.get());
+  t.data_ = static_cast<std::byte*>(t.storage_.get());
   t.shape_ = shape;
   t.device_ = device;
   return t;
@@ -121,7 +146,7 @@ Tensor Tensor::zeros(const Shape& shape, Device device) {
 Tensor Tensor::view(real* data, const Shape& shape, Device device) {
   CHECK(data != nullptr || shape.numel() == 0, "view of null memory with shape ", shape.str());
   Tensor t;
-  t.data_ = data;
+  t.data_ = reinterpret_cast<std::byte*>(data);
   t.shape_ = shape;
   t.device_ = device;
   return t;
@@ -131,6 +156,30 @@ Tensor Tensor::reshape(const Shape& shape) const {
   CHECK(shape.numel() == numel(), "cannot reshape ", shape_.str(), " to ", shape.str());
   Tensor t = *this;
   t.shape_ = shape;
+  if (format_.order == Order::NHWC && shape != shape_) {
+    CHECK(dim() == 4 && (size(2) * size(3) == 1 || size(1) == 1), "cannot reshape the ",
+          format_name(format_), " tensor ", shape_.str(), " to ", shape.str(),
+          ": its element order is not NCHW's");
+    t.format_.order = Order::NCHW;  // the same order: 1x1 planes or one channel
+  }
+  return t;
+}
+
+Tensor Tensor::reinterpret(const Shape& shape, Format format) const {
+  const size_t need = size_t(shape.numel()) * elem_bytes(format.elem);
+  CHECK(need <= bytes(), "a ", format_name(format), " view of ", shape.str(), " (", need,
+        " bytes) does not fit in ", bytes(), " bytes");
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.format_ = format;
+  return t;
+}
+
+Tensor Tensor::as_format(Format format) const {
+  CHECK(elem_bytes(format.elem) == elem_bytes(format_.elem), "as_format: ",
+        format_name(format_), " to ", format_name(format), " changes the element size");
+  Tensor t = *this;
+  t.format_ = format;
   return t;
 }
 
@@ -141,7 +190,7 @@ Tensor Tensor::view_at(int64_t offset, const Shape& shape) const {
         " does not fit in ", shape_.str());
   Tensor t = *this;
   t.shape_ = shape;
-  t.data_ = data_ + offset;
+  t.data_ = data_ + offset * int64_t(elem_bytes(format_.elem));
   return t;
 }
 
@@ -150,36 +199,43 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
         end, ") out of range for shape ", shape_.str());
   Tensor t = *this;
   t.shape_.d[0] = end - begin;
-  t.data_ = data_ + begin * (numel() / (shape_[0] ? shape_[0] : 1));
+  t.data_ = data_ + begin * (numel() / (shape_[0] ? shape_[0] : 1)) *
+                        int64_t(elem_bytes(format_.elem));
   return t;
 }
 
 real& Tensor::operator[](int64_t i) {
   CHECK(device_ == Device::CPU && i >= 0 && i < numel(), "element ", i, " of ", shape_.str());
-  return data_[i];
+  return data()[i];
 }
 
 real Tensor::operator[](int64_t i) const {
   CHECK(device_ == Device::CPU && i >= 0 && i < numel(), "element ", i, " of ", shape_.str());
-  return data_[i];
+  return data()[i];
 }
 
 void Tensor::fill(real v) {
-  if (device_ == Device::CUDA) return gpu::backend().fill(data_, v, numel());
-  for (int64_t i = 0, n = numel(); i < n; ++i) data_[i] = v;
+  if (device_ == Device::CUDA && !format_.plain())
+    return gpu::backend().fill_typed(format_.elem, data_, float(v), numel());
+  if (device_ == Device::CUDA) return gpu::backend().fill(data(), v, numel());
+  real* p = data();
+  for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = v;
 }
 
 void Tensor::copy_from(const Tensor& src) {
   CHECK(src.numel() == numel(), "copy_from: ", src.shape_.str(), " into ", shape_.str());
+  CHECK(src.format_ == format_ || numel() == 0, "copy_from: ", format_name(src.format_),
+        " into ", format_name(format_), " (formats convert through convert_host or the GPU's "
+        "convert, not a copy)");
   if (numel() == 0 || data_ == src.data_) return;
   if (device_ == Device::CPU && src.device_ == Device::CPU) {
-    std::memmove(data_, src.data_, size_t(numel()) * sizeof(real));
+    std::memmove(data_, src.data_, bytes());
   } else if (device_ == Device::CUDA && src.device_ == Device::CUDA) {
     CHECK(!overlaps(*this, src), "copy_from: overlapping CUDA tensors");
-    gpu::backend().copy2d(data_, numel(), src.data_, numel(), numel(), 1);
+    gpu::backend().copy_bytes(data_, src.data_, bytes());
   } else {
     gpu::backend().copy(data_, device_ == Device::CUDA, src.data_, src.device_ == Device::CUDA,
-                        size_t(numel()) * sizeof(real));
+                        bytes());
   }
 }
 

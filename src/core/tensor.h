@@ -1,5 +1,6 @@
-// Shape and Tensor: float32 arrays with a logical NCHW layout, owned by (or viewing memory of)
-// one device. Not an autograd tensor and not a lazy expression: layers compute into tensors
+// Shape and Tensor: arrays with a logical NCHW shape, owned by (or viewing memory of) one
+// device, stored as `real` in that order (plain) unless a Format says otherwise (core/format.h:
+// the GPU's channels-last 16-bit activations). Not an autograd tensor and not a lazy expression: layers compute into tensors
 // that were planned and allocated before the training step. Copies between devices are
 // explicit calls; nothing here moves data behind the caller's back.
 #pragma once
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "core/real.h"
 
 namespace mpicnn {
@@ -46,28 +48,67 @@ struct Shape {
   std::string str() const;  // "(2, 3, 4)"
 };
 
+// The format Tensor::activation gives 4-D activations: plain, except inside an
+// ActivationScope (Model::plan on the GPU with --gpu-layout nhwc). Per thread.
+Format activation_format();
+class ActivationScope {
+ public:
+  explicit ActivationScope(Format f);
+  ~ActivationScope();
+  ActivationScope(const ActivationScope&) = delete;
+  ActivationScope& operator=(const ActivationScope&) = delete;
+
+ private:
+  Format saved_;
+};
+
 class Tensor {
  public:
   Tensor() = default;  // empty: no data, ndim 0, numel 0
 
   // Owning. CUDA memory comes from the GPU backend (gpu::backend(): an error without one).
-  static Tensor empty(const Shape& shape, Device device = default_device());  // uninitialised
+  static Tensor empty(const Shape& shape, Device device = default_device(),
+                      Format format = {});  // uninitialised
   // zeros: on the CPU, large ones commit no memory until written (alloc_host_zeroed).
   static Tensor zeros(const Shape& shape, Device device = default_device());
   // Non-owning view of memory someone else keeps alive (a slab, a workspace).
   static Tensor view(real* data, const Shape& shape, Device device = Device::CPU);
+  // A module's activation (or activation gradient) buffer: empty() on the default device, in
+  // activation_format() when the shape is 4-D, else plain.
+  static Tensor activation(const Shape& shape);
+  static Format activation_format_for(const Shape& shape);
 
   bool defined() const { return shape_.ndim > 0; }
-  real* data() { return data_; }
-  const real* data() const { return data_; }
+  // The elements as `real`: an error for a 16-bit tensor. A plain tensor's are in NCHW order;
+  // code that also takes other formats reads format() and uses raw().
+  real* data() {
+    if (format_.elem != Elem::F32) [[unlikely]] fail_not_real();
+    return reinterpret_cast<real*>(data_);
+  }
+  const real* data() const {
+    if (format_.elem != Elem::F32) [[unlikely]] fail_not_real();
+    return reinterpret_cast<const real*>(data_);
+  }
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+  Format format() const { return format_; }
+  size_t bytes() const { return size_t(numel()) * elem_bytes(format_.elem); }
   const Shape& shape() const { return shape_; }
   int dim() const { return shape_.ndim; }
   int64_t size(int i) const { return shape_[i]; }
   int64_t numel() const { return shape_.numel(); }
   Device device() const { return device_; }
 
-  // Same memory, different shape of equal numel.
+  // Same memory, different shape of equal numel. An NHWC tensor reshapes only to shapes whose
+  // element order is the same in both layouts (its planes 1x1, or its channels 1), and is then
+  // NCHW.
   Tensor reshape(const Shape& shape) const;
+  // The same bytes read in another format of the same element size (a buffer shared by
+  // activations of several formats).
+  Tensor as_format(Format format) const;
+  // The first bytes of this tensor's memory as a tensor of `shape` in `format` (an untyped
+  // buffer shared by tensors of several formats); they must fit.
+  Tensor reinterpret(const Shape& shape, Format format) const;
   // The first shape.numel() elements as a view of that shape, on this tensor's device (a
   // planned buffer holding a smaller batch's activation).
   Tensor head(const Shape& shape) const;
@@ -80,19 +121,30 @@ class Tensor {
   real& operator[](int64_t i);
   real operator[](int64_t i) const;
   void fill(real v);  // either device (on the GPU: queued on the backend's stream)
-  // Same numel, any two devices. CPU<->CUDA is the one explicit transfer (it waits for the
-  // copy); CUDA->CUDA is queued on the backend's stream.
+  // Same numel and format, any two devices. CPU<->CUDA is the one explicit transfer (it waits
+  // for the copy); CUDA->CUDA is queued on the backend's stream.
   void copy_from(const Tensor& src);
 
  private:
+  [[noreturn]] void fail_not_real() const;
+
   std::shared_ptr<void> storage_;  // null for views
-  real* data_ = nullptr;
+  std::byte* data_ = nullptr;
+  Format format_;
   Shape shape_;
   Device device_ = Device::CPU;
 };
 
-// `t` itself when it is on the CPU, else a CPU copy of it (for writing files, MPI, checks).
+// `t` itself when it is on the CPU, else a CPU copy of it (for writing files, MPI, checks), in
+// t's format.
 Tensor to_host(const Tensor& t);
+// A plain CPU copy of t, whatever its format and device (tests, checks): 16-bit elements
+// widened exactly, NHWC reordered.
+Tensor to_plain_host(const Tensor& t);
+
+// A CPU tensor's elements in another format (a new CPU tensor): 16-bit types rounded to
+// nearest even from real and widened exactly back; NHWC <-> NCHW reordered (4-D only).
+Tensor convert_host(const Tensor& src, Format format);
 
 // Whether two tensors share any memory (for layers that must not work in place).
 bool overlaps(const Tensor& a, const Tensor& b);

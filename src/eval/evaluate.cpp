@@ -119,7 +119,8 @@ void on_root_napping(const dist::Comm& comm, const std::function<void()>& fn) {
 // Where a predicting rank computes, in what math (--device, --precision). The CPU's GEMM
 // precision is process-wide and taken when the model is planned: set here, before.
 DeviceChoice predict_device(const EvalOptions& o, const dist::Comm& comm) {
-  const DeviceChoice d = choose_device(o.device, o.precision, false, comm.local_rank());
+  const DeviceChoice d =
+      choose_device(o.device, o.precision, false, comm.local_rank(), o.gpu_layout);
   set_cpu_precision(d.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);
   return d;
 }

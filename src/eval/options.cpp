@@ -150,6 +150,7 @@ const std::vector<Flag>& eval_flags() {
        bind_to(&O::json, to_bool)},
       {common::device("; the predict stage runs there"), &O::device},
       {common::precision("; detection evaluates in fp32 on the CPU"), &O::precision},
+      {common::gpu_layout(), &O::gpu_layout},
       {common::timeout(), &O::timeout},
       {{"help", "h", "", Help, "print this help and exit"}},
   };

@@ -48,6 +48,24 @@ MPICNN_HD inline float grad(float dy, float y) {
   return dy;
 }
 
+// Statistics of one channel from its sums over M values (double): save_mean and save_invstd
+// (the batch's mean and 1/sqrt(biased variance + eps)), and the running statistics moved
+// towards the mean and the unbiased variance by momentum (a*b + c*d as GCC contracts it on the
+// CPU: fma(a, b, c*d)). Eval: the running statistics' invstd.
+MPICNN_HD inline void finish_stats(float& save_mean, float& save_invstd, float& running_mean,
+                                   float& running_var, double sum, double sum_sq_dev, double M,
+                                   float eps, float momentum) {
+  const double mu = sum / M, var = sum_sq_dev / M;
+  save_mean = float(mu);
+  save_invstd = float(1.0 / sqrt(var + double(eps)));
+  const double m = double(momentum), keep = 1.0 - m;
+  running_mean = float(fma(keep, double(running_mean), m * mu));
+  running_var = float(fma(keep, double(running_var), m * var * M / (M - 1)));
+}
+MPICNN_HD inline float eval_invstd(float running_var, float eps) {
+  return float(1.0 / sqrt(double(running_var) + double(eps)));
+}
+
 // The normalised input (x - mean) * invstd.
 MPICNN_HD inline float xhat(float x, float mean, float invstd) { return mul(x - mean, invstd); }
 

@@ -60,6 +60,12 @@ class UnaryLayer : public Layer {
 // Whether a layer call runs on the GPU: true when the tensors (undefined ones skipped) are all
 // on CUDA, false when all on the CPU, an error naming `who` when they are mixed. Layers take
 // their GPU path (kernels/, through core/gpu.h) on true; there is no fallback between the two.
+// Every tensor must be plain (core/format.h): a layer without a channels-last path refuses
+// the GPU's typed activations here, by name.
 bool on_gpu(const char* who, std::initializer_list<const Tensor*> tensors);
+// on_gpu for a layer that also runs the channels-last typed path: the activations (undefined
+// ones skipped) must all be in `format` (the one the layer planned for), the parameters plain.
+bool on_gpu_as(const char* who, Format format, std::initializer_list<const Tensor*> activations,
+               std::initializer_list<const Tensor*> params = {});
 
 }  // namespace mpicnn

@@ -216,10 +216,14 @@ void MaxPool2d::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == os, "MaxPool2d: out has shape ", out.shape().str(), ", expected ",
         os.str());
   CHECK(!overlaps(out, in), "MaxPool2d: out must not alias in");
-  if (on_gpu("MaxPool2d", {&out, &in})) {
+  if (on_gpu_as("MaxPool2d", in.format(), {&out, &in})) {
     CHECK(argmax_dev_, "MaxPool2d: planned on the CPU, called with GPU tensors");
-    gpu::backend().maxpool_forward(out.data(), static_cast<int32_t*>(argmax_dev_.get()),
-                                   in.data(), in.size(0), desc(in.shape()));
+    auto* arg = static_cast<int32_t*>(argmax_dev_.get());
+    if (in.format().order == Order::NHWC)
+      gpu::backend().maxpool_forward_nhwc(in.format().elem, out.raw(), arg, in.raw(),
+                                          in.size(0), desc(in.shape()));
+    else
+      gpu::backend().maxpool_forward(out.data(), arg, in.data(), in.size(0), desc(in.shape()));
     forward_batch_ = in.size(0);
     return;
   }
@@ -249,11 +253,15 @@ void MaxPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
         "MaxPool2d backward: din ", din.shape().str(), ", dout ", dout.shape().str(), ", out ",
         out.shape().str(), " for input ", in.shape().str(), " (expected output ", os.str(), ")");
   CHECK(!overlaps(din, dout), "MaxPool2d backward: din must not alias dout");
-  if (on_gpu("MaxPool2d backward", {&din, &dout})) {
+  if (on_gpu_as("MaxPool2d backward", din.format(), {&din, &dout})) {
     CHECK(argmax_dev_, "MaxPool2d backward: CUDA tensors, but the layer was planned on the CPU");
-    gpu::backend().maxpool_backward(din.data(), dout.data(),
-                                    static_cast<const int32_t*>(argmax_dev_.get()), in.size(0),
-                                    desc(in.shape()));
+    const auto* arg = static_cast<const int32_t*>(argmax_dev_.get());
+    if (din.format().order == Order::NHWC)
+      gpu::backend().maxpool_backward_nhwc(din.format().elem, din.raw(), dout.raw(), arg,
+                                           in.size(0), desc(in.shape()));
+    else
+      gpu::backend().maxpool_backward(din.data(), dout.data(), arg, in.size(0),
+                                      desc(in.shape()));
     return;
   }
   const int64_t HW = in.size(2) * in.size(3), OHW = os.d[2] * os.d[3];

@@ -98,12 +98,15 @@ Shape Model::plan(const Shape& input, PlanFor purpose) {
   CHECK(input.ndim == 4 && input[1] == options_.in_channels, "model ", name_,
         ": input must be (N, ", options_.in_channels, ", H, W), got ", input.str());
   const DeviceScope scope(device());
+  // The GPU's channels-last path: every module's 4-D activations in that format.
+  const ActivationScope activations(device() == Device::CUDA ? gpu_activations() : Format{});
   inference_only_ = purpose == PlanFor::kInference && device() == Device::CPU;
   const plan_mode::Scope mode(inference_only_);
   const Shape out = root_->plan(input);
   CHECK(!root_->outputs_logits() || (out.ndim == 2 && out[1] == options_.num_classes), "model ",
         name_, ": produces ", out.str(), ", expected (N, ", options_.num_classes, ")");
   planned_ = input;
+  activations_ = activation_format();
   return out;
 }
 
@@ -119,6 +122,8 @@ const Tensor& Model::forward(const Tensor& x) {
         "model ", name_, ": input ", x.shape().str(), " does not fit the plan ", planned_.str());
   CHECK(x.device() == device(), "model ", name_, " is on ", device_name(device()), ", its input on ",
         device_name(x.device()), " (copy it with Tensor::copy_from)");
+  CHECK(x.format() == activations_, "model ", name_, ": a ", format_name(x.format()),
+        " input, planned for ", format_name(activations_), " (InputStage puts inputs so)");
   aux_ran_ = false;
   const Tensor& logits = root_->forward(x);
   if (aux_net_ && aux_net_->heads_ran()) {

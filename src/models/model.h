@@ -148,6 +148,7 @@ class Model : public Stateful {
 
   std::vector<std::string> head_;
   Shape planned_;
+  Format activations_;  // of 4-D activations, the input's included (core/device.h)
   bool inference_only_ = false;  // planned with PlanFor::kInference (on the CPU)
   bool training_ = true;
   GradReadyFn grad_ready_;

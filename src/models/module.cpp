@@ -35,6 +35,7 @@ Tensor view(int slot, const Shape& shape) {
 void Buffer::plan(int slot, int64_t floats) {
   slot_ = -1;
   own_ = Tensor();
+  format_ = activation_format();
   if (floats == 0 || plan_mode::inference()) return;  // no backward through it
   if (default_device() == Device::CPU) {
     slot_ = slot;
@@ -44,7 +45,9 @@ void Buffer::plan(int slot, int64_t floats) {
   }
 }
 Tensor Buffer::view(const Shape& shape) const {
-  return slot_ >= 0 ? block_scratch::view(slot_, shape) : own_.head(shape);
+  if (slot_ >= 0) return block_scratch::view(slot_, shape);
+  const Format f = shape.ndim == 4 ? format_ : Format{};
+  return f.plain() ? own_.head(shape) : own_.reinterpret(shape, f);
 }
 }  // namespace block_scratch
 

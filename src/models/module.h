@@ -84,10 +84,13 @@ class Buffer {
  public:
   // Sized for `floats` floats; none when floats is 0 or the plan is inference-only.
   void plan(int slot, int64_t floats);
-  Tensor view(const Shape& shape) const;  // its first shape.numel() floats
+  // Its first shape.numel() elements, in Tensor::activation's format for that shape as the
+  // plan had it (the GPU's typed activations: several formats share the buffer's bytes).
+  Tensor view(const Shape& shape) const;
  private:
   int slot_ = -1;  // -1: own_
   Tensor own_;
+  Format format_;  // activation_format() when planned
 };
 }  // namespace block_scratch
 
@@ -130,7 +133,7 @@ class Leaf : public Module {
     buffer_ = Tensor();
     planned_batch_ = out[0];
     if (slot_ >= 0) block_scratch::reserve(slot_, out.numel());
-    else if (!aliased_) buffer_ = Tensor::empty(out);
+    else if (!aliased_) buffer_ = Tensor::activation(out);
     return out;
   }
   const Tensor& forward(const Tensor& in) override { return forward_with(in); }

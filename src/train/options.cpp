@@ -279,6 +279,7 @@ const std::vector<Flag>& train_flags() {
       {common::device(), &O::device, both, {"cpu"}, {Task::Detection, {"cuda"}}},
       {common::precision("; fp16 trains with dynamic loss scaling; weights and activations stay fp32"),
        &O::precision, both, {"bf16"}, {Task::Detection, {"tf32", "bf16", "fp16"}}},
+      {common::gpu_layout(), &O::gpu_layout, both, {"nhwc"}, {Task::Detection, {"nhwc"}}},
       {{"deterministic", "", "[=BOOL]", Switch,
         "GPU: deterministic cuDNN algorithms only (bit-identical reruns, maybe slower)"},
        bind_to(&O::deterministic, to_bool), both, {"true"}},

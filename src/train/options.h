@@ -96,6 +96,7 @@ struct TrainOptions {
   double timeout = 1800;
   std::string device = "auto";     // auto | cpu | cuda (core/device.h)
   std::string precision = "auto";  // auto | fp32 | tf32 | bf16 | fp16
+  std::string gpu_layout = "nchw";  // nchw | nhwc (core/device.h)
   bool deterministic = false;      // GPU: deterministic cuDNN algorithms
 
   std::string config;  // the --config file read, if any (not part of to_config)

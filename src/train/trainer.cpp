@@ -146,7 +146,8 @@ Trainer::Trainer(const TrainOptions& o, const dist::Comm& comm, std::ostream& ou
 void Trainer::choose_same_device() {
   comm_.on_all([&] {
     const std::string device = task_->cpu_only() && o_.device == "auto" ? "cpu" : o_.device;
-    dev_ = choose_device(device, o_.precision, o_.deterministic, comm_.local_rank());
+    dev_ = choose_device(device, o_.precision, o_.deterministic, comm_.local_rank(),
+                         o_.gpu_layout);
   });
   // --device auto decides per rank: a rank without a visible GPU would train on the CPU in
   // fp32 while the others use the GPU, and the replicas would drift apart unnoticed.
