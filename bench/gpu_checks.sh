@@ -13,6 +13,11 @@
 #            tf32/bf16/fp16, forward, data and weight gradient;
 #   unit     unit_tests -ts=cuda (every layer against the CPU; the model test last, the longest)
 #            and the 2-rank GPU gradient sync (both ranks on the one GPU);
+#   nhwc     issue 41's channels-last typed path (--gpu-layout nhwc, opt-in until this passes):
+#            its unit tests (conversions, input stage, every layer, ResNets and VGG training),
+#            then resnet50 training at batch 256 in tf32, bf16 and fp16, NCHW against NHWC,
+#            bf16 inference, the per-layer profile of bf16 training, ./train resnet18 on
+#            synthetic data in bf16 (falling loss) and LeNet on Fashion-MNIST in each precision;
 #   fold     issue 41's folded inference (MPICNN_GPU_FOLD=1, opt-in): its unit test (also in unit),
 #            then resnet50 and resnet18 inference in tf32 at batch 256, unfolded and folded;
 #   nccl     issue 43's --gpu-allreduce nccl on the one GPU: the device-sync unit tests, GradSync
@@ -41,7 +46,7 @@ T=build/release/cuda/tests
 BENCH=build/release/cuda/bench
 work=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
-checks=${CHECKS:-info profile conv unit fold nccl train pipeline bench}
+checks=${CHECKS:-info nhwc profile conv unit fold nccl train pipeline bench}
 want() { [[ " $checks " == *" $1 "* ]]; }
 # PyTorch with its own cuDNN: the libraries put on LD_LIBRARY_PATH for our binaries are not its.
 torch_python=(env -u LD_LIBRARY_PATH python3)
@@ -105,6 +110,35 @@ if want unit; then
   tail -n 8 "$out/unit.log"
   step unit 120 "$T/unit_tests" -tc='cuda: every model matches*'
   tail -n 25 "$out/unit.log"
+fi
+
+# ---- the channels-last typed path (issue 41, items 2-4): correct first, then its speed --------
+if want nhwc; then
+  step nhwc 60 "$T/unit_tests" -tc='cuda: channels-last*,cuda: the 8-bit input stage writes NHWC*'
+  step nhwc 60 "$T/unit_tests" -tc='cuda: every layer of the channels-last*'
+  step nhwc 90 "$T/unit_tests" -tc='cuda: ResNets and VGG train on the channels-last*'
+  grep -E 'ERROR|relative error|cosine|loss|test cases' "$out/nhwc.log" | tail -n 30
+  for p in tf32 bf16 fp16; do
+    for l in nchw nhwc; do
+      step nhwc 40 "$BENCH/train_bench" --model resnet50 --mode train --size 224 --batch 256 \
+        --steps 10 --warmup 3 --device cuda --precision "$p" --gpu-layout "$l"
+    done
+  done
+  step nhwc 30 "$BENCH/train_bench" --model resnet50 --mode infer --size 224 --batch 256 \
+    --steps 10 --warmup 3 --device cuda --precision bf16 --gpu-layout nhwc
+  step nhwc 60 "$BENCH/train_bench" --model resnet50 --mode train --size 224 --batch 256 \
+    --steps 5 --warmup 3 --device cuda --precision bf16 --gpu-layout nhwc --profile 1
+  step nhwc 60 "$B/train" -m resnet18 --dataset synthetic --image-size 224 -b 128 -e 2 \
+    --device cuda --precision bf16 --gpu-layout nhwc --progress plain -s "$work/nhwc-bf16"
+  # LeNet on Fashion-MNIST, 2 epochs, each precision on the typed path (the train group has the
+  # CPU's accuracy for the same seed: within 0.3 points is the goal).
+  for p in tf32 bf16 fp16; do
+    step nhwc 40 "$B/train" -d "$fmnist" --dataset fashion-mnist -e 2 --progress plain --seed 3 \
+      --workers 2 --device cuda --precision "$p" --gpu-layout nhwc -s "$work/nhwc-lenet-$p"
+    echo "lenet fmnist nhwc $p: test top-1 $(final_accuracy "$work/nhwc-lenet-$p")" | tee -a "$out/nhwc.log"
+  done
+  grep -E '^=== nhwc|images_per_s|loss' "$out/nhwc.log" | tail -n 50
+  grep -A 12 '^per kind' "$out/nhwc.log" | tail -n 14
 fi
 
 # ---- folded inference (issue 41, item 5): correct first, then the speed it buys ---------------
