@@ -14,7 +14,7 @@
 #   unit     unit_tests -ts=cuda (every layer against the CPU; the model test last, the longest)
 #            and the 2-rank GPU gradient sync (both ranks on the one GPU);
 #   nhwc     issue 41's channels-last typed path (--gpu-layout nhwc, opt-in until this passes):
-#            its unit tests (conversions, input stage, every layer, ResNets and VGG training),
+#            its unit tests (conversions, input stage, every layer, every covered model training),
 #            then resnet50 training at batch 256 in tf32, bf16 and fp16, NCHW against NHWC,
 #            bf16 inference, the per-layer profile of bf16 training, ./train resnet18 on
 #            synthetic data in bf16 (falling loss) and LeNet on Fashion-MNIST in each precision;
@@ -116,7 +116,7 @@ fi
 if want nhwc; then
   step nhwc 60 "$T/unit_tests" -tc='cuda: channels-last*,cuda: the 8-bit input stage writes NHWC*'
   step nhwc 60 "$T/unit_tests" -tc='cuda: every layer of the channels-last*'
-  step nhwc 90 "$T/unit_tests" -tc='cuda: ResNets and VGG train on the channels-last*'
+  step nhwc 90 "$T/unit_tests" -tc='cuda: every model the channels-last*'
   grep -E 'ERROR|relative error|cosine|loss|test cases' "$out/nhwc.log" | tail -n 30
   for p in tf32 bf16 fp16; do
     for l in nchw nhwc; do

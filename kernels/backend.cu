@@ -196,9 +196,15 @@ void CudaBackend::wait(Event& e) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-void CudaBackend::copy_bytes(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx().stream));
+void CudaBackend::copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                            size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  if (rows == 1 || (dst_pitch == width && src_pitch == width)) {  // contiguous: one copy
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDeviceToDevice, ctx().stream));
+    return;
+  }
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                               cudaMemcpyDeviceToDevice, ctx().stream));
 }
 
 void CudaBackend::copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,

@@ -120,7 +120,8 @@ class CudaBackend final : public Backend {
   float elapsed_ms(Event& start, Event& end) override;
   void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
               int64_t rows) override;
-  void copy_bytes(void* dst, const void* src, size_t bytes) override;
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                 size_t rows) override;
   void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) override;
   void mark_ready(int slot) override;
   bool slot_done(int slot, bool wait) override;
@@ -140,6 +141,9 @@ class CudaBackend final : public Backend {
   // kernels/dropout.cu
   void dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample, uint64_t seed,
                uint64_t stream, uint64_t first_sample, float p, float scale) override;
+  void dropout_nhwc(Elem t, void* y, const void* x, int64_t N, int64_t C, int64_t H, int64_t W,
+                    uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
+                    float scale) override;
   // kernels/transform.cu
   void normalize_u8(float* out, const uint8_t* in, const uint8_t* flip, int64_t N, int C, int H,
                     int W, const float* mean, const float* std) override;

@@ -1,7 +1,7 @@
 // Dropout of the CUDA backend (src/layers/dropout.cpp): the mask is Philox on (seed, stream,
 // element index), the CPU's draw bit for bit, recomputed in backward rather than stored. Not
 // cuDNN's dropout, whose masks could not match the CPU's.
-#include "common.cuh"
+#include "typed.cuh"
 
 namespace mpicnn::gpu {
 
@@ -41,7 +41,36 @@ __global__ void dropout_kernel(float* y, const float* x, int64_t n, uint64_t see
   }
 }
 
+// dropout_kernel on an NHWC tensor of type T: element e = ((n * H + h) * W + w) * C + c draws
+// with its NCHW index n * per + (c * H + h) * W + w (per = C * H * W), as the CPU's mask.
+template <Elem T>
+__global__ void dropout_nhwc_kernel(storage_t<T>* y, const storage_t<T>* x, int64_t n,
+                                    int64_t C, int64_t H, int64_t W, uint64_t seed,
+                                    uint64_t stream, uint64_t base, float p, float scale) {
+  const int64_t HW = H * W, per = C * HW;
+  for (int64_t e = global_index(); e < n; e += grid_stride()) {
+    const int64_t c = e % C, pix = e / C, s = pix / HW, hw = pix % HW;
+    const uint32_t bits = philox_word0(seed, stream, base + uint64_t(s * per + c * HW + hw));
+    const float u = __fmul_rn(float(bits >> 8), 1.0f / 16777216.0f);
+    y[e] = from_float<storage_t<T>>(u >= p ? __fmul_rn(to_float(x[e]), scale) : 0.f);
+  }
+}
+
 }  // namespace
+
+void CudaBackend::dropout_nhwc(Elem t, void* y, const void* x, int64_t N, int64_t C, int64_t H,
+                               int64_t W, uint64_t seed, uint64_t stream, uint64_t first_sample,
+                               float p, float scale) {
+  const int64_t n = N * C * H * W;
+  if (n <= 0) return;
+  const uint64_t base = first_sample * uint64_t(C * H * W);
+  with_elem(t, [&](auto T) {
+    using S = storage_t<decltype(T)::value>;
+    dropout_nhwc_kernel<decltype(T)::value><<<blocks_for(n), kThreads, 0, ctx().stream>>>(
+        static_cast<S*>(y), static_cast<const S*>(x), n, C, H, W, seed, stream, base, p, scale);
+    KERNEL_CHECK();
+  });
+}
 
 void CudaBackend::dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample,
                           uint64_t seed, uint64_t stream, uint64_t first_sample, float p,

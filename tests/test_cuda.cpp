@@ -922,6 +922,30 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
     check_unary_typed<AdaptiveAvgPool2d>("adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7}, f, tol);
     check_unary_typed<Flatten>("flatten 1x1", [] { return std::make_unique<Flatten>(); }, Shape{3, 40, 1, 1}, f, tol);
     check_unary_typed<Flatten>("flatten 3x2 (NCHW order out)", [] { return std::make_unique<Flatten>(); }, Shape{3, 4, 3, 2}, f, tol);
+    check_unary_typed<Dropout>("dropout (the CPU's mask by NCHW index)", [] {
+      auto d = std::make_unique<Dropout>(0.3f);
+      d->set_draw(7, 3, 100);
+      return d;
+    }, Shape{4, 3, 5, 5}, f, tol);
+    {  // Concat of three parts along the channels, and its backward
+      const Shape sa{3, 4, 5, 5}, sb{3, 2, 5, 5}, sc{3, 6, 5, 5}, so{3, 12, 5, 5};
+      const Tensor a = rounded_to(testing::random_tensor(sa, 51), f), b = rounded_to(testing::random_tensor(sb, 52), f),
+                   c = rounded_to(testing::random_tensor(sc, 53), f);
+      Tensor out = Tensor::empty(so), outg = Tensor::empty(so, Device::CUDA, f);
+      Concat concat;
+      concat.forward(out, {&a, &b, &c});
+      const Tensor ag = to_gpu_as(a, f), bg = to_gpu_as(b, f), cg = to_gpu_as(c, f);
+      concat.forward(outg, {&ag, &bg, &cg});
+      expect_near_typed("concat", outg, out, 0);
+      Tensor da = Tensor::empty(sa), db = Tensor::empty(sb), dc = Tensor::empty(sc);
+      Tensor dag = Tensor::empty(sa, Device::CUDA, f), dbg = Tensor::empty(sb, Device::CUDA, f),
+             dcg = Tensor::empty(sc, Device::CUDA, f);
+      concat.backward({&da, &db, &dc}, out);
+      concat.backward({&dag, &dbg, &dcg}, outg);
+      expect_near_typed("concat backward a", dag, da, 0);
+      expect_near_typed("concat backward b", dbg, db, 0);
+      expect_near_typed("concat backward c", dcg, dc, 0);
+    }
     // BatchNorm fused with the residual add and the ReLU (a residual block's last), both ways.
     const Shape s{4, 8, 6, 5};
     BatchNorm2d bc(8), bg(8);
@@ -960,16 +984,18 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
 // Whole models on the typed path: logits near the CPU's float32 ones (as the fp16/bf16 test
 // above), the gradient pointing the CPU's way, the loss falling over SGD steps on one batch,
 // and no allocation inside a step.
-TEST_CASE("cuda: ResNets and VGG train on the channels-last typed path") {
+TEST_CASE("cuda: every model the channels-last typed path covers trains on it") {
   REQUIRE_GPU("nhwc models");
-  for (const char* name : {"resnet18", "resnet50", "vgg11_bn"}) {
+  for (const char* name : {"resnet18", "resnet50", "vgg11_bn", "alexnet", "googlenet", "squeezenet1_1"}) {
     ModelOptions mo;
     mo.num_classes = 10;
     mo.dropout = 0.f;
-    const Shape in{4, 3, 32, 32};
-    auto cpu = build_model(name, mo, 5);
-    cpu->plan(in);
+    mo.aux_dropout = 0.f;
+    const int hw = std::max(32, model_spec(name).min_size);
+    const Shape in{4, 3, hw, hw};
     for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+      auto cpu = build_model(name, mo, 5);  // fresh running statistics, as dev's
+      cpu->plan(in);
       set_precision(p);
       const Format f = nhwc_format(p);
       set_gpu_activations(f);
@@ -979,25 +1005,36 @@ TEST_CASE("cuda: ResNets and VGG train on the channels-last typed path") {
       dev->plan(in);
       const Tensor x = rounded_to(testing::random_tensor(in, 9), f);
       const Tensor xg = to_gpu_as(x, f);
+      dev->set_training(false);  // eval logits first (no batch statistics, no auxiliary heads)
+      cpu->set_training(false);
+      expect_near(tag + " eval logits", dev->forward(xg), cpu->forward(x), 10 * tolerance(p));
+      dev->set_training(true);
+      cpu->set_training(true);
       const int32_t labels[4] = {1, 7, 3, 3};
       SoftmaxCrossEntropy xc, xg_loss;
       xc.plan(4, 10);
       xg_loss.plan(4, 10, Device::CUDA);
+      AuxLosses aux_c, aux_g;  // GoogLeNet's heads, as the trainer's step
+      aux_c.plan(*cpu, 4, 0.f, Device::CPU);
+      aux_g.plan(*dev, 4, 0.f, Device::CUDA);
       Tensor dl = Tensor::empty({4, 10}), dlg = Tensor::empty({4, 10}, Device::CUDA);
-      expect_near(tag + " logits", dev->forward(xg), cpu->forward(x), 10 * tolerance(p));
+      // One training step's gradient on both (the GPU's first step below): the same batch
+      // statistics on both.
       xc.forward(cpu->forward(x), labels);
+      aux_c.forward(*cpu, labels);
       xc.backward(dl, labels);
       cpu->params().zero_grad();
-      cpu->backward(dl);
+      cpu->backward(dl, aux_c.backward(labels, 1.f));
       SGD opt(dev->params(), {.lr = 0.05, .momentum = 0.9});
       std::vector<double> losses;
       int64_t allocations = 0;
       for (int step = 0; step < 6; ++step) {
         if (step == 2) gpu::backend().synchronize(), allocations = gpu::backend().allocation_count();
         xg_loss.forward(dev->forward(xg), labels);
+        aux_g.forward(*dev, labels);
         xg_loss.backward(dlg, labels);
         dev->params().zero_grad();
-        dev->backward(dlg);
+        dev->backward(dlg, aux_g.backward(labels, 1.f));
         if (step == 0) {
           const double c = cosine(dev->params().grads(), cpu->params().grads());
           INFO(tag, ": gradient cosine ", c);

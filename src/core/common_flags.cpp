@@ -72,7 +72,7 @@ Shared<std::string> gpu_layout(const std::string& help_suffix) {
   return {{"gpu-layout", "", "L", Kind::Value,
            "GPU activations: nchw (float32, the default) or nhwc (channels-last, stored in "
            "--precision's type: float32 for fp32/tf32, bfloat16, float16; experimental until "
-           "checked on a GPU; ResNets, VGG, AlexNet, LeNet)" + help_suffix},
+           "checked on a GPU; ResNets, VGG, AlexNet, LeNet, GoogLeNet, SqueezeNet)" + help_suffix},
           [](const Given& g) { return to_choice(g, {"nchw", "nhwc"}); }};
 }
 

@@ -144,8 +144,10 @@ class Backend {
   // Device to device on the compute stream: rows of `width` floats with pitches in floats.
   virtual void copy2d(real* dst, int64_t dst_pitch, const real* src, int64_t src_pitch,
                       int64_t width, int64_t rows) = 0;
-  // Device to device on the compute stream, `bytes` bytes (the regions must not overlap).
-  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
+  // Device to device on the compute stream: `rows` runs of `width` bytes, the pitches in bytes
+  // (the regions must not overlap). One row: a plain copy.
+  virtual void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                         size_t width, size_t rows) = 0;
 
   // Gradient sync, per bucket, with numbered slots (0..; a slot may be reused once done):
   // copy_to_host_async queues an asynchronous device -> pinned host copy of `bytes` on the
@@ -179,6 +181,12 @@ class Backend {
   virtual void dropout(real* y, const real* x, int64_t n_samples, int64_t per_sample,
                        uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
                        float scale) = 0;
+
+  // The same mask on an NHWC tensor (N, C, H, W) of type t: element (n, c, h, w) draws with
+  // the index its NCHW position gives, so the masks equal the CPU's.
+  virtual void dropout_nhwc(Elem t, void* y, const void* x, int64_t N, int64_t C, int64_t H,
+                            int64_t W, uint64_t seed, uint64_t stream, uint64_t first_sample,
+                            float p, float scale) = 0;
 
   // ---- DenseNet's layout swap (kernels/densenet.cu) -------------------------------------------
   // dst (B, A, inner) = src (A, B, inner) transposed in its first two dimensions.

@@ -232,7 +232,7 @@ void Tensor::copy_from(const Tensor& src) {
     std::memmove(data_, src.data_, bytes());
   } else if (device_ == Device::CUDA && src.device_ == Device::CUDA) {
     CHECK(!overlaps(*this, src), "copy_from: overlapping CUDA tensors");
-    gpu::backend().copy_bytes(data_, src.data_, bytes());
+    gpu::backend().copy_rows(data_, bytes(), src.data_, bytes(), bytes(), 1);
   } else {
     gpu::backend().copy(data_, device_ == Device::CUDA, src.data_, src.device_ == Device::CUDA,
                         bytes());

@@ -1,5 +1,6 @@
 // Channel concat: per sample, each input's channels are one contiguous block (memcpy on the
-// CPU, one strided device copy per input on the GPU).
+// CPU, one strided device copy per input on the GPU); on the GPU's channels-last path
+// (--gpu-layout nhwc) per pixel, each input's channels a contiguous run of the output's.
 #include "layers/concat.h"
 
 #include <cstring>
@@ -21,6 +22,17 @@ Shape Concat::output_shape(const std::vector<Shape>& ins) {
   return {s0[0], C, s0[2], s0[3]};
 }
 
+namespace {
+// NHWC (the GPU's typed path): rows are pixels, so each part is N*H*W rows of its channels'
+// bytes within rows of the whole's (pitch bytes).
+struct PixelRows {
+  size_t elem, rows, pitch;
+  explicit PixelRows(const Tensor& whole)
+      : elem(elem_bytes(whole.format().elem)), rows(size_t(whole.numel() / whole.size(1))),
+        pitch(size_t(whole.size(1)) * elem) {}
+};
+}  // namespace
+
 void Concat::forward(Tensor& out, std::span<const Tensor* const> ins) {
   // Checked without building a shape list: the training step must not allocate.
   CHECK(!ins.empty() && out.dim() == 4, "Concat: needs inputs and a 4-D output, got ",
@@ -35,6 +47,17 @@ void Concat::forward(Tensor& out, std::span<const Tensor* const> ins) {
     total += t->size(1);
   }
   CHECK(total == Cout, "Concat: inputs hold ", total, " channels, out ", Cout);
+  if (out.format().order == Order::NHWC) {
+    const PixelRows r(out);
+    auto* base = static_cast<std::byte*>(out.raw());
+    for (const Tensor* t : ins) {
+      CHECK(on_gpu_as("Concat", out.format(), {&out, t}), "Concat: NHWC tensors on the CPU");
+      const size_t width = size_t(t->size(1)) * r.elem;
+      gpu::backend().copy_rows(base, r.pitch, t->raw(), width, width, r.rows);
+      base += width;
+    }
+    return;
+  }
   if (on_gpu("Concat", {&out, ins[0]})) {
     int64_t c0 = 0;  // each input is N rows of c*HW floats into rows of Cout*HW
     for (const Tensor* t : ins) {
@@ -68,6 +91,18 @@ void Concat::backward(std::span<Tensor* const> dins, const Tensor& dout) {
     total += d->size(1);
   }
   CHECK(total == Cout, "Concat backward: gradients hold ", total, " channels, dout ", Cout);
+  if (dout.format().order == Order::NHWC) {
+    const PixelRows r(dout);
+    const auto* base = static_cast<const std::byte*>(dout.raw());
+    for (Tensor* d : dins) {
+      CHECK(on_gpu_as("Concat backward", dout.format(), {&dout, d}),
+            "Concat backward: NHWC tensors on the CPU");
+      const size_t width = size_t(d->size(1)) * r.elem;
+      gpu::backend().copy_rows(d->raw(), width, base, r.pitch, width, r.rows);
+      base += width;
+    }
+    return;
+  }
   if (on_gpu("Concat backward", {&dout, dins[0]})) {
     int64_t c0 = 0;
     for (Tensor* d : dins) {

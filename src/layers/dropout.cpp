@@ -29,13 +29,19 @@ bool Dropout::keep(uint64_t sample, uint64_t i, uint64_t per_sample) const {
   return rng.uniform((first_sample_ + sample) * per_sample + i) >= p_;
 }
 
-void Dropout::apply(real* y, const real* x, const Shape& shape, Device device) const {
+void Dropout::apply(Tensor& out, const Tensor& in, bool gpu) const {
+  const Shape& shape = in.shape();
   const int64_t N = shape[0], per = shape.numel() / (N ? N : 1);
   const real scale = 1.f / (1.f - p_);
-  if (device == Device::CUDA)  // the same Philox draws as keep(), computed on the GPU
-    return gpu::backend().dropout(y, x, N, per, seed_,
-                                  name_stream_ ^ (step_ * 0x9E3779B97F4A7C15ull), first_sample_,
-                                  p_, scale);
+  const uint64_t stream = name_stream_ ^ (step_ * 0x9E3779B97F4A7C15ull);
+  if (gpu && in.format().order == Order::NHWC)  // keep()'s draws by NCHW index, on the GPU
+    return gpu::backend().dropout_nhwc(in.format().elem, out.raw(), in.raw(), N, shape[1],
+                                       shape[2], shape[3], seed_, stream, first_sample_, p_,
+                                       scale);
+  const real* x = in.data();
+  real* y = out.data();
+  if (gpu)  // the same Philox draws as keep(), computed on the GPU
+    return gpu::backend().dropout(y, x, N, per, seed_, stream, first_sample_, p_, scale);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < per; ++i)
@@ -47,11 +53,11 @@ void Dropout::forward(Tensor& out, const Tensor& in) {
         " vs in ", in.shape().str());
   if (pending_advance_) ++step_;  // no set_draw since the last forward: a new step
   if (!training_ || p_ == 0.f) {
-    if (out.data() != in.data()) out.copy_from(in);
+    if (out.raw() != in.raw()) out.copy_from(in);
     pending_advance_ = false;
     return;
   }
-  apply(out.data(), in.data(), in.shape(), on_gpu("Dropout", {&out, &in}) ? Device::CUDA : Device::CPU);
+  apply(out, in, on_gpu_as("Dropout", in.format(), {&out, &in}));
   pending_advance_ = true;
 }
 
@@ -61,11 +67,11 @@ void Dropout::backward(Tensor& din, const Tensor& dout, const Tensor& /*in*/,
   CHECK(din.shape() == dout.shape(), "Dropout backward: din ", din.shape().str(), " vs dout ",
         dout.shape().str());
   if (!training_ || p_ == 0.f) {
-    if (din.data() != dout.data()) din.copy_from(dout);
+    if (din.raw() != dout.raw()) din.copy_from(dout);
     return;
   }
-  apply(din.data(), dout.data(), dout.shape(),
-        on_gpu("Dropout backward", {&din, &dout}) ? Device::CUDA : Device::CPU);  // same key as the forward: same mask
+  // The same key as the forward: the same mask.
+  apply(din, dout, on_gpu_as("Dropout backward", dout.format(), {&din, &dout}));
 }
 
 }  // namespace mpicnn

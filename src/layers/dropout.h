@@ -28,7 +28,9 @@ class Dropout : public UnaryLayer {
   bool keep(uint64_t sample, uint64_t i, uint64_t per_sample) const;
 
  private:
-  void apply(real* y, const real* x, const Shape& shape, Device device) const;
+  // y = x masked and scaled, on the tensors' device (NHWC typed ones: the same mask, drawn by
+  // each element's NCHW index).
+  void apply(Tensor& y, const Tensor& x, bool gpu) const;
   real p_;
   uint64_t seed_ = 0, step_ = 0, first_sample_ = 0, name_stream_ = 0;
   bool pending_advance_ = false;

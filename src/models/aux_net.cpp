@@ -64,7 +64,7 @@ Shape AuxNet::plan(const Shape& in) {
   for (size_t i = 0; i < segments_.size(); ++i) {
     s = segments_[i]->plan(s);
     seg_shapes_.push_back(s);
-    if (i + 1 < segments_.size()) g_seg_.push_back(Tensor::empty(s));
+    if (i + 1 < segments_.size()) g_seg_.push_back(Tensor::activation(s));
   }
   for (HeadPart& h : heads_) {
     CHECK(h.tap + 1 < segments_.size(), "AuxNet: head ", h.info.name,
@@ -72,7 +72,7 @@ Shape AuxNet::plan(const Shape& in) {
     h.in_shape = seg_shapes_[h.tap];
     const Shape out = h.module->plan(h.in_shape);
     CHECK(out == s, "AuxNet: head ", h.info.name, " gives ", out.str(), ", the trunk ", s.str());
-    h.g_in = Tensor::empty(h.in_shape);
+    h.g_in = Tensor::activation(h.in_shape);
   }
   seg_out_.assign(segments_.size(), nullptr);
   return s;

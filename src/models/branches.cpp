@@ -57,11 +57,11 @@ Shape Branches::plan(const Shape& in) {
   g_out_.clear();
   for (auto& b : branches_) {
     out_shapes_.push_back(b->plan(in));
-    g_out_.push_back(Tensor::empty(out_shapes_.back()));
+    g_out_.push_back(Tensor::activation(out_shapes_.back()));
   }
   const Shape out = Concat::output_shape(out_shapes_);  // checks N, H and W agree
-  out_buf_ = Tensor::empty(out);
-  g_in_ = Tensor::empty(in);
+  out_buf_ = Tensor::activation(out);
+  g_in_ = Tensor::activation(in);
   outs_.assign(branches_.size(), nullptr);
   g_views_.assign(branches_.size(), Tensor());
   g_ptrs_.clear();

@@ -77,11 +77,11 @@ Shape Fire::plan(const Shape& in) {
   const Shape e3 = expand3x3_->plan(s);
   expand3x3_relu_->plan(e3);
   const Shape out = Concat::output_shape({e1, e3});
-  out_buf_ = Tensor::empty(out);
-  g_e1_ = Tensor::empty(e1);
-  g_e3_ = Tensor::empty(e3);
-  g_s_ = Tensor::empty(s);
-  g_s3_ = Tensor::empty(s);
+  out_buf_ = Tensor::activation(out);
+  g_e1_ = Tensor::activation(e1);
+  g_e3_ = Tensor::activation(e3);
+  g_s_ = Tensor::activation(s);
+  g_s3_ = Tensor::activation(s);
   return out;
 }
 
