@@ -1,6 +1,6 @@
 // Add and accumulate of the CUDA backend (src/layers/add.cpp): the residual add and the
 // gradient sum of a tensor with two consumers, IEEE-rounded adds as on the CPU. Not Concat
-// (its copies are copy2d in backend.cu).
+// (its copies are copy_rows in backend.cu).
 #include "common.cuh"
 
 namespace mpicnn::gpu {

@@ -199,27 +199,14 @@ void CudaBackend::wait(Event& e) {
 void CudaBackend::copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                             size_t width, size_t rows) {
   if (width == 0 || rows == 0) return;
-  if (rows == 1 || (dst_pitch == width && src_pitch == width)) {  // contiguous: one copy
+  // Contiguous: one plain copy (cudaMemcpy2D refuses pitches over cudaDevAttrMaxPitch, about
+  // 2 GiB, which a whole large activation reaches).
+  if (rows == 1 || (dst_pitch == width && src_pitch == width)) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDeviceToDevice, ctx().stream));
     return;
   }
   CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
                                cudaMemcpyDeviceToDevice, ctx().stream));
-}
-
-void CudaBackend::copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch,
-                         int64_t width, int64_t rows) {
-  if (width == 0 || rows == 0) return;
-  if (rows == 1 || (dst_pitch == width && src_pitch == width)) {
-    // Contiguous: one plain copy (cudaMemcpy2D refuses pitches over cudaDevAttrMaxPitch,
-    // about 2 GiB, which a whole large activation reaches).
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(width * rows) * sizeof(float),
-                               cudaMemcpyDeviceToDevice, ctx().stream));
-    return;
-  }
-  CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_pitch) * sizeof(float), src,
-                               size_t(src_pitch) * sizeof(float), size_t(width) * sizeof(float),
-                               size_t(rows), cudaMemcpyDeviceToDevice, ctx().stream));
 }
 
 cudaEvent_t CudaBackend::slot_event(int slot) {

@@ -118,8 +118,6 @@ class CudaBackend final : public Backend {
   void wait(Event& e) override;
   std::shared_ptr<Event> timing_event() override;
   float elapsed_ms(Event& start, Event& end) override;
-  void copy2d(float* dst, int64_t dst_pitch, const float* src, int64_t src_pitch, int64_t width,
-              int64_t rows) override;
   void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                  size_t rows) override;
   void copy_to_host_async(void* host, const float* dev, size_t bytes, int slot) override;

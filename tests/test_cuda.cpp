@@ -159,63 +159,6 @@ Tensor nudged_up(const Tensor& x) {
   return y;
 }
 
-// One layer kind, built twice with the same parameters (random, keyed by seed), run on both
-// devices: forward output, input gradient and parameter gradients must agree.
-template <class L>
-void check_unary(const std::string& what, const std::function<std::unique_ptr<L>()>& make,
-                 const Shape& in_shape, double tol, bool training = true) {
-  auto cpu = make(), dev = make();
-  ParamStore sc, sg;
-  cpu->register_state(sc, "l.");
-  dev->register_state(sg, "l.");
-  sc.allocate();
-  sg.allocate();
-  testing::fill_uniform(sc.values(), 11, -0.5f, 0.5f);
-  testing::fill_uniform(sc.buffers(), 12, 0.5f, 1.5f);  // BN running stats: variance > 0
-  sg.values().copy_from(sc.values());
-  sg.buffers().copy_from(sc.buffers());
-  sg.to(Device::CUDA);
-  cpu->set_training(training);
-  dev->set_training(training);
-  cpu->plan(in_shape);
-  {
-    const DeviceScope scope(Device::CUDA);
-    dev->plan(in_shape);
-  }
-  // The planned batch, then one image less (convolutions make that shape's descriptors and
-  // algorithms on first use, as the last batch of an evaluation does).
-  for (const int64_t n : {in_shape[0], in_shape[0] - 1}) {
-    if (n < 1) continue;
-    Shape xs = in_shape;
-    xs.d[0] = n;
-    const std::string tag = what + (n == in_shape[0] ? "" : " (batch " + std::to_string(n) + ")");
-    const Shape out_shape = cpu->output_shape(xs);
-    const Tensor x = testing::random_tensor(xs, 21);
-    Tensor y = Tensor::empty(out_shape), yg = Tensor::empty(out_shape, Device::CUDA);
-    fill(y, NAN);
-    fill(yg, NAN);
-    const Tensor xg = on_gpu_copy(x);
-    cpu->forward(y, x);
-    dev->forward(yg, xg);
-    expect_near(tag + " forward", yg, y, tol);
-    const Tensor dy = testing::random_tensor(out_shape, 22);
-    const Tensor dyg = on_gpu_copy(dy);
-    Tensor dx = Tensor::empty(xs), dxg = Tensor::empty(xs, Device::CUDA);
-    fill(dx, NAN);
-    fill(dxg, NAN);
-    // Parameter gradients accumulate ('+='): start both from the same non-zero value.
-    fill(sc.grads(), 0.25f);
-    fill(sg.grads(), 0.25f);
-    cpu->backward(dx, dy, x, y);
-    dev->backward(dxg, dyg, xg, yg);
-    expect_near(tag + " backward (input)", dxg, dx, tol);
-    expect_near_entries(tag + " backward", sc, sg.grads(), sc.grads(), tol);
-    expect_near(tag + " buffers", sg.buffers(), sc.buffers(), tol);
-  }
-}
-
-void set_precision(Precision p) { gpu::backend().set_precision(p); }
-
 // ---- the channels-last typed path -----------------------------------------------------------
 // The activation format --gpu-layout nhwc gives under precision p.
 Format nhwc_format(Precision p) {
@@ -236,15 +179,20 @@ void expect_near_typed(const std::string& what, const Tensor& got, const Tensor&
   expect_near(what + " [" + format_name(got.format()) + "]", to_plain_host(got), want, tol);
 }
 // NaN in every element of a GPU tensor of any format (a cell a kernel forgot fails the check).
-void fill_nan(Tensor& t) { t.copy_from(convert_host(testing::random_tensor(t.shape(), 0, NAN, NAN), t.format())); }
+void fill_nan(Tensor& t) {
+  Tensor h = Tensor::empty(t.shape());
+  h.fill(NAN);
+  t.copy_from(convert_host(h, t.format()));
+}
 
-// check_unary on the typed path: the layer planned for 4-D activations in format f, fed the
-// CPU's inputs rounded to f's type, its outputs and gradients against the CPU layer in float32
-// on those rounded inputs (the difference: f's rounding of each output, and 16-bit weights in
-// convolutions).
+// One layer kind, built twice with the same parameters (random, keyed by seed), run on both
+// devices: forward output, input gradient and parameter gradients must agree. With a format
+// f (the channels-last typed path), the GPU layer is planned for 4-D activations in f and fed
+// the CPU's inputs rounded to f's type, and is held against the CPU layer in float32 on those
+// rounded inputs (the difference: f's rounding of each output, 16-bit weights in convolutions).
 template <class L>
-void check_unary_typed(const std::string& what, const std::function<std::unique_ptr<L>()>& make,
-                       const Shape& in_shape, Format f, double tol, bool training = true) {
+void check_unary(const std::string& what, const std::function<std::unique_ptr<L>()>& make,
+                 const Shape& in_shape, double tol, bool training = true, Format f = {}) {
   auto cpu = make(), dev = make();
   ParamStore sc, sg;
   cpu->register_state(sc, "l.");
@@ -252,41 +200,54 @@ void check_unary_typed(const std::string& what, const std::function<std::unique_
   sc.allocate();
   sg.allocate();
   testing::fill_uniform(sc.values(), 11, -0.5f, 0.5f);
-  testing::fill_uniform(sc.buffers(), 12, 0.5f, 1.5f);
+  testing::fill_uniform(sc.buffers(), 12, 0.5f, 1.5f);  // BN running stats: variance > 0
   sg.values().copy_from(sc.values());
   sg.buffers().copy_from(sc.buffers());
   sg.to(Device::CUDA);
   cpu->set_training(training);
   dev->set_training(training);
   cpu->plan(in_shape);
-  const Shape out_shape = cpu->output_shape(in_shape);
-  Format out_format;
+  Format out_format;  // the output's: f when 4-D, else plain (Flatten)
   {
     const DeviceScope scope(Device::CUDA);
     const ActivationScope typed(f);
     dev->plan(in_shape);
-    out_format = Tensor::activation_format_for(out_shape);
+    out_format = Tensor::activation_format_for(cpu->output_shape(in_shape));
   }
-  const std::string tag = what + " [" + format_name(f) + "]";
-  const Tensor x = rounded_to(testing::random_tensor(in_shape, 21), f);
-  const Tensor xg = to_gpu_as(x, f);
-  Tensor y = Tensor::empty(out_shape), yg = Tensor::empty(out_shape, Device::CUDA, out_format);
-  fill_nan(yg);
-  cpu->forward(y, x);
-  dev->forward(yg, xg);
-  expect_near_typed(tag + " forward", yg, y, tol);
-  const Tensor dy = rounded_to(testing::random_tensor(out_shape, 22), out_format);
-  const Tensor dyg = to_gpu_as(dy, out_format);
-  Tensor dx = Tensor::empty(in_shape), dxg = Tensor::empty(in_shape, Device::CUDA, f);
-  fill_nan(dxg);
-  fill(sc.grads(), 0.25f);
-  fill(sg.grads(), 0.25f);
-  cpu->backward(dx, dy, x, y);
-  dev->backward(dxg, dyg, xg, yg);
-  expect_near_typed(tag + " backward (input)", dxg, dx, tol);
-  expect_near_entries(tag + " backward", sc, sg.grads(), sc.grads(), tol);
-  expect_near(tag + " buffers", sg.buffers(), sc.buffers(), tol);
+  // The planned batch, then one image less (convolutions make that shape's descriptors and
+  // algorithms on first use, as the last batch of an evaluation does).
+  for (const int64_t n : {in_shape[0], in_shape[0] - 1}) {
+    if (n < 1) continue;
+    Shape xs = in_shape;
+    xs.d[0] = n;
+    const std::string tag = what + (f.plain() ? "" : std::string(" [") + format_name(f) + "]") +
+                            (n == in_shape[0] ? "" : " (batch " + std::to_string(n) + ")");
+    const Shape out_shape = cpu->output_shape(xs);
+    const Tensor x = rounded_to(testing::random_tensor(xs, 21), f);
+    Tensor y = Tensor::empty(out_shape), yg = Tensor::empty(out_shape, Device::CUDA, out_format);
+    fill(y, NAN);
+    fill_nan(yg);
+    const Tensor xg = to_gpu_as(x, f);
+    cpu->forward(y, x);
+    dev->forward(yg, xg);
+    expect_near(tag + " forward", to_plain_host(yg), y, tol);
+    const Tensor dy = rounded_to(testing::random_tensor(out_shape, 22), out_format);
+    const Tensor dyg = to_gpu_as(dy, out_format);
+    Tensor dx = Tensor::empty(xs), dxg = Tensor::empty(xs, Device::CUDA, f);
+    fill(dx, NAN);
+    fill_nan(dxg);
+    // Parameter gradients accumulate ('+='): start both from the same non-zero value.
+    fill(sc.grads(), 0.25f);
+    fill(sg.grads(), 0.25f);
+    cpu->backward(dx, dy, x, y);
+    dev->backward(dxg, dyg, xg, yg);
+    expect_near(tag + " backward (input)", to_plain_host(dxg), dx, tol);
+    expect_near_entries(tag + " backward", sc, sg.grads(), sc.grads(), tol);
+    expect_near(tag + " buffers", sg.buffers(), sc.buffers(), tol);
+  }
 }
+
+void set_precision(Precision p) { gpu::backend().set_precision(p); }
 
 // Cosine of the angle between two slabs (either device): gradients of a deep model in 16-bit
 // differ element by element from float32's where ReLU and max-pool decisions flip, but point
@@ -906,27 +867,27 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
         {"conv grouped", C{.in_channels = 8, .out_channels = 8, .kernel = 3, .padding = 1, .groups = 4}},
     };
     for (const auto& [name, o] : convs)
-      check_unary_typed<Conv2d>(name, [o = o] { return std::make_unique<Conv2d>(o); },
-                                Shape{4, o.in_channels, 13, 11}, f, tol);
+      check_unary<Conv2d>(name, [o = o] { return std::make_unique<Conv2d>(o); },
+                                Shape{4, o.in_channels, 13, 11}, tol, true, f);
     for (const Shape& s : {Shape{4, 6, 9, 7}, Shape{8, 3, 32, 32}, Shape{5, 2, 37, 41}, Shape{2, 4100, 2, 2}}) {
       const int64_t c = s[1];
-      check_unary_typed<BatchNorm2d>("batchnorm train " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, f, tol);
-      check_unary_typed<BatchNorm2d>("batchnorm eval " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, f, tol, false);
+      check_unary<BatchNorm2d>("batchnorm train " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol, true, f);
+      check_unary<BatchNorm2d>("batchnorm eval " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol, false, f);
     }
-    check_unary_typed<ReLU>("relu", [] { return std::make_unique<ReLU>(); }, Shape{3, 5, 7, 7}, f, tol);
-    check_unary_typed<MaxPool2d>("maxpool 3/2/1", [] { return std::make_unique<MaxPool2d>(3, 2, 1); }, Shape{2, 3, 11, 10}, f, tol);
-    check_unary_typed<MaxPool2d>("maxpool ceil dilated", [] {
+    check_unary<ReLU>("relu", [] { return std::make_unique<ReLU>(); }, Shape{3, 5, 7, 7}, tol, true, f);
+    check_unary<MaxPool2d>("maxpool 3/2/1", [] { return std::make_unique<MaxPool2d>(3, 2, 1); }, Shape{2, 3, 11, 10}, tol, true, f);
+    check_unary<MaxPool2d>("maxpool ceil dilated", [] {
       return std::make_unique<MaxPool2d>(MaxPool2dOptions{.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true});
-    }, Shape{2, 3, 12, 9}, f, tol);
-    check_unary_typed<AdaptiveAvgPool2d>("adaptive 7->1", [] { return std::make_unique<AdaptiveAvgPool2d>(1); }, Shape{2, 64, 7, 7}, f, tol);
-    check_unary_typed<AdaptiveAvgPool2d>("adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7}, f, tol);
-    check_unary_typed<Flatten>("flatten 1x1", [] { return std::make_unique<Flatten>(); }, Shape{3, 40, 1, 1}, f, tol);
-    check_unary_typed<Flatten>("flatten 3x2 (NCHW order out)", [] { return std::make_unique<Flatten>(); }, Shape{3, 4, 3, 2}, f, tol);
-    check_unary_typed<Dropout>("dropout (the CPU's mask by NCHW index)", [] {
+    }, Shape{2, 3, 12, 9}, tol, true, f);
+    check_unary<AdaptiveAvgPool2d>("adaptive 7->1", [] { return std::make_unique<AdaptiveAvgPool2d>(1); }, Shape{2, 64, 7, 7}, tol, true, f);
+    check_unary<AdaptiveAvgPool2d>("adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7}, tol, true, f);
+    check_unary<Flatten>("flatten 1x1", [] { return std::make_unique<Flatten>(); }, Shape{3, 40, 1, 1}, tol, true, f);
+    check_unary<Flatten>("flatten 3x2 (NCHW order out)", [] { return std::make_unique<Flatten>(); }, Shape{3, 4, 3, 2}, tol, true, f);
+    check_unary<Dropout>("dropout (the CPU's mask by NCHW index)", [] {
       auto d = std::make_unique<Dropout>(0.3f);
       d->set_draw(7, 3, 100);
       return d;
-    }, Shape{4, 3, 5, 5}, f, tol);
+    }, Shape{4, 3, 5, 5}, tol, true, f);
     {  // Concat of three parts along the channels, and its backward
       const Shape sa{3, 4, 5, 5}, sb{3, 2, 5, 5}, sc{3, 6, 5, 5}, so{3, 12, 5, 5};
       const Tensor a = rounded_to(testing::random_tensor(sa, 51), f), b = rounded_to(testing::random_tensor(sb, 52), f),

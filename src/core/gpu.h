@@ -21,7 +21,7 @@
 //   src/layers/adaptive_avgpool2d.cpp  kernels/adaptive_avgpool2d.cu
 //   src/layers/pool_common.cpp         kernels/pool_common.cuh (shared by the three pools)
 //   src/layers/softmax_xent.cpp        kernels/softmax_xent.cu
-//   src/layers/concat.cpp              kernels/backend.cu  copy2d
+//   src/layers/concat.cpp              kernels/backend.cu  copy_rows
 //   src/models/densenet.cpp            kernels/densenet.cu swap01; its GEMMs in kernels/blas.cu
 //   src/core/blas.cpp (gemm)           kernels/blas.cu     cuBLAS
 //   src/optim/sgd.cpp, adamw.cpp       kernels/optim.cu    fused steps over the slab
@@ -141,9 +141,6 @@ class Backend {
   // milliseconds of GPU time between two recorded ones; elapsed_ms waits for `end`.
   virtual std::shared_ptr<Event> timing_event() = 0;
   virtual float elapsed_ms(Event& start, Event& end) = 0;
-  // Device to device on the compute stream: rows of `width` floats with pitches in floats.
-  virtual void copy2d(real* dst, int64_t dst_pitch, const real* src, int64_t src_pitch,
-                      int64_t width, int64_t rows) = 0;
   // Device to device on the compute stream: `rows` runs of `width` bytes, the pitches in bytes
   // (the regions must not overlap). One row: a plain copy.
   virtual void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,

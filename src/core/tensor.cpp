@@ -175,14 +175,6 @@ Tensor Tensor::reinterpret(const Shape& shape, Format format) const {
   return t;
 }
 
-Tensor Tensor::as_format(Format format) const {
-  CHECK(elem_bytes(format.elem) == elem_bytes(format_.elem), "as_format: ",
-        format_name(format_), " to ", format_name(format), " changes the element size");
-  Tensor t = *this;
-  t.format_ = format;
-  return t;
-}
-
 Tensor Tensor::head(const Shape& shape) const { return view_at(0, shape); }
 
 Tensor Tensor::view_at(int64_t offset, const Shape& shape) const {

@@ -103,9 +103,6 @@ class Tensor {
   // element order is the same in both layouts (its planes 1x1, or its channels 1), and is then
   // NCHW.
   Tensor reshape(const Shape& shape) const;
-  // The same bytes read in another format of the same element size (a buffer shared by
-  // activations of several formats).
-  Tensor as_format(Format format) const;
   // The first bytes of this tensor's memory as a tensor of `shape` in `format` (an untyped
   // buffer shared by tensors of several formats); they must fit.
   Tensor reinterpret(const Shape& shape, Format format) const;

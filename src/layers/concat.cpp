@@ -1,5 +1,5 @@
 // Channel concat: per sample, each input's channels are one contiguous block (memcpy on the
-// CPU, one strided device copy per input on the GPU); on the GPU's channels-last path
+// CPU, one pitched device copy per input on the GPU); on the GPU's channels-last path
 // (--gpu-layout nhwc) per pixel, each input's channels a contiguous run of the output's.
 #include "layers/concat.h"
 
@@ -23,13 +23,18 @@ Shape Concat::output_shape(const std::vector<Shape>& ins) {
 }
 
 namespace {
-// NHWC (the GPU's typed path): rows are pixels, so each part is N*H*W rows of its channels'
-// bytes within rows of the whole's (pitch bytes).
-struct PixelRows {
-  size_t elem, rows, pitch;
-  explicit PixelRows(const Tensor& whole)
-      : elem(elem_bytes(whole.format().elem)), rows(size_t(whole.numel() / whole.size(1))),
-        pitch(size_t(whole.size(1)) * elem) {}
+// The GPU's view of a channel concat: the whole is `rows` runs of `pitch` bytes, in which each
+// part's channels are one contiguous run of channels * `run` bytes. NCHW: a run per image
+// (channels * H * W elements); NHWC (the typed path): a run per pixel (channels elements).
+struct Runs {
+  size_t rows, run, pitch;
+  explicit Runs(const Tensor& whole) {
+    const size_t e = elem_bytes(whole.format().elem);
+    const int64_t per_row = whole.format().order == Order::NHWC ? 1 : whole.size(2) * whole.size(3);
+    rows = size_t(whole.numel() / (whole.size(1) * per_row));
+    run = size_t(per_row) * e;
+    pitch = size_t(whole.size(1)) * run;
+  }
 };
 }  // namespace
 
@@ -47,24 +52,14 @@ void Concat::forward(Tensor& out, std::span<const Tensor* const> ins) {
     total += t->size(1);
   }
   CHECK(total == Cout, "Concat: inputs hold ", total, " channels, out ", Cout);
-  if (out.format().order == Order::NHWC) {
-    const PixelRows r(out);
+  if (on_gpu_as("Concat", out.format(), {&out, ins[0]})) {
+    const Runs r(out);
     auto* base = static_cast<std::byte*>(out.raw());
     for (const Tensor* t : ins) {
-      CHECK(on_gpu_as("Concat", out.format(), {&out, t}), "Concat: NHWC tensors on the CPU");
-      const size_t width = size_t(t->size(1)) * r.elem;
+      CHECK(on_gpu_as("Concat", out.format(), {&out, t}), "Concat: inputs on both the CPU and the GPU");
+      const size_t width = size_t(t->size(1)) * r.run;
       gpu::backend().copy_rows(base, r.pitch, t->raw(), width, width, r.rows);
       base += width;
-    }
-    return;
-  }
-  if (on_gpu("Concat", {&out, ins[0]})) {
-    int64_t c0 = 0;  // each input is N rows of c*HW floats into rows of Cout*HW
-    for (const Tensor* t : ins) {
-      CHECK(t->device() == Device::CUDA, "Concat: inputs on both the CPU and the GPU");
-      gpu::backend().copy2d(out.data() + c0 * HW, Cout * HW, t->data(), t->size(1) * HW,
-                            t->size(1) * HW, N);
-      c0 += t->size(1);
     }
     return;
   }
@@ -91,25 +86,15 @@ void Concat::backward(std::span<Tensor* const> dins, const Tensor& dout) {
     total += d->size(1);
   }
   CHECK(total == Cout, "Concat backward: gradients hold ", total, " channels, dout ", Cout);
-  if (dout.format().order == Order::NHWC) {
-    const PixelRows r(dout);
+  if (on_gpu_as("Concat backward", dout.format(), {&dout, dins[0]})) {
+    const Runs r(dout);
     const auto* base = static_cast<const std::byte*>(dout.raw());
     for (Tensor* d : dins) {
       CHECK(on_gpu_as("Concat backward", dout.format(), {&dout, d}),
-            "Concat backward: NHWC tensors on the CPU");
-      const size_t width = size_t(d->size(1)) * r.elem;
+            "Concat backward: gradients on both the CPU and the GPU");
+      const size_t width = size_t(d->size(1)) * r.run;
       gpu::backend().copy_rows(d->raw(), width, base, r.pitch, width, r.rows);
       base += width;
-    }
-    return;
-  }
-  if (on_gpu("Concat backward", {&dout, dins[0]})) {
-    int64_t c0 = 0;
-    for (Tensor* d : dins) {
-      CHECK(d->device() == Device::CUDA, "Concat backward: gradients on both the CPU and the GPU");
-      gpu::backend().copy2d(d->data(), d->size(1) * HW, dout.data() + c0 * HW, Cout * HW,
-                            d->size(1) * HW, N);
-      c0 += d->size(1);
     }
     return;
   }
