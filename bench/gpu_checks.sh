@@ -18,8 +18,9 @@
 #            then resnet50 training at batch 256 in tf32, bf16 and fp16, NCHW against NHWC,
 #            bf16 inference, the per-layer profile of bf16 training, ./train resnet18 on
 #            synthetic data in bf16 (falling loss) and LeNet on Fashion-MNIST in each precision;
-#   fold     issue 41's folded inference (MPICNN_GPU_FOLD=1, opt-in): its unit test (also in unit),
-#            then resnet50 and resnet18 inference in tf32 at batch 256, unfolded and folded;
+#   fold     issue 41's folded inference (MPICNN_GPU_FOLD=1, opt-in): its unit tests (also in unit;
+#            NCHW float and the channels-last typed path), then resnet50 and resnet18 inference
+#            in tf32 at batch 256, unfolded and folded, and resnet50 NHWC bf16/fp16 likewise;
 #   nccl     issue 43's --gpu-allreduce nccl on the one GPU: the device-sync unit tests, GradSync
 #            through NCCL at one rank (mpi_tests, fp32 and bf16), a 1-rank
 #            ./train through NCCL against the same run without an allreduce (--gpu-allreduce mpi:
@@ -28,7 +29,8 @@
 #            MPI, and nccl must be refused with one line;
 #   train    ./train: LeNet on Fashion-MNIST on the CPU and on the GPU (same accuracy),
 #            --deterministic reruns (same bytes), a GPU checkpoint resumed on the CPU and back,
-#            resnet18 on synthetic data, ./pipeline_eval --device cuda against --device cpu;
+#            resnet18 on synthetic data, ./pipeline_eval --device cuda (tf32, and fp32 math)
+#            against --device cpu;
 #   pipeline issue 42's rows: bench/pipeline_scaling.sh on 2000 generated JPEGs, resnet18 and
 #            resnet50, --device cuda on K = 1..16 ranks and today's fixed 4-rank layout (one
 #            decode rank), then the CPU alone on K = 1..16;
@@ -151,7 +153,14 @@ if want fold; then
         --size 224 --batch 256 --steps 10 --warmup 3 --device cuda --precision tf32
     done
   done
-  grep -E '^=== fold|images_per_s' "$out/fold.log" | tail -n 10
+  # The channels-last typed path folded (bf16 and fp16; cuDNN's fused call must take the type).
+  for p in bf16 fp16; do
+    for f in 0 1; do
+      step fold 60 env MPICNN_GPU_FOLD=$f "$BENCH/train_bench" --model resnet50 --mode infer \
+        --size 224 --batch 256 --steps 10 --warmup 3 --device cuda --precision $p --gpu-layout nhwc
+    done
+  done
+  grep -E '^=== fold|images_per_s' "$out/fold.log" | tail -n 16
 fi
 
 # ---- NCCL gradient exchange (issue 43) ----------------------------------------------------------
@@ -203,17 +212,21 @@ step train 30 "$B/train" "${one[@]}" -e 1 --device cuda --deterministic -s "$wor
 step train 60 "$B/train" -m resnet18 --dataset synthetic --image-size 224 -b 128 -e 1 \
   --device cuda --progress plain --eval-every 1 -s "$work/r18"
 tail -n 4 "$out/train.log"
-for d in cpu cuda; do
+# ./pipeline_eval on the GPU against the CPU: in tf32 (the default) and in fp32 math (item 5:
+# --precision fp32 forbids TF32, so the predictions should equal the CPU's).
+for d in cpu cuda cuda-fp32; do
+  prec=(); [ "$d" = cuda-fp32 ] && prec=(--precision fp32)
   step train 40 mpiexec -n 3 --oversubscribe "$B/pipeline_eval" -c "$work/gpu" -d "$fmnist" \
-    --dataset fashion-mnist --device "$d" --threads 4 -o "$work/eval-$d"
+    --dataset fashion-mnist --device "${d%-fp32}" "${prec[@]}" --threads 4 -o "$work/eval-$d"
 done
-if [ -f "$work/eval-cpu/predictions.csv" ] && [ -f "$work/eval-cuda/predictions.csv" ]; then
+for d in cuda cuda-fp32; do
+  [ -f "$work/eval-cpu/predictions.csv" ] && [ -f "$work/eval-$d/predictions.csv" ] || continue
   a=$(cut -d, -f1,4 "$work/eval-cpu/predictions.csv" | md5sum)
-  b=$(cut -d, -f1,4 "$work/eval-cuda/predictions.csv" | md5sum)
-  n=$(paste -d, <(cut -d, -f4 "$work/eval-cpu/predictions.csv") <(cut -d, -f4 "$work/eval-cuda/predictions.csv") |
+  b=$(cut -d, -f1,4 "$work/eval-$d/predictions.csv" | md5sum)
+  n=$(paste -d, <(cut -d, -f4 "$work/eval-cpu/predictions.csv") <(cut -d, -f4 "$work/eval-$d/predictions.csv") |
       awk -F, 'NR > 1 && $1 != $2' | wc -l)
-  echo "pipeline_eval predictions cpu vs cuda: $([ "$a" = "$b" ] && echo identical || echo "$n differ")" | tee -a "$out/train.log"
-fi
+  echo "pipeline_eval predictions cpu vs $d: $([ "$a" = "$b" ] && echo identical || echo "$n differ")" | tee -a "$out/train.log"
+done
 
 fi
 

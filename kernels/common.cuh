@@ -161,8 +161,8 @@ class CudaBackend final : public Backend {
   void conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias, const void* dy,
                      const void* x, const void* w, int n, bool accumulate_params) override;
   void conv_bias_act_plan(ConvPlan& plan) override;
-  void conv_bias_act_forward(ConvPlan& plan, float* y, const float* x, const float* w,
-                             const float* bias, const float* z, bool relu, int n) override;
+  void conv_bias_act_forward(ConvPlan& plan, void* y, const void* x, const void* w,
+                             const void* bias, const void* z, bool relu, int n) override;
   // kernels/fold.cu
   void fold_conv_bn(float* w_out, float* b_out, const float* w, const float* b,
                     const float* gamma, const float* beta, const float* mean, const float* var,
@@ -186,8 +186,8 @@ class CudaBackend final : public Backend {
   void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t N,
                         const PoolDesc& d) override;
   // kernels/avgpool2d.cu
-  void avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) override;
-  void avgpool_backward(float* dx, const float* dy, int64_t N, const PoolDesc& d) override;
+  void avgpool_forward(Format f, void* y, const void* x, int64_t N, const PoolDesc& d) override;
+  void avgpool_backward(Format f, void* dx, const void* dy, int64_t N, const PoolDesc& d) override;
   // kernels/adaptive_avgpool2d.cu
   void adaptive_avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) override;
   void adaptive_avgpool_backward(float* dx, const float* dy, int64_t N,

@@ -534,16 +534,46 @@ void CudaBackend::conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias,
 }
 
 void CudaBackend::conv_bias_act_plan(ConvPlan& plan) {
-  CHECK(plan.format.plain(), "folded inference (MPICNN_GPU_FOLD) has no ",
-        format_name(plan.format), " path: run it with --gpu-layout nchw");
   if (!plan.relu) make_activation(&plan.relu, CUDNN_ACTIVATION_RELU);
   if (!plan.identity) make_activation(&plan.identity, CUDNN_ACTIVATION_IDENTITY);
   ensure_workspace(fused_workspace(plan, shape_for(plan, plan.d.n), plan.d.n));
+  if (plan.format.plain()) return;
+  // cuDNN documents the fused call for float and half data; whether it takes this type in
+  // NHWC is its own choice. Asked here, at plan time, by one call on one zeroed image, so that
+  // a refusal stops the plan with one line instead of the first folded forward.
+  struct Trial {  // descriptors of batch 1, destroyed however this ends
+    ConvPlan::Shape s;
+    ~Trial() {
+      if (s.x) cudnnDestroyTensorDescriptor(s.x);
+      if (s.y) cudnnDestroyTensorDescriptor(s.y);
+    }
+  } t;
+  make_tensors(plan, t.s, 1);
+  const ConvDesc& d = plan.d;
+  const size_t e = elem_bytes(plan.format.elem);
+  const size_t xb = size_t(d.c) * d.h * d.w * e, yb = size_t(d.oc) * d.oh * d.ow * e;
+  const size_t wb = size_t(d.oc) * (d.c / d.groups) * d.kh * d.kw * e, bb = size_t(d.oc) * e;
+  size_t wsb = 0;
+  CHECK(workspace<Forward>(plan, t.s, kFusedAlgo, fused_math(plan), &wsb),
+        "folded inference: cuDNN refuses implicit precomputed GEMM for ",
+        format_name(plan.format), " ", shape_str(d, 1));
+  const Context& c = ctx();
+  std::shared_ptr<void> x = alloc(xb), y = alloc(yb), w = alloc(wb), b = alloc(bb),
+                        ws = wsb ? alloc(wsb) : nullptr;
+  for (auto& [p, n] : {std::pair{x.get(), xb}, {y.get(), yb}, {w.get(), wb}, {b.get(), bb}})
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n, c.stream));
+  const float one = 1.f, zero = 0.f;
+  const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
+      c.cudnn, &one, t.s.x, x.get(), plan.w, w.get(), plan.conv, kFusedAlgo, ws.get(), wsb,
+      &zero, t.s.y, y.get(), plan.bias, b.get(), plan.relu, t.s.y, y.get());
+  CUDA_CHECK(cudaStreamSynchronize(c.stream));  // before the temporaries go back
+  CHECK(st == CUDNN_STATUS_SUCCESS, "folded inference (MPICNN_GPU_FOLD): cuDNN's fused "
+        "convolution refuses ", format_name(plan.format), " tensors (", cudnnGetErrorString(st),
+        ") for ", shape_str(d, 1), "; unset MPICNN_GPU_FOLD or run with --gpu-layout nchw");
 }
 
-void CudaBackend::conv_bias_act_forward(ConvPlan& plan, float* y, const float* x,
-                                        const float* w, const float* bias, const float* z,
-                                        bool relu, int n) {
+void CudaBackend::conv_bias_act_forward(ConvPlan& plan, void* y, const void* x, const void* w,
+                                        const void* bias, const void* z, bool relu, int n) {
   if (n == 0) return;
   CHECK(plan.relu && bias, "conv_bias_act_forward: ",
         plan.relu ? "no bias" : "the plan was not readied (conv_bias_act_plan)");
@@ -555,7 +585,8 @@ void CudaBackend::conv_bias_act_forward(ConvPlan& plan, float* y, const float* x
   const float one = 1.f, alpha2 = z ? 1.f : 0.f;
   set_math(plan, fused_math(plan));
   // y (n, oc, oh, ow) = act(conv(x, w) + alpha2 * z + bias (1, oc, 1, 1)); without z, alpha2 = 0
-  // and y stands in for z, as TensorFlow passes its output when it has no side input.
+  // and y stands in for z, as TensorFlow passes its output when it has no side input. All in
+  // the plan's format (the bias of its type), float compute.
   CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
       c.cudnn, &one, s.x, x, plan.w, w, plan.conv, kFusedAlgo, c.workspace, c.workspace_bytes,
       &alpha2, s.y, z ? z : y, plan.bias, bias, relu ? plan.relu : plan.identity, s.y, y));

@@ -512,24 +512,28 @@ TEST_CASE("cuda: BatchNorm fused with its ReLU and the residual add gives the un
 // layer, the layer tolerance of the precision (the fold moves each output by a few roundings,
 // tests/test_fold.cpp's bound); the model, 10x that, as the model test above (deep chains
 // compound them).
-TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unfolded eval") {
-  REQUIRE_GPU("folded inference");
-  set_precision(Precision::FP32);
-  struct ConvBn {
-    Conv2d conv;
-    BatchNorm2d bn{6};
-    ParamStore store;
-    explicit ConvBn(bool bias)
-        : conv(Conv2dOptions{.in_channels = 5, .out_channels = 6, .kernel = 3, .padding = 1,
-                             .bias = bias}) {
-      conv.register_state(store, "conv.");
-      bn.register_state(store, "bn.");
-      store.allocate();
-      testing::fill_uniform(store.values(), 11, -0.5f, 0.5f);  // BN gammas of both signs
-      testing::fill_uniform(store.buffers(), 12, 0.05f, 1.5f);  // means; variances > 0
-      bn.set_training(false);
-    }
-  };
+// A Conv2d (5 -> 6 channels, 3x3) and an eval-mode BatchNorm2d after it, with the same random
+// parameters and statistics (BN gammas of both signs) wherever it is built.
+struct ConvBn {
+  Conv2d conv;
+  BatchNorm2d bn{6};
+  ParamStore store;
+  explicit ConvBn(bool bias)
+      : conv(Conv2dOptions{.in_channels = 5, .out_channels = 6, .kernel = 3, .padding = 1,
+                           .bias = bias}) {
+    conv.register_state(store, "conv.");
+    bn.register_state(store, "bn.");
+    store.allocate();
+    testing::fill_uniform(store.values(), 11, -0.5f, 0.5f);
+    testing::fill_uniform(store.buffers(), 12, 0.05f, 1.5f);  // means; variances > 0
+    bn.set_training(false);
+  }
+};
+
+// FoldedConv on the GPU, activations in format f (plain, or channels-last typed), against the
+// CPU's convolution then BatchNorm (then + residual, then ReLU) on the same inputs rounded to
+// f's type: with and without a convolution bias, each epilogue, the planned batch and one less.
+void check_folded_conv(Format f, double tol) {
   const Shape xs{3, 5, 8, 8}, ys{3, 6, 8, 8};
   for (const bool bias : {false, true}) {
     for (int mode = 0; mode < 3; ++mode) {  // plain, + ReLU, + residual + ReLU
@@ -540,31 +544,40 @@ TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unf
       FoldedConv fold;
       {
         const DeviceScope scope(Device::CUDA);
+        const ActivationScope typed(f);
         dev.conv.plan(xs);
         dev.bn.plan(ys);
         fold.plan(dev.conv, dev.bn);
       }
       fold.refresh();
       for (const int64_t n : {xs[0], xs[0] - 1}) {
-        const std::string tag = std::string("FoldedConv ") + (bias ? "with bias" : "no bias") +
+        const std::string tag = std::string("FoldedConv [") + format_name(f) + "] " +
+                                (bias ? "with bias" : "no bias") +
                                 (mode == 0 ? "" : mode == 1 ? ", ReLU" : ", residual + ReLU") +
                                 ", batch " + std::to_string(n);
         Shape xn = xs, yn = ys;
         xn.d[0] = yn.d[0] = n;
-        const Tensor x = testing::random_tensor(xn, 21), r = testing::random_tensor(yn, 22);
+        const Tensor x = rounded_to(testing::random_tensor(xn, 21), f);
+        const Tensor r = rounded_to(testing::random_tensor(yn, 22), f);
         Tensor c = Tensor::empty(yn), want = Tensor::empty(yn);
         cpu.conv.forward(c, x);
         cpu.bn.set_fused_relu(mode == 1);
         if (mode == 2) cpu.bn.forward(want, c, r);  // relu(bn(c) + r)
         else cpu.bn.forward(want, c);
-        Tensor got = Tensor::empty(yn, Device::CUDA);
-        fill(got, NAN);
-        const Tensor rg = on_gpu_copy(r);
-        fold.forward(got, on_gpu_copy(x), mode == 2 ? &rg : nullptr, mode > 0);
-        expect_near(tag, got, want, tolerance(Precision::FP32));
+        Tensor got = Tensor::empty(yn, Device::CUDA, f);
+        fill_nan(got);
+        const Tensor rg = to_gpu_as(r, f);
+        fold.forward(got, to_gpu_as(x, f), mode == 2 ? &rg : nullptr, mode > 0);
+        expect_near(tag, to_plain_host(got), want, tol);
       }
     }
   }
+}
+
+TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unfolded eval") {
+  REQUIRE_GPU("folded inference");
+  set_precision(Precision::FP32);
+  check_folded_conv(Format{}, tolerance(Precision::FP32));
 
   ModelOptions mo;
   mo.num_classes = 10;
@@ -633,6 +646,43 @@ TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unf
     expect_near("resnet18 folded eval logits after loading weights" + prec, folded->forward(x),
                 plain->forward(x), tol);
   }
+  set_precision(Precision::FP32);
+}
+
+// The channels-last typed path folded: FoldedConv in each type against the CPU, and resnet18's
+// folded eval logits against its unfolded ones on the same path (where BatchNorm runs as its
+// own NHWC kernel after each convolution).
+TEST_CASE("cuda: folded inference on the channels-last typed path") {
+  REQUIRE_GPU("folded inference nhwc");
+  ModelOptions mo;
+  mo.num_classes = 10;
+  const Shape in{4, 3, 64, 64};
+  for (const Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    set_precision(p);
+    const Format f = nhwc_format(p);
+    check_folded_conv(f, tolerance(p));
+    set_gpu_activations(f);  // read when a model plans on the GPU
+    auto make = [&](bool fold) {
+      auto m = build_model("resnet18", mo, 5);
+      m->root().for_each_layer([](Layer& l, const std::string&) {
+        if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) {
+          testing::fill_uniform(bn->running_mean, 15, -0.2f, 0.2f);
+          testing::fill_uniform(bn->running_var, 16, 0.5f, 1.5f);
+        }
+      });
+      m->to(Device::CUDA);
+      m->set_training(false);
+      set_gpu_fold(fold);
+      m->plan(in, PlanFor::kInference);
+      set_gpu_fold(false);
+      return m;
+    };
+    auto plain = make(false), folded = make(true);
+    const Tensor x = to_gpu_as(testing::random_tensor(in, 11), f);
+    expect_near(std::string("resnet18 folded eval logits [") + format_name(f) + "]",
+                folded->forward(x), plain->forward(x), 10 * tolerance(p));
+  }
+  set_gpu_activations(Format{});
   set_precision(Precision::FP32);
 }
 
@@ -779,22 +829,34 @@ TEST_CASE("cuda: uint8 -> float normalisation with flips matches the formula") {
 TEST_CASE("cuda: an 8-bit training batch normalised on the GPU equals the CPU transform") {
   REQUIRE_GPU("input stage");
   // What the trainer does on a GPU: the loader's windows and flips, InputStage::put_u8.
+  // Five batches in a row, of two sizes, the loader's buffer rewritten for each: the stage's
+  // two page-locked copies are each reused, and an upload never reads the next batch's bytes.
   const data::Transform tf(testing::imagenet_train(9, 40));
-  const int N = 6;
   InputStage stage(Device::CUDA, 8, Shape{3, 40, 40});
-  std::vector<uint8_t> pixels(size_t(N) * tf.output_numel()), flips(static_cast<size_t>(N));
-  Tensor want = Tensor::empty(Shape{N, 3, 40, 40});
-  for (int n = 0; n < N; ++n) {
-    data::Image img(50 + 7 * n, 64, n % 2 ? 3 : 1);  // gray ones are replicated to 3 channels
-    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = uint8_t((i * 31 + size_t(n) * 17) % 256);
-    flips[size_t(n)] = tf.window(pixels.data() + size_t(n) * tf.output_numel(), img, 1, uint64_t(n));
-    tf.apply(want.data() + int64_t(n) * int64_t(tf.output_numel()), img, 1, uint64_t(n));
+  std::vector<uint8_t> pixels(size_t(8) * tf.output_numel());
+  for (int round = 0; round < 5; ++round) {
+    const int N = round % 2 ? 8 : 6;
+    std::vector<uint8_t> flips(static_cast<size_t>(N));
+    Tensor want = Tensor::empty(Shape{N, 3, 40, 40});
+    for (int n = 0; n < N; ++n) {
+      data::Image img(50 + 7 * n, 64, n % 2 ? 3 : 1);  // gray ones are replicated to 3 channels
+      for (size_t i = 0; i < img.pixels.size(); ++i)
+        img.pixels[i] = uint8_t((i * 31 + size_t(n) * 17 + size_t(round) * 101) % 256);
+      const uint64_t key = uint64_t(n + 10 * round);
+      flips[size_t(n)] = tf.window(pixels.data() + size_t(n) * tf.output_numel(), img, 1, key);
+      tf.apply(want.data() + int64_t(n) * int64_t(tf.output_numel()), img, 1, key);
+    }
+    const Tensor got_dev = stage.put_u8(pixels.data(), flips, tf.mean(), tf.stddev());
+    std::fill(pixels.begin(), pixels.end(), uint8_t(0));  // the loader reuses its buffer at once
+    const Tensor got = to_host(got_dev);
+    REQUIRE(got.shape() == want.shape());
+    INFO("batch ", round + 1);
+    CHECK(std::memcmp(got.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
+    if (round == 0) {
+      const Tensor again = to_host(stage.put(want));  // the float path: one copy up
+      CHECK(std::memcmp(again.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
+    }
   }
-  const Tensor got = to_host(stage.put_u8(pixels.data(), flips, tf.mean(), tf.stddev()));
-  REQUIRE(got.shape() == want.shape());
-  CHECK(std::memcmp(got.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
-  const Tensor again = to_host(stage.put(want));  // the float path: one copy up
-  CHECK(std::memcmp(again.data(), want.data(), size_t(want.numel()) * sizeof(float)) == 0);
 }
 
 TEST_CASE("cuda: channels-last conversions give the host's bits, and add into float32") {
@@ -879,6 +941,15 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
     check_unary<MaxPool2d>("maxpool ceil dilated", [] {
       return std::make_unique<MaxPool2d>(MaxPool2dOptions{.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true});
     }, Shape{2, 3, 12, 9}, tol, true, f);
+    check_unary<AvgPool2d>("avgpool 3/1/1 (Inception's branch pool)", [] {
+      return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}});
+    }, Shape{2, 5, 9, 8}, tol, true, f);
+    check_unary<AvgPool2d>("avgpool ceil no-pad-count", [] {
+      return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false});
+    }, Shape{2, 3, 11, 10}, tol, true, f);
+    check_unary<AvgPool2d>("avgpool divisor", [] {
+      return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {2, 2}, .stride = {2, 2}, .divisor_override = 3});
+    }, Shape{2, 6, 8, 8}, tol, true, f);
     check_unary<AdaptiveAvgPool2d>("adaptive 7->1", [] { return std::make_unique<AdaptiveAvgPool2d>(1); }, Shape{2, 64, 7, 7}, tol, true, f);
     check_unary<AdaptiveAvgPool2d>("adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7}, tol, true, f);
     check_unary<Flatten>("flatten 1x1", [] { return std::make_unique<Flatten>(); }, Shape{3, 40, 1, 1}, tol, true, f);
@@ -947,7 +1018,8 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
 // and no allocation inside a step.
 TEST_CASE("cuda: every model the channels-last typed path covers trains on it") {
   REQUIRE_GPU("nhwc models");
-  for (const char* name : {"resnet18", "resnet50", "vgg11_bn", "alexnet", "googlenet", "squeezenet1_1"}) {
+  for (const char* name : {"resnet18", "resnet50", "vgg11_bn", "alexnet", "googlenet", "squeezenet1_1",
+                           "inception_v3"}) {
     ModelOptions mo;
     mo.num_classes = 10;
     mo.dropout = 0.f;

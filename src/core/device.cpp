@@ -1,6 +1,8 @@
 // Device and precision selection (see device.h).
 #include "core/device.h"
 
+#include <cstring>
+
 #include "core/check.h"
 #include "core/gemm_bf16.h"
 
@@ -64,7 +66,10 @@ InputStage::InputStage(Device device, int64_t max_batch, const Shape& sample) {
   const Shape s = {max_batch, sample[0], sample[1], sample[2]};
   images_ = Tensor::empty(s, device, gpu_activations());
   if (!images_.format().plain()) staging_ = Tensor::empty(s, device);
-  u8_ = gpu::backend().alloc(size_t(images_.numel() + max_batch));
+  gpu::Backend& be = gpu::backend();
+  const size_t u8_bytes = size_t(images_.numel() + max_batch);
+  u8_ = be.alloc(u8_bytes);
+  for (int k = 0; k < 2; ++k) pinned_[k] = be.alloc_pinned(u8_bytes), uploaded_[k] = be.event();
 }
 
 Tensor InputStage::put(const Tensor& images) {
@@ -92,8 +97,18 @@ Tensor InputStage::put_u8(const uint8_t* pixels, const std::vector<uint8_t>& fli
   gpu::Backend& be = gpu::backend();
   uint8_t* dev_pixels = static_cast<uint8_t*>(u8_.get());
   uint8_t* dev_flips = dev_pixels + images_.numel();
-  be.copy(dev_pixels, true, pixels, false, size_t(n * C * H * W));
-  be.copy(dev_flips, true, flips.data(), false, size_t(n));
+  const int k = next_;
+  next_ ^= 1;
+  be.wait(*uploaded_[k]);  // its last upload, two batches ago: reached long since, as a rule
+  uint8_t* host_pixels = static_cast<uint8_t*>(pinned_[k].get());
+  uint8_t* host_flips = host_pixels + images_.numel();
+  const size_t pixel_bytes = size_t(n * C * H * W);
+  std::memcpy(host_pixels, pixels, pixel_bytes);
+  std::memcpy(host_flips, flips.data(), size_t(n));
+  // The device buffer is free: the stream runs this upload after the last batch's normalisation.
+  be.copy_async(dev_pixels, true, host_pixels, false, pixel_bytes);
+  be.copy_async(dev_flips, true, host_flips, false, size_t(n));
+  be.record(*uploaded_[k]);
   Tensor x = images_.head(Shape{n, C, H, W});
   if (x.format().order == Order::NHWC)
     be.normalize_u8_nhwc(x.format().elem, x.raw(), dev_pixels, dev_flips, n, int(C), int(H),

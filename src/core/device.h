@@ -56,7 +56,8 @@ class InputStage {
   Tensor put(const Tensor& images);
   // GPU only: (n, H, W, C) 8-bit pixels, copied up (a quarter of the floats' bytes) and
   // turned there into (n, C, H, W) values (pixels / 255 - mean[c]) / stddev[c], mirrored
-  // left-right where flips[i] != 0 (gpu::Backend::normalize_u8); n = flips.size().
+  // left-right where flips[i] != 0 (gpu::Backend::normalize_u8); n = flips.size(). Queued on
+  // the compute stream without waiting for it (pixels may be reused as soon as this returns).
   Tensor put_u8(const uint8_t* pixels, const std::vector<uint8_t>& flips,
                 const std::vector<float>& mean, const std::vector<float>& stddev);
 
@@ -64,6 +65,13 @@ class InputStage {
   Tensor images_;               // (max_batch, C, H, W) on the GPU; undefined on the CPU
   Tensor staging_;              // plain float copy for put() when images_ is not plain
   std::shared_ptr<void> u8_;    // GPU: max_batch * H * W * C pixel bytes, then max_batch flips
+  // GPU: two page-locked host copies of u8_'s bytes, used in turn, and the point each one's
+  // upload was queued at: put_u8 copies the batch into one, queues its upload on the compute
+  // stream and returns without waiting, so the next batch is copied into the other while the
+  // GPU may still be busy; a copy is reused only once its upload has been reached.
+  std::shared_ptr<void> pinned_[2];
+  std::shared_ptr<gpu::Event> uploaded_[2];
+  int next_ = 0;  // the pinned copy the next batch goes into
 };
 
 }  // namespace mpicnn

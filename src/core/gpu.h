@@ -228,13 +228,16 @@ class Backend {
                              const void* x, const void* w, int n,
                              bool accumulate_params = true) = 0;
   // Readies `plan` for conv_bias_act_forward (folded inference, layers/fold.h): the workspace
-  // its algorithm needs at the planned batch. Plan time (may allocate), after conv_plan.
+  // its algorithm needs at the planned batch; for a typed plan, one trial call, so that a type
+  // cuDNN's fused call refuses stops here. Plan time (may allocate), after conv_plan.
   virtual void conv_bias_act_plan(ConvPlan& plan) = 0;
   // y '=' act(conv(x, w) + bias (oc) + z) in one cuDNN call (cudnnConvolutionBiasActivation-
   // Forward), act the ReLU when relu, else none; z (n, oc, oh, ow) may be null (nothing added)
   // and may alias y. n at most the planned batch.
-  virtual void conv_bias_act_forward(ConvPlan& plan, real* y, const real* x, const real* w,
-                                     const real* bias, const real* z, bool relu, int n) = 0;
+  // All operands in the plan's format (the bias (oc) of its element type); on the channels-last
+  // typed path w is KRSC, as conv_forward's.
+  virtual void conv_bias_act_forward(ConvPlan& plan, void* y, const void* x, const void* w,
+                                     const void* bias, const void* z, bool relu, int n) = 0;
 
   // ---- BatchNorm2d (kernels/batchnorm.cu) -----------------------------------------------------
   // Training: batch statistics (biased variance to normalise), running_mean/var updated with
@@ -272,8 +275,12 @@ class Backend {
                                 const PoolDesc& d) = 0;
 
   // ---- AvgPool2d (kernels/avgpool2d.cu) -------------------------------------------------------
-  virtual void avgpool_forward(real* y, const real* x, int64_t N, const PoolDesc& d) = 0;
-  virtual void avgpool_backward(real* dx, const real* dy, int64_t N, const PoolDesc& d) = 0;
+  // y (N, C, OH, OW) = window sums / divisors; backward dx (N, C, H, W) '=' dy / divisor
+  // gathered per cell. Both tensors in format f: plain, or NHWC of any type (sums in float).
+  virtual void avgpool_forward(Format f, void* y, const void* x, int64_t N,
+                               const PoolDesc& d) = 0;
+  virtual void avgpool_backward(Format f, void* dx, const void* dy, int64_t N,
+                                const PoolDesc& d) = 0;
 
   // ---- AdaptiveAvgPool2d (kernels/adaptive_avgpool2d.cu) --------------------------------------
   // AdaptiveAvgPool2d bins [floor(i*H/OH), ceil((i+1)*H/OH)); d.kh etc. unused.

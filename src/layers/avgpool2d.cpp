@@ -150,8 +150,9 @@ void AvgPool2d::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == os, "AvgPool2d: out has shape ", out.shape().str(), ", expected ",
         os.str(), " for input ", in.shape().str());
   CHECK(!overlaps(out, in), "AvgPool2d: out must not alias in");
-  if (on_gpu("AvgPool2d", {&out, &in}))
-    return gpu::backend().avgpool_forward(out.data(), in.data(), in.size(0), desc(in.shape()));
+  if (on_gpu_as("AvgPool2d", in.format(), {&out, &in}))
+    return gpu::backend().avgpool_forward(in.format(), out.raw(), in.raw(), in.size(0),
+                                          desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
   const real* x = in.data();
@@ -175,8 +176,9 @@ void AvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
         din.shape().str(), ", dout ", dout.shape().str(), " for input ", in.shape().str(),
         " (expected output ", os.str(), ")");
   CHECK(!overlaps(din, dout), "AvgPool2d backward: din must not alias dout");
-  if (on_gpu("AvgPool2d backward", {&din, &dout}))
-    return gpu::backend().avgpool_backward(din.data(), dout.data(), in.size(0), desc(in.shape()));
+  if (on_gpu_as("AvgPool2d backward", din.format(), {&din, &dout}))
+    return gpu::backend().avgpool_backward(din.format(), din.raw(), dout.raw(), in.size(0),
+                                           desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = os.d[2], OW = os.d[3];
   const int64_t planes = os.d[0] * os.d[1];
   const real* dy = dout.data();

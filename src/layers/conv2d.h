@@ -100,6 +100,8 @@ class Conv2d : public UnaryLayer {
   // The cuDNN plan made by plan() on the GPU (null on the CPU): folded inference (layers/fold.h)
   // runs its fused call on the same descriptors.
   gpu::ConvPlan* gpu_plan() const { return gpu_plan_.get(); }
+  // The activations' format the GPU plan was made for (plain, or NHWC of a type).
+  Format gpu_format() const { return gpu_format_; }
 
   Tensor weight, grad_weight;  // (OC, IC/groups, KH, KW)
   Tensor bias, grad_bias;      // (OC), undefined without bias

@@ -1,5 +1,6 @@
 // FoldedConv (see fold.h): checks and calls into the GPU backend (kernels/fold.cu for the fold,
-// kernels/conv2d.cu for the fused convolution). Host code only; no folding math of its own.
+// kernels/format.cu for the typed copy, kernels/conv2d.cu for the fused convolution). Host code
+// only; no folding math of its own.
 #include "layers/fold.h"
 
 #include "core/check.h"
@@ -17,6 +18,12 @@ void FoldedConv::plan(Conv2d& conv, BatchNorm2d& bn) {
   bn_ = &bn;
   weight_ = Tensor::empty(conv.weight.shape(), Device::CUDA);
   bias_ = Tensor::empty({oc}, Device::CUDA);
+  format_ = conv.gpu_format();
+  typed_weight_ = typed_bias_ = Tensor();
+  if (!format_.plain()) {
+    typed_weight_ = Tensor::empty(conv.weight.shape(), Device::CUDA, format_);
+    typed_bias_ = Tensor::empty({oc}, Device::CUDA, Format{format_.elem, Order::NCHW});
+  }
   gpu::backend().conv_bias_act_plan(*conv.gpu_plan());
 }
 
@@ -28,6 +35,12 @@ void FoldedConv::refresh() {
                               bn_->weight.data(), bn_->bias.data(), bn_->running_mean.data(),
                               bn_->running_var.data(), float(bn_->eps()), oc,
                               weight_.numel() / oc);
+  if (format_.plain()) return;
+  const Shape& w = weight_.shape();
+  gpu::backend().convert(typed_weight_.raw(), format_, weight_.data(), Format{}, w[0], w[1], w[2],
+                         w[3], /*accumulate=*/false);
+  gpu::backend().convert(typed_bias_.raw(), typed_bias_.format(), bias_.data(), Format{}, 1, oc,
+                         1, 1, false);
 }
 
 void FoldedConv::forward(Tensor& out, const Tensor& in, const Tensor* residual, bool relu) {
@@ -37,11 +50,13 @@ void FoldedConv::forward(Tensor& out, const Tensor& in, const Tensor* residual, 
         want.str());
   CHECK(!residual || residual->shape() == want, "folded convolution: residual ",
         residual ? residual->shape().str() : "", " vs out ", want.str());
-  CHECK(on_gpu("folded convolution", {&out, &in, residual}),
+  CHECK(on_gpu_as("folded convolution", format_, {&out, &in, residual}),
         "folded convolution: a GPU path, called with CPU tensors");
-  gpu::backend().conv_bias_act_forward(*conv_->gpu_plan(), out.data(), in.data(), weight_.data(),
-                                       bias_.data(), residual ? residual->data() : nullptr, relu,
-                                       int(in.size(0)));
+  const bool typed = !format_.plain();
+  gpu::backend().conv_bias_act_forward(
+      *conv_->gpu_plan(), out.raw(), in.raw(), typed ? typed_weight_.raw() : weight_.raw(),
+      typed ? typed_bias_.raw() : bias_.raw(), residual ? residual->raw() : nullptr, relu,
+      int(in.size(0)));
 }
 
 }  // namespace mpicnn

@@ -4,7 +4,9 @@
 // bias (+ a residual) (+ ReLU) in one cuDNN call (kernels/conv2d.cu). The folded weights are a
 // copy owned here, made when the model plans or enters eval mode: the model's own weights (its
 // checkpoint) are never written. Not a layer of the state dict, and not a CPU path: the CPU engine
-// runs Conv2d and BatchNorm2d as they are.
+// runs Conv2d and BatchNorm2d as they are. On the channels-last typed path (--gpu-layout nhwc)
+// the fold is made in float, then rounded once into a copy of the activations' type (KRSC
+// filters, as Conv2d's), which the fused call reads with the typed activations.
 #pragma once
 #include <memory>
 
@@ -34,6 +36,8 @@ class FoldedConv {
   BatchNorm2d* bn_ = nullptr;
   Tensor weight_;  // (OC, IC/groups, KH, KW): w'
   Tensor bias_;    // (OC): b'
+  Format format_;  // of the activations (conv's plan): plain, or NHWC of a type
+  Tensor typed_weight_, typed_bias_;  // w' and b' in format_'s type (typed path only)
 };
 
 }  // namespace mpicnn
