@@ -154,6 +154,7 @@ class CudaBackend final : public Backend {
   void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
 
   // kernels/conv2d.cu
+  int64_t conv_searches() const override;
   std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n, int out_channels,
                                       int groups, Format format) override;
   void conv_forward(ConvPlan& plan, void* y, const void* x, const void* w, const void* bias,
@@ -239,6 +240,7 @@ class CudaBackend final : public Backend {
  private:
   Context ctx_;
   int64_t allocations_ = 0;
+  int64_t searches_ = 0;                  // conv_plan's algorithm searches (conv2d.cu)
   cudaEvent_t slot_event(int slot);       // created at a slot's first use
   std::vector<cudaEvent_t> slot_events_;  // one per gradient-sync slot
   cudaEvent_t compute_mark_ = nullptr;    // orders the copy stream after compute

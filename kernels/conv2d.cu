@@ -20,6 +20,7 @@
 // Folded inference (layers/fold.h): conv_bias_act_forward runs convolution + bias (+ residual)
 // (+ ReLU) as one cudnnConvolutionBiasActivationForward on the same plan's descriptors.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <vector>
 
@@ -441,6 +442,40 @@ void make_activation(cudnnActivationDescriptor_t* a, cudnnActivationMode_t mode)
   CUDNN_CHECK(cudnnSetActivationDescriptor(*a, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
 }
 
+// The algorithms chosen for one planned convolution, kept per distinct convolution so that a
+// model's repeated shapes (ResNet-50 has 53 convolutions of 22 shapes) are searched once.
+struct Choice {
+  cudnnConvolutionFwdAlgo_t fwd;
+  cudnnMathType_t fwd_math;
+  cudnnConvolutionBwdDataAlgo_t bwd_data;
+  cudnnMathType_t bwd_data_math;
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+  cudnnMathType_t bwd_filter_math;
+  size_t workspace;
+  static Choice of(const ConvPlan::Shape& s) {
+    return {s.fwd, s.fwd_math, s.bwd_data, s.bwd_data_math, s.bwd_filter, s.bwd_filter_math,
+            s.workspace};
+  }
+  void apply(ConvPlan::Shape& s) const {
+    s.fwd = fwd, s.fwd_math = fwd_math, s.bwd_data = bwd_data, s.bwd_data_math = bwd_data_math;
+    s.bwd_filter = bwd_filter, s.bwd_filter_math = bwd_filter_math, s.workspace = workspace;
+  }
+};
+// What a choice depends on: the convolution at its planned batch, the tensors' format and the
+// settings the search ran under.
+using ChoiceKey = std::array<int, 20>;
+ChoiceKey choice_key(const ConvPlan& p) {
+  const ConvDesc& d = p.d;
+  return {d.n, d.c, d.h, d.w, d.oc, d.kh, d.kw, d.stride_h, d.stride_w, d.pad_h, d.pad_w,
+          d.dil_h, d.dil_w, d.groups, d.oh, d.ow, int(p.format.elem), int(p.format.order),
+          int(p.precision), int(p.deterministic)};
+}
+// The process's choices (one GPU per process; plans are made on the host thread that plans).
+std::map<ChoiceKey, Choice>& chosen() {
+  static std::map<ChoiceKey, Choice> m;
+  return m;
+}
+
 }  // namespace
 
 std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t n,
@@ -477,16 +512,25 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t 
   // memory from one run to the next.
   const size_t cap = std::max(p.deterministic ? kMinSearchWorkspace : search_workspace_cap(),
                               c.workspace_bytes);
-  if (p.deterministic) {
-    // Bit-identical reruns: Find's timings may rank two deterministic algorithms (which round
-    // differently) either way from one run to the next; the heuristics' order is fixed.
-    choose_heuristic(p, s, d.n, cap);
+  const ChoiceKey key = choice_key(p);
+  if (const auto hit = chosen().find(key); hit != chosen().end()) {
+    hit->second.apply(s);  // a convolution of this shape was planned before: its choice
   } else {
-    choose_measured(p, s, cap);
+    if (p.deterministic) {
+      // Bit-identical reruns: Find's timings may rank two deterministic algorithms (which
+      // round differently) either way from one run to the next; the heuristics' order is fixed.
+      choose_heuristic(p, s, d.n, cap);
+    } else {
+      choose_measured(p, s, cap);
+    }
+    ++searches_;
+    chosen().emplace(key, Choice::of(s));
   }
   ensure_workspace(s.workspace);
   return plan;
 }
+
+int64_t CudaBackend::conv_searches() const { return searches_; }
 
 void CudaBackend::conv_forward(ConvPlan& plan, void* y, const void* x, const void* w,
                                const void* bias, int n) {

@@ -686,6 +686,38 @@ TEST_CASE("cuda: folded inference on the channels-last typed path") {
   set_precision(Precision::FP32);
 }
 
+// conv_plan searches each distinct convolution once per process: ResNet-50's 53 convolutions
+// take fewer searches than convolutions, and a second model of the same shapes takes none.
+TEST_CASE("cuda: a convolution shape is searched once per process") {
+  REQUIRE_GPU("conv plan cache");
+  set_precision(Precision::TF32);
+  ModelOptions mo;
+  mo.num_classes = 10;
+  const Shape in{3, 3, 72, 72};  // a batch and size no other test plans ResNet-50 at
+  gpu::Backend& g = gpu::backend();
+  auto planned = [&] {
+    auto m = build_model("resnet50", mo, 5);
+    m->to(Device::CUDA);
+    m->plan(in);
+    return m;
+  };
+  const int64_t before = g.conv_searches();
+  auto a = planned();
+  const int64_t first = g.conv_searches() - before;
+  int convs = 0;
+  a->root().for_each_layer([&](Layer& l, const std::string&) { convs += dynamic_cast<Conv2d*>(&l) != nullptr; });
+  INFO("searches ", first, " for ", convs, " convolutions");
+  CHECK(first > 0);
+  CHECK(first < convs);
+  auto b = planned();
+  CHECK(g.conv_searches() - before == first);
+  // The reused choices run: the second model's logits equal the first's (same weights).
+  const Tensor x = on_gpu_copy(testing::random_tensor(in, 3));
+  a->set_training(false);
+  b->set_training(false);
+  expect_near("resnet50 on reused convolution plans", b->forward(x), a->forward(x), 0);
+}
+
 TEST_CASE("cuda: resnet18 in fp16 and bf16 stays near fp32") {
   REQUIRE_GPU("resnet18 fp16/bf16");
   ModelOptions mo;

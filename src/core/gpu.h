@@ -212,9 +212,12 @@ class Backend {
   // The plan of Conv2d's convolution: geometry g (input planes, kernel, stride, padding,
   // dilation, output size), g.channels -> out_channels in `groups` groups, batches up to n.
   // Descriptors and algorithms for every batch size up to n, chosen once here (cuDNN's measured
-  // search at n; its heuristics when deterministic) with the workspace they need.
+  // search at n; its heuristics when deterministic) with the workspace they need; a
+  // convolution of the same shape, format and settings planned before reuses that choice.
   // `format`: of x, y, w, bias and their gradients (plain; or NHWC of any type, filters then
   // (oc, kh, kw, c / groups) and the bias (oc) in that type, math in float with tensor cores).
+  // Algorithm searches conv_plan has run in this process (one per distinct convolution).
+  virtual int64_t conv_searches() const = 0;
   virtual std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n,
                                               int out_channels, int groups,
                                               Format format = {}) = 0;

@@ -32,6 +32,10 @@ Tensor view(int slot, const Shape& shape) {
                "block scratch slot ", slot, ": ", shape.str(), " not reserved on this thread");
   return t_slots[size_t(slot)].head(shape);
 }
+int64_t floats_for(const Shape& shape) {
+  const int64_t bytes = shape.numel() * int64_t(elem_bytes(Tensor::activation_format_for(shape).elem));
+  return (bytes + int64_t(sizeof(real)) - 1) / int64_t(sizeof(real));
+}
 void Buffer::plan(int slot, int64_t floats) {
   slot_ = -1;
   own_ = Tensor();
@@ -158,7 +162,7 @@ Shape Sequential::plan(const Shape& in) {
   int64_t need[2] = {0, 0};
   for (size_t i = 1; i < children_.size(); ++i)
     if (!fused_[i] && !(i == last && last_over_dout_))
-      need[i % 2] = std::max(need[i % 2], in_shapes_[i].numel());
+      need[i % 2] = std::max(need[i % 2], block_scratch::floats_for(in_shapes_[i]));
   for (int k = 0; k < 2; ++k) grads_[k].plan(block_scratch::kSequential0 + 2 * depth + k, need[k]);
   planned_batch_ = in[0];
   return s;

@@ -80,6 +80,9 @@ inline constexpr int kSequential0 = 10;
 void reserve(int slot, int64_t floats);
 Tensor view(int slot, const Shape& shape);  // the slot's first shape.numel() floats
 // A module's backward buffer: slot `slot` on the CPU, a tensor of its own on the GPU.
+// The floats a Buffer needs for a view of `shape` in Tensor::activation's format for it (fewer
+// than shape.numel() for the GPU's 16-bit activations): Buffer::plan's unit.
+int64_t floats_for(const Shape& shape);
 class Buffer {
  public:
   // Sized for `floats` floats; none when floats is 0 or the plan is inference-only.

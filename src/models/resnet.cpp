@@ -92,9 +92,9 @@ Shape ResidualBlock::plan(const Shape& in) {
   Shape s = in;
   int64_t max_out = 0, max_mid_in = 0;
   for (size_t i = 0; i < convs_.size(); ++i) {
-    if (i > 0) max_mid_in = std::max(max_mid_in, s.numel());
+    if (i > 0) max_mid_in = std::max(max_mid_in, block_scratch::floats_for(s));
     s = convs_[i]->plan(s);
-    max_out = std::max(max_out, s.numel());
+    max_out = std::max(max_out, block_scratch::floats_for(s));
     plan_after_conv(*bns_[i]);  // bn_i alone reads conv_i's output
     s = bns_[i]->plan(s);
     if (i + 1 < convs_.size()) relus_[i]->plan(s);
@@ -115,7 +115,8 @@ Shape ResidualBlock::plan(const Shape& in) {
   }
   // Gradient buffers: the output's, conv outputs' (and the input's from the downsample, once
   // the main branch is done with A), mid inputs'.
-  const int64_t need[kGradSlots] = {s.numel(), std::max(max_out, downsample_ ? in.numel() : 1),
+  const int64_t need[kGradSlots] = {block_scratch::floats_for(s),
+                                    std::max(max_out, downsample_ ? block_scratch::floats_for(in) : 1),
                                     std::max<int64_t>(max_mid_in, 1)};
   for (int k = 0; k < kGradSlots; ++k) grads_[k].plan(k, need[k]);  // slot k: every block's
   return s;
