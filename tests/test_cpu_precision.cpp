@@ -243,6 +243,8 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
       {"groups 2", {2, 4, 6, 7, 6, 3, 1, 1, 2}},
       {"K = 576 over two K blocks", {2, 64, 5, 5, 16, 3, 1, 1}},
       {"small layer: chunks in parallel", {16, 3, 8, 8, 4, 3, 1, 1}},
+      {"1x1 per image, K = 600 over two K blocks", {3, 600, 8, 9, 20, 1}},
+      {"1x1 per image, no bias", {4, 12, 9, 8, 10, 1}, false},
   };
   PrecisionScope scope(CpuPrecision::kBf16);
   AlgorithmScope im2col(ConvAlgorithm::kIm2col);
@@ -260,6 +262,7 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
     conv.plan(in);
     REQUIRE(!conv.direct());
     if (c.name == "small layer: chunks in parallel") CHECK(conv.parallel_chunks());
+    CHECK(conv.per_image() == (std::string(c.name).rfind("1x1 per image", 0) == 0));
     Tensor x = random_tensor(in, 13), y = Tensor::empty(conv.output_shape(in));
     Tensor dy = random_tensor(y.shape(), 14), dx = Tensor::empty(in);
     conv.forward(y, x);

@@ -276,8 +276,9 @@ TEST_CASE("gemm_bf16 alpha and beta: C = alpha op(A) op(B) + beta C, BLAS's spec
   }
 }
 
-TEST_CASE("gemm_bf16: bf16 inputs, paths and thread counts give the same bits") {
-  // The float inputs rounded by to_bf16 first give the same bits as rounded while packing; the
+TEST_CASE("gemm_bf16: bf16 inputs, packed A, paths and thread counts give the same bits") {
+  // The float inputs rounded by to_bf16 first give the same bits as rounded while packing, and
+  // op(A) packed ahead (pack_a_bf16, gemm_bf16_packed_a) the same as packed by the call; the
   // native and emulated paths add in the same order (core/gemm_bf16.h), so agree bit for bit;
   // and each element is summed by one thread in one order, whatever the thread count.
   for (const Shape3& s : kShapes)
@@ -299,6 +300,18 @@ TEST_CASE("gemm_bf16: bf16 inputs, paths and thread counts give the same bits") 
         else c = p.run_bf16();
         return c;
       };
+      // op(A) packed once (pack_a_bf16), then the GEMM on it, twice (the packing is reused).
+      auto run_packed = [&] {
+        std::vector<bf16_t> packed(size_t(bf16_packed_a_size(p.M, p.K)));
+        pack_a_bf16(packed.data(), p.ta, p.M, p.K, p.A.v.data(), p.A.ld);
+        std::vector<float> c = p.C0.v;
+        for (int twice = 0; twice < 2; ++twice) {
+          c = p.C0.v;
+          gemm_bf16_packed_a(packed.data(), p.M, p.N, p.K, p.alpha, p.tb, p.B.v.data(), p.B.ld,
+                             p.beta, c.data(), p.C0.ld);
+        }
+        return c;
+      };
       auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
         return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
       };
@@ -310,15 +323,18 @@ TEST_CASE("gemm_bf16: bf16 inputs, paths and thread counts give the same bits") 
         CHECK(same(run(true, true), want));
         CHECK(same(run(true, false), want));
         CHECK(same(run(false, true), want));
+        CHECK(same(run_packed(), want));
       }
       for (int threads : {1, 3}) {
         PathScope scope(fast, threads);
         CHECK(same(run(false, false), want));
+        CHECK(same(run_packed(), want));
       }
       if (fast == Bf16Path::kNative) {
         PathScope scope(Bf16Path::kEmulated, 2);
         CHECK(same(run(false, false), want));
         CHECK(same(run(true, false), want));
+        CHECK(same(run_packed(), want));
       }
     }
 }

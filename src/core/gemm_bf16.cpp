@@ -150,34 +150,57 @@ void run_block(const bf16k::Kernels& k, const Problem& p, const bf16_t* apack,
   }
 }
 
+// op(A) packed by K block, then panel: block k0 starts at Mp * k0, its panel i / MR at
+// i * kcp (kcp: the block's K rounded up to pairs). Call inside a parallel region (or none):
+// the panels are shared out over the threads.
+template <typename TA>
+void pack_a(const bf16k::Kernels& k, bf16_t* apack, int M, int K, int64_t Mp,
+            const Operand<TA>& a) {
+  const int64_t pm = Mp / MR, kblocks = (K + KC - 1) / KC;
+#pragma omp for schedule(static)
+  for (int64_t u = 0; u < kblocks * pm; ++u) {
+    const int64_t k0 = u / pm * KC, i = u % pm * MR;
+    const int kc = int(std::min<int64_t>(KC, K - k0));
+    const int rows = int(std::min<int64_t>(MR, M - i));
+    pack(k, apack + Mp * k0 + i * round_up(kc, 2), a, i, rows, MR, k0, kc);
+  }
+}
+
+// This thread's share of C against the packed op(A) (inside a parallel region, or alone).
+template <typename TB>
+void compute(const bf16k::Kernels& k, const Problem& p, const bf16_t* apack,
+             const Operand<TB>& b) {
+  const int64_t pm = p.Mp / MR, units = (p.N + 15) / 16;
+  const Grid g = choose_grid(omp_get_num_threads(), pm, units);
+  const int t = omp_get_thread_num();
+  if (t >= g.gm * g.gn) return;
+  const int tm = t / g.gn, tn = t % g.gn;
+  const int64_t m0 = pm * tm / g.gm * MR;
+  const int64_t m1 = std::min<int64_t>(p.M, pm * (tm + 1) / g.gm * MR);
+  const int64_t n0 = units * tn / g.gn * 16;
+  const int64_t n1 = std::min<int64_t>(p.N, units * (tn + 1) / g.gn * 16);
+  if (m0 < m1 && n0 < n1) run_block(k, p, apack, b, m0, m1, n0, n1);
+}
+
+bool parallel_for(const Problem& p) { return int64_t(p.M) * p.N * p.K >= kParallelMacs; }
+
 template <typename TA, typename TB>
 void run(const Problem& p, const Operand<TA>& a, const Operand<TB>& b) {
   const bf16k::Kernels& k = kernels();
   static thread_local PackBuffer abuf;
-  // A packed by K block, then panel: block k0 starts at Mp * k0, its panel i / MR at i * kcp.
   bf16_t* apack = abuf.get(p.Mp * round_up(p.K, 2));
-  const int64_t pm = p.Mp / MR, units = (p.N + 15) / 16, kblocks = (p.K + KC - 1) / KC;
-  const bool parallel = int64_t(p.M) * p.N * p.K >= kParallelMacs;
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (parallel_for(p))
   {
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < kblocks * pm; ++u) {
-      const int64_t k0 = u / pm * KC, i = u % pm * MR;
-      const int kc = int(std::min<int64_t>(KC, p.K - k0));
-      const int rows = int(std::min<int64_t>(MR, p.M - i));
-      pack(k, apack + p.Mp * k0 + i * round_up(kc, 2), a, i, rows, MR, k0, kc);
-    }
-    const Grid g = choose_grid(omp_get_num_threads(), pm, units);
-    const int t = omp_get_thread_num();
-    if (t < g.gm * g.gn) {
-      const int tm = t / g.gn, tn = t % g.gn;
-      const int64_t m0 = pm * tm / g.gm * MR;
-      const int64_t m1 = std::min<int64_t>(p.M, pm * (tm + 1) / g.gm * MR);
-      const int64_t n0 = units * tn / g.gn * 16;
-      const int64_t n1 = std::min<int64_t>(p.N, units * (tn + 1) / g.gn * 16);
-      if (m0 < m1 && n0 < n1) run_block(k, p, apack, b, m0, m1, n0, n1);
-    }
+    pack_a(k, apack, p.M, p.K, p.Mp, a);  // its omp for ends with a barrier
+    compute(k, p, apack, b);
   }
+}
+
+// C = beta * C where op(A) * op(B) does not count (K == 0 or alpha == 0), as BLAS.
+void scale_only(int M, int N, float beta, float* C, int ldc) {
+  for (int i = 0; i < M; ++i)
+    for (float* c = C + int64_t(i) * ldc; c < C + int64_t(i) * ldc + N; ++c)
+      *c = beta == 0.0f ? 0.0f : beta * *c;
 }
 
 }  // namespace
@@ -210,12 +233,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
                int lda, const TB* B, int ldb, float beta, float* C, int ldc) {
   CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size ", M, " x ", N, " x ", K);
   if (M == 0 || N == 0) return;
-  if (K == 0 || alpha == 0.0f) {  // op(A) * op(B) does not count: C = beta * C (BLAS)
-    for (int i = 0; i < M; ++i)
-      for (float* c = C + int64_t(i) * ldc; c < C + int64_t(i) * ldc + N; ++c)
-        *c = beta == 0.0f ? 0.0f : beta * *c;
-    return;
-  }
+  if (K == 0 || alpha == 0.0f) return scale_only(M, N, beta, C, ldc);
   const Problem p{M, N, K, alpha, beta, C, ldc, round_up(M, MR)};
   // op(A)(i, k) is A[i * lda + k], or A[k * lda + i] transposed; op(B)(k, j) B[k * ldb + j],
   // or B[j * ldb + k].
@@ -224,6 +242,31 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
   run(p, a, b);
 }
 
+int64_t bf16_packed_a_size(int M, int K) { return round_up(M, MR) * round_up(K, 2); }
+
+void pack_a_bf16(bf16_t* dst, bool trans_a, int M, int K, const float* A, int lda) {
+  CHECK(M >= 0 && K >= 0, "pack_a_bf16: negative size ", M, " x ", K);
+  const Operand<float> a{A, trans_a ? 1 : int64_t(lda), trans_a ? int64_t(lda) : 1};
+  const int64_t Mp = round_up(M, MR);
+#pragma omp parallel if (Mp * K >= (int64_t(1) << 15))
+  pack_a(kernels(), dst, M, K, Mp, a);
+}
+
+template <typename TB>
+void gemm_bf16_packed_a(const bf16_t* apack, int M, int N, int K, float alpha, bool trans_b,
+                        const TB* B, int ldb, float beta, float* C, int ldc) {
+  CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size ", M, " x ", N, " x ", K);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) return scale_only(M, N, beta, C, ldc);
+  const Problem p{M, N, K, alpha, beta, C, ldc, round_up(M, MR)};
+  const Operand<TB> b{B, trans_b ? int64_t(ldb) : 1, trans_b ? 1 : int64_t(ldb)};
+  const bf16k::Kernels& k = kernels();
+#pragma omp parallel if (parallel_for(p))
+  compute(k, p, apack, b);
+}
+
+template void gemm_bf16_packed_a(const bf16_t*, int, int, int, float, bool, const float*, int,
+                                 float, float*, int);
 template void gemm_bf16(bool, bool, int, int, int, float, const float*, int, const float*, int,
                         float, float*, int);
 template void gemm_bf16(bool, bool, int, int, int, float, const bf16_t*, int, const bf16_t*, int,

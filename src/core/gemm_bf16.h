@@ -53,4 +53,14 @@ template <typename TA, typename TB>
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const TA* A,
                int lda, const TB* B, int ldb, float beta, float* C, int ldc);
 
+// op(A) packed once for several GEMMs that share it (a convolution's weights against each image
+// in turn): bf16_packed_a_size(M, K) bf16 values of storage (the caller's, 64-byte aligned),
+// filled by pack_a_bf16 (A float, rounded as gemm_bf16 rounds it), then gemm_bf16_packed_a
+// gives what gemm_bf16 gives with that op(A), bit for bit, packing only op(B).
+int64_t bf16_packed_a_size(int M, int K);
+void pack_a_bf16(bf16_t* dst, bool trans_a, int M, int K, const float* A, int lda);
+template <typename TB>
+void gemm_bf16_packed_a(const bf16_t* apack, int M, int N, int K, float alpha, bool trans_b,
+                        const TB* B, int ldb, float beta, float* C, int ldc);
+
 }  // namespace mpicnn

@@ -15,7 +15,9 @@
 // DirectConv::bf16_weight_grad() (stride 1, rows of 8+), else on this path's bf16 GEMMs; 1x1
 // layers stay on this path but in inference plans (MPICNN_CONV_BF16=im2col opts out of the
 // direct kernels). The others take this path, all three GEMMs in bf16 (emulated without
-// AVX512-BF16). Winograd is float32 only.
+// AVX512-BF16); there a 1x1 layer with planes of 64+ pixels runs all three as one GEMM per
+// image (forward and the input gradient on weights packed once; Conv2d::per_image_), without
+// the column and rows copies. Winograd is float32 only.
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -38,6 +40,10 @@ namespace {
 constexpr int64_t kTargetColumns = 1024;
 // ... but keep the column workspace under this many floats (64 MiB).
 constexpr int64_t kColumnBudget = int64_t(16) << 20;
+// bf16 1x1 layers take one GEMM per image from planes of this many pixels: 28x28 and 14x14
+// (784 and 196 columns: whole 48-column panels but a last one of 16) but not 7x7, where 49
+// columns would waste most of a second panel and chunking into one GEMM stays faster.
+constexpr int64_t kPerImagePlane = 64;
 // Below this many elements a loop runs on one thread (fork/join would cost more).
 constexpr int64_t kParallelMin = 1 << 15;
 
@@ -207,6 +213,7 @@ void Conv2d::plan(const Shape& in) {
   precision_ = cpu_precision();
   const bool fp32 = precision_ == CpuPrecision::kFp32;
   direct_ = DirectConv();
+  per_image_ = false;
   if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups, !fp32)) {
     direct_ = DirectConv(g, opt_.out_channels, N, !fp32);
     if (direct_weight_grad()) {
@@ -239,9 +246,20 @@ void Conv2d::plan(const Shape& in) {
     chunk_grads_ = Tensor();
   }
   chunk_ = chunk;
-  col_floats_ = (g.is_pointwise() && chunk == 1) ? 0 : rows * chunk * P;
-  rows_floats_ = chunk > 1 ? opt_.out_channels * chunk * P : 0;
+#if !(defined(MPICNN_F64) && MPICNN_F64)
+  per_image_ = !fp32 && !direct_.planned() && !parallel_chunks_ && opt_.groups == 1 &&
+               g.is_pointwise() && P >= kPerImagePlane;
+#endif
+  col_floats_ = (g.is_pointwise() && (chunk == 1 || per_image_)) ? 0 : rows * chunk * P;
+  rows_floats_ = chunk > 1 && !per_image_ ? opt_.out_channels * chunk * P : 0;
   workspace_floats_ = col_floats_ + rows_floats_;
+#if !(defined(MPICNN_F64) && MPICNN_F64)
+  if (per_image_) {  // the workspace holds the packed weights (W or W^T)
+    const int oc = int(opt_.out_channels), ic = int(g.channels);
+    workspace_floats_ =
+        (std::max(bf16_packed_a_size(oc, ic), bf16_packed_a_size(ic, oc)) + 1) / 2;
+  }
+#endif
   if (direct_.planned())
     workspace_floats_ = std::max(workspace_floats_, direct_.workspace_floats());
   if (use_winograd_) {
@@ -336,6 +354,7 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
     wino_fwd_.forward(out.data(), in.data(), b, N, ws);
     return;
   }
+  if (per_image_) return forward_per_image(out, in, b);
   const real* w = gemm_weight();  // (OC, Kg)
   const int64_t nchunks = (N + chunk_ - 1) / chunk_;
   if (parallel_chunks_) {
@@ -385,6 +404,46 @@ void Conv2d::forward_chunk(Tensor& out, const Tensor& in, const real* w, const r
       }
     }
   }
+}
+
+void Conv2d::forward_per_image(Tensor& out, const Tensor& in, const real* b) {
+#if !(defined(MPICNN_F64) && MPICNN_F64)
+  const int64_t N = in.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
+  bf16_t* pw = reinterpret_cast<bf16_t*>(workspace_base());
+  pack_a_bf16(pw, false, int(OC), int(IC), weight.data(), int(IC));  // W (OC, IC)
+  for (int64_t n = 0; n < N; ++n) {
+    real* y = out.data() + n * OC * P;
+    if (b) {  // the bias first, then the GEMM on top of it (beta = 1), as the one-image chunk
+#pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
+      for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
+    }
+    gemm_bf16_packed_a(pw, int(OC), int(P), int(IC), 1.f, false, in.data() + n * IC * P,
+                       int(P), b ? 1.f : 0.f, y, int(P));
+  }
+#else
+  (void)out, (void)in, (void)b;
+  FAIL("Conv2d: bf16 in the float64 build");
+#endif
+}
+
+void Conv2d::backward_per_image(Tensor& din, const Tensor& dout, const Tensor& in, bool wgrad) {
+#if !(defined(MPICNN_F64) && MPICNN_F64)
+  const int64_t N = dout.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
+  // dW (OC, IC) += dy_n (OC, P) * x_n^T, image by image in image order.
+  if (wgrad)
+    for (int64_t n = 0; n < N; ++n)
+      gemm_bf16(false, true, int(OC), int(IC), int(P), 1.f, dout.data() + n * OC * P, int(P),
+                in.data() + n * IC * P, int(P), 1.f, grad_weight.data(), int(IC));
+  if (!din.defined()) return;
+  bf16_t* pw = reinterpret_cast<bf16_t*>(workspace_base());
+  pack_a_bf16(pw, true, int(IC), int(OC), weight.data(), int(IC));  // W^T (IC, OC)
+  for (int64_t n = 0; n < N; ++n)
+    gemm_bf16_packed_a(pw, int(IC), int(P), int(OC), 1.f, false, dout.data() + n * OC * P,
+                       int(P), 0.f, din.data() + n * IC * P, int(P));
+#else
+  (void)din, (void)dout, (void)in, (void)wgrad;
+  FAIL("Conv2d: bf16 in the float64 build");
+#endif
 }
 
 void Conv2d::add_bias_grad(const Tensor& dout) {
@@ -447,6 +506,7 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     }
     if (direct_wgrad || !wgrad) return;
   }
+  if (per_image_) return backward_per_image(din, dout, in, wgrad);
   // Input gradient by im2col below, by Winograd after the weight gradient's loop, or done.
   const bool data_im2col = din.defined() && !use_winograd_ && !direct_.planned();
   const real* w = data_im2col ? gemm_weight() : nullptr;  // (OC, Kg)

@@ -85,6 +85,7 @@ class Conv2d : public UnaryLayer {
   }
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
+  bool per_image() const { return per_image_; }  // bf16 1x1: one GEMM per image (see below)
   // The precision read by plan() (layers/cpu_precision.h): bf16 runs the direct kernels' bf16
   // forward and input gradient where DirectConv::fits(g, groups, true), else im2col's bf16
   // GEMMs.
@@ -138,6 +139,15 @@ class Conv2d : public UnaryLayer {
   // holds each chunk's weight gradient until they are summed in chunk order.
   bool parallel_chunks_ = false;
   Tensor chunk_grads_;
+  // bf16 1x1 layers (stride 1, ungrouped) with planes of kPerImagePlane pixels or more: all
+  // three passes as one GEMM per image straight from and to NCHW, not chunked through the
+  // column and rows buffers; forward and the input gradient on the weights (or their
+  // transpose) packed once per pass into the workspace (core/gemm_bf16.h's
+  // gemm_bf16_packed_a), giving the chunked GEMMs' bits; the weight gradient summed image by
+  // image (K = one image's pixels per GEMM, so its bits are its own).
+  bool per_image_ = false;
+  void forward_per_image(Tensor& out, const Tensor& in, const real* b);
+  void backward_per_image(Tensor& din, const Tensor& dout, const Tensor& in, bool wgrad);
   DirectConv direct_;      // planned when the direct kernels run this layer
   WinogradConv wino_fwd_;  // forward: C = IC, K = OC
   WinogradConv wino_bwd_;  // input gradient: C = OC, K = IC on dout, padding 2 - p
