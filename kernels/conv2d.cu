@@ -602,14 +602,23 @@ void CudaBackend::conv_bias_act_plan(ConvPlan& plan) {
         "folded inference: cuDNN refuses implicit precomputed GEMM for ",
         format_name(plan.format), " ", shape_str(d, 1));
   const Context& c = ctx();
-  std::shared_ptr<void> x = alloc(xb), y = alloc(yb), w = alloc(wb), b = alloc(bb),
-                        ws = wsb ? alloc(wsb) : nullptr;
-  for (auto& [p, n] : {std::pair{x.get(), xb}, {y.get(), yb}, {w.get(), wb}, {b.get(), bb}})
+  std::shared_ptr<void> x = alloc(xb), y = alloc(yb), z = alloc(yb), w = alloc(wb),
+                        b = alloc(bb), ws = wsb ? alloc(wsb) : nullptr;
+  for (auto& [p, n] : {std::pair{x.get(), xb}, {y.get(), yb}, {z.get(), yb}, {w.get(), wb},
+                       {b.get(), bb}})
     CUDA_CHECK(cudaMemsetAsync(p, 0, n, c.stream));
+  set_math(plan, fused_math(plan));
+  // Every form conv_bias_act_forward calls: with and without the ReLU, with and without a
+  // residual (alpha2 1 on z, or 0 with y standing in).
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   const float one = 1.f, zero = 0.f;
-  const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
-      c.cudnn, &one, t.s.x, x.get(), plan.w, w.get(), plan.conv, kFusedAlgo, ws.get(), wsb,
-      &zero, t.s.y, y.get(), plan.bias, b.get(), plan.relu, t.s.y, y.get());
+  for (int form = 0; form < 4 && st == CUDNN_STATUS_SUCCESS; ++form) {
+    const bool relu = form & 1, residual = form & 2;
+    st = cudnnConvolutionBiasActivationForward(
+        c.cudnn, &one, t.s.x, x.get(), plan.w, w.get(), plan.conv, kFusedAlgo, ws.get(), wsb,
+        residual ? &one : &zero, t.s.y, residual ? z.get() : y.get(), plan.bias, b.get(),
+        relu ? plan.relu : plan.identity, t.s.y, y.get());
+  }
   CUDA_CHECK(cudaStreamSynchronize(c.stream));  // before the temporaries go back
   CHECK(st == CUDNN_STATUS_SUCCESS, "folded inference (MPICNN_GPU_FOLD): cuDNN's fused "
         "convolution refuses ", format_name(plan.format), " tensors (", cudnnGetErrorString(st),

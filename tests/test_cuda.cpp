@@ -959,6 +959,8 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
         {"conv 1x1", C{.in_channels = 16, .out_channels = 8, .kernel = 1, .bias = false}},
         {"conv 1x1 s2", C{.in_channels = 16, .out_channels = 32, .kernel = 1, .stride = 2, .bias = false}},
         {"conv grouped", C{.in_channels = 8, .out_channels = 8, .kernel = 3, .padding = 1, .groups = 4}},
+        // 40 channels: two blocks of 32 for the bias sums; 572 rows: three chunks of them.
+        {"conv 1x1 bias, 40 channels", C{.in_channels = 8, .out_channels = 40, .kernel = 1}},
     };
     for (const auto& [name, o] : convs)
       check_unary<Conv2d>(name, [o = o] { return std::make_unique<Conv2d>(o); },

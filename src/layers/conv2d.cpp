@@ -196,16 +196,11 @@ void Conv2d::plan(const Shape& in) {
     gpu_plan_ = gpu::backend().conv_plan(g, N, opt_.out_channels, opt_.groups, gpu_format_);
     col_floats_ = rows_floats_ = 0;
     live_weight_ = live_grad_ = Tensor();
-    gpu_weight_ = gpu_bias_ = gpu_grad_weight_ = gpu_grad_bias_ = Tensor();
+    gpu_weight_ = gpu_grad_weight_ = Tensor();
     if (!gpu_format_.plain()) {
       const Shape w = {opt_.out_channels, g.channels / opt_.groups, g.kernel_h, g.kernel_w};
       gpu_weight_ = Tensor::empty(w, Device::CUDA, gpu_format_);
       gpu_grad_weight_ = Tensor::empty(w, Device::CUDA, gpu_format_);
-      if (opt_.bias) {
-        const Format b = {gpu_format_.elem, Order::NCHW};  // (OC): one order
-        gpu_bias_ = Tensor::empty({opt_.out_channels}, Device::CUDA, b);
-        gpu_grad_bias_ = Tensor::empty({opt_.out_channels}, Device::CUDA, b);
-      }
     }
     return;
   }
@@ -307,24 +302,6 @@ void Conv2d::check_ready(const Tensor& in) const {
         " (same C, H, W and at most ", planned_[0], " images)");
 }
 
-void Conv2d::convert_gpu_params() {
-  const Shape& w = gpu_weight_.shape();
-  gpu::backend().convert(gpu_weight_.raw(), gpu_format_, weight.data(), Format{}, w[0], w[1], w[2],
-                         w[3], /*accumulate=*/false);
-  if (opt_.bias)
-    gpu::backend().convert(gpu_bias_.raw(), gpu_bias_.format(), bias.data(), Format{}, 1,
-                           opt_.out_channels, 1, 1, false);
-}
-
-void Conv2d::add_gpu_grads(bool weight_grad, bool bias_grad) {
-  const Shape& w = gpu_grad_weight_.shape();
-  if (weight_grad)
-    gpu::backend().convert(grad_weight.data(), Format{}, gpu_grad_weight_.raw(), gpu_format_, w[0],
-                           w[1], w[2], w[3], /*accumulate=*/true);
-  if (bias_grad)
-    gpu::backend().convert(grad_bias.data(), Format{}, gpu_grad_bias_.raw(),
-                           gpu_grad_bias_.format(), 1, opt_.out_channels, 1, 1, true);
-}
 
 void Conv2d::forward(Tensor& out, const Tensor& in) {
   check_ready(in);
@@ -333,10 +310,14 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
   CHECK_SHAPE(out, {N, OC, g.out_h, g.out_w});
   if (on_gpu_as("Conv2d", gpu_format_, {&out, &in}, {&weight})) {
     CHECK(gpu_plan_, "Conv2d: planned on the CPU, called with GPU tensors");
-    if (!gpu_format_.plain()) {
-      convert_gpu_params();
-      gpu::backend().conv_forward(*gpu_plan_, out.raw(), in.raw(), gpu_weight_.raw(),
-                                  opt_.bias ? gpu_bias_.raw() : nullptr, int(N));
+    if (!gpu_format_.plain()) {  // the typed KRSC copy of this step's weights, then the bias
+      gpu::Backend& be = gpu::backend();
+      const Shape& w = gpu_weight_.shape();
+      be.convert(gpu_weight_.raw(), gpu_format_, weight.data(), Format{}, w[0], w[1], w[2], w[3],
+                 /*accumulate=*/false);
+      be.conv_forward(*gpu_plan_, out.raw(), in.raw(), gpu_weight_.raw(), nullptr, int(N));
+      if (opt_.bias)
+        be.add_bias_nhwc(gpu_format_.elem, out.raw(), bias.data(), N * g.out_plane(), OC);
       return;
     }
     gpu::backend().conv_forward(*gpu_plan_, out.data(), in.data(), weight.data(),
@@ -477,13 +458,20 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
   if (on_gpu_as("Conv2d backward", gpu_format_, {&din, &dout, &in}, {&weight})) {
     CHECK(gpu_plan_, "Conv2d: planned on the CPU, called with GPU tensors");
     if (!gpu_format_.plain()) {
-      // gpu_weight_ still holds this step's weights, converted by forward.
-      gpu::backend().conv_backward(*gpu_plan_, din.defined() ? din.raw() : nullptr,
-                                   wgrad ? gpu_grad_weight_.raw() : nullptr,
-                                   wgrad && opt_.bias ? gpu_grad_bias_.raw() : nullptr,
-                                   dout.raw(), in.raw(), gpu_weight_.raw(), int(N),
-                                   /*accumulate_params=*/false);
-      add_gpu_grads(wgrad, wgrad && opt_.bias);
+      // gpu_weight_ still holds this step's weights, converted by forward. The weight gradient
+      // is written fresh in the activations' type, then added, converted, into the float slab;
+      // the bias gradient is summed in float straight into it.
+      gpu::Backend& be = gpu::backend();
+      be.conv_backward(*gpu_plan_, din.defined() ? din.raw() : nullptr,
+                       wgrad ? gpu_grad_weight_.raw() : nullptr, nullptr, dout.raw(), in.raw(),
+                       gpu_weight_.raw(), int(N), /*accumulate_params=*/false);
+      if (wgrad) {
+        const Shape& w = gpu_grad_weight_.shape();
+        be.convert(grad_weight.data(), Format{}, gpu_grad_weight_.raw(), gpu_format_, w[0], w[1],
+                   w[2], w[3], /*accumulate=*/true);
+      }
+      if (wgrad && opt_.bias)
+        be.bias_grad_nhwc(gpu_format_.elem, grad_bias.data(), dout.raw(), N * g.out_plane(), OC);
       return;
     }
     gpu::backend().conv_backward(*gpu_plan_, din.defined() ? din.data() : nullptr,

@@ -154,13 +154,11 @@ class Conv2d : public UnaryLayer {
   Tensor live_weight_, live_grad_;  // (OC, IC/groups * live taps), only when a tap is dead
   std::shared_ptr<gpu::ConvPlan> gpu_plan_;  // planned on the GPU: cuDNN descriptors, algorithms
   // The GPU's channels-last path (activations in gpu_format_, NHWC): cuDNN takes the filters in
-  // that type as (OC, KH, KW, IC/groups), so forward converts the float weights (and bias)
-  // into gpu_weight_ (gpu_bias_) each call, and backward writes the gradients fresh into
-  // gpu_grad_weight_ (gpu_grad_bias_) and adds them, converted, into the float slab.
+  // that type as (OC, KH, KW, IC/groups), so forward converts the float weights into
+  // gpu_weight_ each call, and backward writes the weight gradient fresh into gpu_grad_weight_
+  // and adds it, converted, into the float slab. The bias stays float (our NHWC bias kernels).
   Format gpu_format_;
-  Tensor gpu_weight_, gpu_bias_, gpu_grad_weight_, gpu_grad_bias_;
-  void convert_gpu_params();
-  void add_gpu_grads(bool weight, bool bias);
+  Tensor gpu_weight_, gpu_grad_weight_;
 };
 
 }  // namespace mpicnn
