@@ -26,10 +26,12 @@ constexpr int kCols = 32, kLanes = 16;
 constexpr int kStatThreads = kCols * kLanes;
 // Channels per pass (grid y holds ceil(cnt / kCols) blocks), and most blocks one channel's rows
 // are split over (grid x). A pass keeps two partial sums per (split, channel) in ctx().scratch,
-// and in backward the channels' mean(dy) and mean(dy * xhat) after them.
+// and in backward the dx pass's kDxCoefs coefficients per channel after them.
 constexpr int64_t kChunkChannels = 4096, kMaxSplits = 256;
+// The dx pass's per-channel coefficients, each an array of cnt floats at coef + i * cnt.
+enum DxCoef { kMean, kInvstd, kK, kMdy, kMdyx, kDxCoefs };
 static_assert((kChunkChannels + kCols - 1) / kCols <= 65535, "grid y");
-static_assert((int64_t(Context::kScratchBytes) / kChunkChannels - 2 * int64_t(sizeof(float))) /
+static_assert((int64_t(Context::kScratchBytes) / kChunkChannels - kDxCoefs * int64_t(sizeof(float))) /
                       (2 * int64_t(sizeof(double))) >=
                   1,
               "the scratch holds a chunk's partial sums");
@@ -37,14 +39,14 @@ static_assert((int64_t(Context::kScratchBytes) / kChunkChannels - 2 * int64_t(si
 
 // Row splits S for chunks of at most cnt channels and M rows: about 4 blocks per SM in all
 // (rounded down: one more split would start a second, nearly empty wave), each lane with at
-// least 4 rows, and the partial sums (2 * cnt * S doubles) and the two means (2 * cnt floats)
-// within the scratch.
+// least 4 rows, and the partial sums (2 * cnt * S doubles) and the dx coefficients
+// (kDxCoefs * cnt floats) within the scratch.
 int64_t splits_for(int64_t cnt, int64_t M) {
   const int64_t groups = (cnt + kCols - 1) / kCols;
   const int64_t want = 4 * int64_t(ctx().sm_count) / groups;
   const int64_t by_size = M / (int64_t(kLanes) * 4);
   const int64_t by_scratch =
-      (int64_t(Context::kScratchBytes) / cnt - 2 * int64_t(sizeof(float))) /
+      (int64_t(Context::kScratchBytes) / cnt - kDxCoefs * int64_t(sizeof(float))) /
       (2 * int64_t(sizeof(double)));
   int64_t s = want < by_size ? want : by_size;
   s = s < kMaxSplits ? s : kMaxSplits;
@@ -172,16 +174,34 @@ __global__ void nhwc_eval_stats_kernel(float* save_mean, float* save_invstd,
 }
 
 
-// y (M, C) = x * scale + shift with scale = weight * invstd, shift = bias - mean * scale
-// (bn_math::apply), + residual r (kResidual), then the ReLU (kRelu), rounded once to S. V
-// elements per thread step (C % V == 0 and the pointers V-element aligned, so a vector lies
-// in one row); npacks = M * C / V. y may alias x: one thread reads then writes. I: uint32_t
-// when M * C < 2^31 (64-bit division is emulated), else int64_t.
+// scale[c] = weight * invstd and shift[c] = bias - mean * scale (bn_math), for the apply pass
+// to read V channels' worth at once.
+__global__ void nhwc_scale_shift_kernel(float* scale, float* shift, const float* weight,
+                                        const float* bias, const float* save_mean,
+                                        const float* save_invstd, int64_t C) {
+  for (int64_t c = global_index(); c < C; c += grid_stride()) {
+    const float sc = bn_math::scale(weight[c], save_invstd[c]);
+    scale[c] = sc;
+    shift[c] = bn_math::shift(bias[c], save_mean[c], sc);
+  }
+}
+
+// V consecutive floats from a[i * V] (V-float aligned): one vector load (V > 1), so that a warp
+// whose threads hold different channels reads their parameters in a few transactions, not V.
+template <int V>
+__device__ __forceinline__ Vec<float, V> load_vec(const float* a, int64_t i) {
+  return reinterpret_cast<const Vec<float, V>*>(a)[i];
+}
+
+// y (M, C) = x * scale + shift (scale, shift from nhwc_scale_shift_kernel; bn_math::apply),
+// + residual r (kResidual), then the ReLU (kRelu), rounded once to S. V elements per thread
+// step (C % V == 0 and the pointers V-element aligned, so a vector lies in one row, and scale
+// and shift V-float aligned); npacks = M * C / V. y may alias x: one thread reads then writes.
+// I: uint32_t when M * C < 2^31 (64-bit division is emulated), else int64_t.
 template <Elem E, typename I, int V, bool kResidual, bool kRelu>
 __global__ void nhwc_apply_kernel(storage_t<E>* y, const storage_t<E>* x,
-                                  const storage_t<E>* r, const float* save_mean,
-                                  const float* save_invstd, const float* weight,
-                                  const float* bias, I C, I npacks) {
+                                  const storage_t<E>* r, const float* scale, const float* shift,
+                                  I C, I npacks) {
   using S = storage_t<E>;
   using P = Vec<S, V>;
   for (I p = I(blockIdx.x) * blockDim.x + threadIdx.x; p < npacks;
@@ -190,15 +210,12 @@ __global__ void nhwc_apply_kernel(storage_t<E>* y, const storage_t<E>* x,
     const P xv = reinterpret_cast<const P*>(x)[p];
     P rv{};
     if constexpr (kResidual) rv = reinterpret_cast<const P*>(r)[p];
+    const Vec<float, V> sc = load_vec<V>(scale, c0 / I(V)), sh = load_vec<V>(shift, c0 / I(V));
     P yv;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const I c = c0 + I(v);
-      const float scale = bn_math::scale(weight[c], save_invstd[c]);
-      const float shift = bn_math::shift(bias[c], save_mean[c], scale);
+    for (int v = 0; v < V; ++v)
       yv.v[v] = from_float<S>(bn_math::apply<kResidual, kRelu>(
-          to_float(xv.v[v]), scale, shift, kResidual ? to_float(rv.v[v]) : 0.f));
-    }
+          to_float(xv.v[v]), sc.v[v], sh.v[v], kResidual ? to_float(rv.v[v]) : 0.f));
     reinterpret_cast<P*>(y)[p] = yv;
   }
 }
@@ -234,10 +251,11 @@ __global__ void __launch_bounds__(kStatThreads)
 }
 
 // Grid ceil(cnt / kCols), blocks (kCols, kLanes): dbias/dweight (C) '+=' sum(g), sum(g * xhat)
-// of channel c0 + j. With mstats, stores mean(g) at mstats[j] and mean(g * xhat) at
-// mstats[cnt + j] (training only, 0 in eval) for the dx pass.
+// of channel c0 + j. With coef, stores for the dx pass channel j's mean, invstd, k = weight *
+// invstd (bn_math::mul), mean(g) and mean(g * xhat) (both 0 in eval) as DxCoef says.
 __global__ void __launch_bounds__(kStatThreads)
-    nhwc_backward_finish_kernel(float* dweight, float* dbias, float* mstats,
+    nhwc_backward_finish_kernel(float* dweight, float* dbias, float* coef, const float* weight,
+                                const float* save_mean, const float* save_invstd,
                                 const double* a_part, const double* b_part, int64_t S,
                                 int64_t c0, int64_t cnt, int64_t M, bool training) {
   __shared__ double buf[kLanes][kCols];
@@ -251,23 +269,25 @@ __global__ void __launch_bounds__(kStatThreads)
     dbias[c] = __fadd_rn(dbias[c], float(sdy));
     dweight[c] = __fadd_rn(dweight[c], float(sdyx));
   }
-  if (mstats) {
-    mstats[j] = training ? float(sdy / double(M)) : 0.f;
-    mstats[cnt + j] = training ? float(sdyx / double(M)) : 0.f;
+  if (coef) {
+    coef[kMean * cnt + j] = save_mean[c];
+    coef[kInvstd * cnt + j] = save_invstd[c];
+    coef[kK * cnt + j] = bn_math::mul(weight[c], save_invstd[c]);
+    coef[kMdy * cnt + j] = training ? float(sdy / double(M)) : 0.f;
+    coef[kMdyx * cnt + j] = training ? float(sdyx / double(M)) : 0.f;
   }
 }
 
-// dx (M, C) for channels [c0, c0 + cnt) = weight * invstd * (g - mdy - xhat * mdyx) ('=',
-// bn_math::dx), g as in nhwc_backward_partial_kernel, rounded once to S. V elements per thread
-// step (cnt, C and c0 multiples of V, the pointers V-element aligned); npacks = M * cnt / V.
-// dx may alias dy: one thread reads then writes each element, and the reductions over dy
-// finished in the previous kernels. I as in nhwc_apply_kernel (uint32_t when M * C < 2^31).
+// dx (M, C) for channels [c0, c0 + cnt) = k * (g - mdy - xhat * mdyx) ('=', bn_math::dx), g as
+// in nhwc_backward_partial_kernel, the channel's coefficients from coef (DxCoef), rounded once
+// to S. V elements per thread step (cnt, C and c0 multiples of V, the pointers V-element
+// aligned, coef V-float aligned); npacks = M * cnt / V. dx may alias dy: one thread reads then
+// writes each element, and the reductions over dy finished in the previous kernels. I as in
+// nhwc_apply_kernel (uint32_t when M * C < 2^31).
 template <Elem E, typename I, int V, bool kRelu>
 __global__ void nhwc_backward_dx_kernel(storage_t<E>* dx, const storage_t<E>* dy,
                                         const storage_t<E>* y, const storage_t<E>* x,
-                                        const float* weight, const float* save_mean,
-                                        const float* save_invstd, const float* mstats, I C,
-                                        I c0, I cnt, I npacks) {
+                                        const float* coef, I C, I c0, I cnt, I npacks) {
   using S = storage_t<E>;
   using P = Vec<S, V>;
   for (I p = I(blockIdx.x) * blockDim.x + threadIdx.x; p < npacks;
@@ -279,15 +299,18 @@ __global__ void nhwc_backward_dx_kernel(storage_t<E>* dx, const storage_t<E>* dy
     const P xv = reinterpret_cast<const P*>(x)[q];
     P yv{};
     if constexpr (kRelu) yv = reinterpret_cast<const P*>(y)[q];
+    const I jv = j0 / I(V);
+    const Vec<float, V> mean = load_vec<V>(coef + kMean * cnt, jv);
+    const Vec<float, V> invstd = load_vec<V>(coef + kInvstd * cnt, jv);
+    const Vec<float, V> k = load_vec<V>(coef + kK * cnt, jv);
+    const Vec<float, V> mdy = load_vec<V>(coef + kMdy * cnt, jv);
+    const Vec<float, V> mdyx = load_vec<V>(coef + kMdyx * cnt, jv);
     P dxv;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const I j = j0 + I(v), c = c0 + j;
-      const float invstd = save_invstd[c];
       const float g = bn_math::grad<kRelu>(to_float(dyv.v[v]), kRelu ? to_float(yv.v[v]) : 0.f);
-      const float xh = bn_math::xhat(to_float(xv.v[v]), save_mean[c], invstd);
-      dxv.v[v] = from_float<S>(
-          bn_math::dx(g, xh, bn_math::mul(weight[c], invstd), mstats[j], mstats[cnt + j]));
+      const float xh = bn_math::xhat(to_float(xv.v[v]), mean.v[v], invstd.v[v]);
+      dxv.v[v] = from_float<S>(bn_math::dx(g, xh, k.v[v], mdy.v[v], mdyx.v[v]));
     }
     reinterpret_cast<P*>(dx)[q] = dxv;
   }
@@ -336,6 +359,16 @@ void CudaBackend::batchnorm_forward_nhwc(Elem t, void* y, float* save_mean, floa
   }
   const int64_t total = M * C;
   if (total <= 0) return;
+  // scale and shift in the scratch (the statistics' partial sums are spent), each array
+  // starting on 32 bytes, the widest vector the apply pass reads.
+  const int64_t cpad = (C + 7) / 8 * 8;
+  CHECK(2 * cpad * int64_t(sizeof(float)) <= int64_t(Context::kScratchBytes),
+        "batchnorm_forward_nhwc: ", C, " channels exceed the scratch");
+  float* scale = ctx().scratch;
+  float* shift = scale + cpad;
+  nhwc_scale_shift_kernel<<<blocks_for(C), kThreads, 0, st>>>(scale, shift, weight, bias,
+                                                              save_mean, save_invstd, C);
+  KERNEL_CHECK();
   with_elem(t, [&](auto T) {
     constexpr Elem E = decltype(T)::value;
     using S = storage_t<E>;
@@ -351,19 +384,18 @@ void CudaBackend::batchnorm_forward_nhwc(Elem t, void* y, float* save_mean, floa
         const int64_t npacks = total / V;
         if (total < kIndex32)
           nhwc_apply_kernel<E, uint32_t, V, kRes, kRelu>
-              <<<blocks_for(npacks), kThreads, 0, st>>>(ys, xs, rs, save_mean, save_invstd,
-                                                        weight, bias, uint32_t(C),
+              <<<blocks_for(npacks), kThreads, 0, st>>>(ys, xs, rs, scale, shift, uint32_t(C),
                                                         uint32_t(npacks));
         else
           nhwc_apply_kernel<E, int64_t, V, kRes, kRelu><<<blocks_for(npacks), kThreads, 0, st>>>(
-              ys, xs, rs, save_mean, save_invstd, weight, bias, C, npacks);
+              ys, xs, rs, scale, shift, C, npacks);
       } else {
         if (total < kIndex32)
           nhwc_apply_kernel<E, uint32_t, 1, kRes, kRelu><<<blocks_for(total), kThreads, 0, st>>>(
-              ys, xs, rs, save_mean, save_invstd, weight, bias, uint32_t(C), uint32_t(total));
+              ys, xs, rs, scale, shift, uint32_t(C), uint32_t(total));
         else
           nhwc_apply_kernel<E, int64_t, 1, kRes, kRelu><<<blocks_for(total), kThreads, 0, st>>>(
-              ys, xs, rs, save_mean, save_invstd, weight, bias, C, total);
+              ys, xs, rs, scale, shift, C, total);
       }
       KERNEL_CHECK();
     });
@@ -398,7 +430,9 @@ void CudaBackend::batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, floa
       const int64_t groups = (cnt + kCols - 1) / kCols;
       double* a_part = reinterpret_cast<double*>(cx.scratch);  // (S, cnt)
       double* b_part = a_part + cnt * S;                        // (S, cnt)
-      float* mstats = dx ? reinterpret_cast<float*>(b_part + cnt * S) : nullptr;  // (2, cnt)
+      // (kDxCoefs, cnt) after them: 2 * cnt * S doubles, on 32 bytes when cnt % 8 == 0 (the
+      // vector path's V divides cnt, and 16-bit types take V = 8).
+      float* coef = dx ? reinterpret_cast<float*>(b_part + cnt * S) : nullptr;
       const dim3 grid(static_cast<unsigned>(S), static_cast<unsigned>(groups));
       const dim3 block(kCols, kLanes);
       if (y)
@@ -409,7 +443,8 @@ void CudaBackend::batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, floa
             a_part, b_part, dys, ys, xs, save_mean, save_invstd, M, C, c0, cnt, rows);
       KERNEL_CHECK();
       nhwc_backward_finish_kernel<<<static_cast<unsigned>(groups), block, 0, st>>>(
-          dweight, dbias, mstats, a_part, b_part, S, c0, cnt, M, training);
+          dweight, dbias, coef, weight, save_mean, save_invstd, a_part, b_part, S, c0, cnt, M,
+          training);
       KERNEL_CHECK();
       if (!dx) continue;
       // c0 is a multiple of kChunkChannels, so of V.
@@ -422,13 +457,11 @@ void CudaBackend::batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, floa
         if (vec) {
           const int64_t npacks = M * cnt / V;
           nhwc_backward_dx_kernel<E, I, V, kRelu><<<blocks_for(npacks), kThreads, 0, st>>>(
-              dxs, dys, ys, xs, weight, save_mean, save_invstd, mstats, I(C), I(c0), I(cnt),
-              I(npacks));
+              dxs, dys, ys, xs, coef, I(C), I(c0), I(cnt), I(npacks));
         } else {
           const int64_t n = M * cnt;
           nhwc_backward_dx_kernel<E, I, 1, kRelu><<<blocks_for(n), kThreads, 0, st>>>(
-              dxs, dys, ys, xs, weight, save_mean, save_invstd, mstats, I(C), I(c0), I(cnt),
-              I(n));
+              dxs, dys, ys, xs, coef, I(C), I(c0), I(cnt), I(n));
         }
       });
       KERNEL_CHECK();
