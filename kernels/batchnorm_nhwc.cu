@@ -6,7 +6,8 @@
 // of layers/batchnorm_math.h, and each output element (y, dx) is rounded once to its type.
 // Parameters, statistics and their gradients stay float. Deterministic (fixed-order sums), but
 // not bit-identical to batchnorm.cu's NCHW kernels: the order of the sums differs.
-// Not the NCHW float32 kernels (batchnorm.cu) nor cuDNN's batch norm.
+// Not the NCHW float32 kernels (batchnorm.cu) nor cuDNN's batch norm. The same per-channel sums
+// also give a convolution's bias gradient on this path (bias_grad_nhwc).
 // Reductions: blocks of kCols consecutive channels x kLanes row lanes, so a warp reads
 // kCols consecutive channels of one row (coalesced); each channel's rows are split over
 // S blocks (partial sums in the context's scratch, added in a fixed order by the next kernel).
@@ -123,6 +124,17 @@ __global__ void __launch_bounds__(kStatThreads)
   if (valid) for_rows(c0 + j, M, C, rows, [&](int64_t k) { s += double(to_float(x[k])); });
   s = column_sum(s, buf);
   if (valid && threadIdx.y == 0) sum[int64_t(blockIdx.x) * cnt + j] = s;
+}
+
+// Grid ceil(cnt / kCols), blocks (kCols, kLanes): out[c0 + j] += the total of channel c0 + j's
+// partial sums (a convolution's bias gradient from nhwc_partial_sum_kernel over dy).
+__global__ void __launch_bounds__(kStatThreads)
+    nhwc_add_totals_kernel(float* out, const double* sum, int64_t S, int64_t c0, int64_t cnt) {
+  __shared__ double buf[kLanes][kCols];
+  const int64_t j = int64_t(blockIdx.x) * kCols + threadIdx.x;
+  const bool valid = j < cnt;
+  const double t = channel_total(sum, j, valid, S, cnt, buf);
+  if (valid && threadIdx.y == 0) out[c0 + j] = __fadd_rn(out[c0 + j], float(t));
 }
 
 // As nhwc_partial_sum_kernel: the squared deviations from the channel's mean (from the partial
@@ -467,6 +479,30 @@ void CudaBackend::batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, floa
       KERNEL_CHECK();
     }
   });
+}
+
+// A convolution's bias gradient on the channels-last path: the per-channel sums of the
+// forward statistics (double, the same splits and order), added into the float slab.
+void CudaBackend::bias_grad_nhwc(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) {
+  // dy: (rows, C) of type t; dbias: (C) float
+  if (C <= 0 || rows <= 0) return;
+  const cudaStream_t st = ctx().stream;
+  const int64_t S = splits_for(C < kChunkChannels ? C : kChunkChannels, rows);
+  const int64_t per_split = (rows + S - 1) / S;
+  double* sum = reinterpret_cast<double*>(ctx().scratch);  // (S, cnt)
+  for (int64_t c0 = 0; c0 < C; c0 += kChunkChannels) {
+    const int64_t cnt = C - c0 < kChunkChannels ? C - c0 : kChunkChannels;
+    const int64_t groups = (cnt + kCols - 1) / kCols;
+    const dim3 block(kCols, kLanes);
+    with_elem(t, [&](auto T) {
+      constexpr Elem E = decltype(T)::value;
+      nhwc_partial_sum_kernel<E><<<dim3(unsigned(S), unsigned(groups)), block, 0, st>>>(
+          sum, static_cast<const storage_t<E>*>(dy), rows, C, c0, cnt, per_split);
+      KERNEL_CHECK();
+    });
+    nhwc_add_totals_kernel<<<unsigned(groups), block, 0, st>>>(dbias, sum, S, c0, cnt);
+    KERNEL_CHECK();
+  }
 }
 
 }  // namespace mpicnn::gpu

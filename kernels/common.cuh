@@ -220,8 +220,8 @@ class CudaBackend final : public Backend {
   void adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* dy, int64_t N,
                                       const PoolDesc& d) override;
   void add_bias_nhwc(Elem t, void* y, const float* bias, int64_t rows, int64_t C) override;
-  void bias_grad_nhwc(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) override;
   // kernels/batchnorm_nhwc.cu
+  void bias_grad_nhwc(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) override;
   void batchnorm_forward_nhwc(Elem t, void* y, float* save_mean, float* save_invstd,
                               float* running_mean, float* running_var, const void* x,
                               const float* weight, const float* bias, const void* residual,

@@ -4,10 +4,9 @@
 // float32, bfloat16 or float16. Each is the float kernel's math (add.cu, relu.cu, transform.cu,
 // maxpool2d.cu, adaptive_avgpool2d.cu: same windows, ties, NaN rule, summation order and
 // divisions) computed in float and rounded once on store, so float32 results match those
-// kernels bit for bit; and a convolution's bias on NHWC tensors (added, and its gradient summed
-// in float into the float slab). Not BatchNorm (batchnorm_nhwc.cu) or convolutions (conv2d.cu), and not
+// kernels bit for bit; and a convolution's bias added to an NHWC tensor (its gradient is
+// batchnorm_nhwc.cu's per-channel sums). Not BatchNorm (batchnorm_nhwc.cu) or convolutions (conv2d.cu), and not
 // the plain NCHW float32 path (the files named above).
-#include <algorithm>
 #include <cstdint>
 
 #include "pool_common.cuh"
@@ -368,41 +367,6 @@ __global__ void add_bias_nhwc_kernel(storage_t<T>* y, const float* bias, int64_t
     y[e] = from_float<storage_t<T>>(__fadd_rn(to_float(y[e]), bias[e % C]));
 }
 
-// The bias gradient's first pass: block (bx, chunk) sums, for the 32 channels c0 = 32 * bx + tx,
-// rows [chunk * rows_per_chunk, +rows_per_chunk) of dy (rows, C) in float: thread (tx, ty)
-// takes every kBiasRowThreads-th row from its ty, then ty's sums are added in order 0, 1, ...
-// into part[chunk * C + c]. Deterministic: the order depends on the shape only.
-constexpr int kBiasRowThreads = 8;
-template <Elem T>
-__global__ void bias_grad_part_kernel(float* part, const storage_t<T>* dy, int64_t rows,
-                                      int64_t C, int64_t rows_per_chunk) {
-  __shared__ float sums[kBiasRowThreads][32];
-  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  const int64_t r0 = int64_t(blockIdx.y) * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float acc = 0.f;
-  if (c < C)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kBiasRowThreads)
-      acc = __fadd_rn(acc, to_float(dy[r * C + c]));
-  sums[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float total = 0.f;
-    for (int t = 0; t < kBiasRowThreads; ++t) total = __fadd_rn(total, sums[t][threadIdx.x]);
-    part[int64_t(blockIdx.y) * C + c] = total;
-  }
-}
-
-// The second pass: dbias[c] += the chunks' parts of channel c, in chunk order.
-__global__ void bias_grad_finish_kernel(float* dbias, const float* part, int64_t C,
-                                        int64_t chunks) {
-  for (int64_t c = global_index(); c < C; c += grid_stride()) {
-    float total = 0.f;
-    for (int64_t k = 0; k < chunks; ++k) total = __fadd_rn(total, part[k * C + c]);
-    dbias[c] = __fadd_rn(dbias[c], total);
-  }
-}
-
 }  // namespace
 
 // ---- elementwise --------------------------------------------------------------------------
@@ -564,28 +528,6 @@ void CudaBackend::add_bias_nhwc(Elem t, void* y, const float* bias, int64_t rows
         static_cast<storage_t<decltype(T)::value>*>(y), bias, total, C);
     KERNEL_CHECK();
   });
-}
-
-void CudaBackend::bias_grad_nhwc(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) {
-  if (rows <= 0 || C <= 0) return;
-  // Chunks of rows: enough blocks to fill the GPU, each at least 256 rows, and the parts
-  // (chunks x C floats) within the context's scratch. A function of the shape only (the GPU's
-  // size would make the sums' order differ between machines).
-  constexpr int64_t kMinRows = 256, kChunks = 512;
-  const int64_t fit = int64_t(Context::kScratchBytes / sizeof(float)) / C;
-  CHECK(fit >= 1, "bias_grad_nhwc: ", C, " channels exceed the scratch");
-  const int64_t chunks = std::max<int64_t>(
-      1, std::min({kChunks, fit, (rows + kMinRows - 1) / kMinRows}));
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  float* part = ctx().scratch;
-  const dim3 grid(unsigned((C + 31) / 32), unsigned(chunks)), block(32, kBiasRowThreads);
-  with_elem(t, [&](auto T) {
-    bias_grad_part_kernel<decltype(T)::value><<<grid, block, 0, ctx().stream>>>(
-        part, static_cast<const storage_t<decltype(T)::value>*>(dy), rows, C, rows_per_chunk);
-    KERNEL_CHECK();
-  });
-  bias_grad_finish_kernel<<<blocks_for(C), kThreads, 0, ctx().stream>>>(dbias, part, C, chunks);
-  KERNEL_CHECK();
 }
 
 }  // namespace mpicnn::gpu

@@ -336,9 +336,10 @@ class Backend {
   virtual void adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* dy, int64_t N,
                                               const PoolDesc& d) = 0;
   // A convolution's bias on an NHWC tensor of type t seen as (rows, C), rows = N * H * W: y '='
-  // y + bias[c] (bias float, each output rounded once); dbias (float) += the sum of dy over the
-  // rows, in float, in an order fixed by the shape (cuDNN's bias calls on 16-bit tensors are
-  // not relied on, and the sum is not rounded to 16 bits before it reaches the slab).
+  // y + bias[c] (bias float, each output rounded once; kernels/format.cu); dbias (float) += the
+  // sum of dy over the rows, in double in an order fixed by the shape (batchnorm_nhwc.cu's
+  // per-channel sums). cuDNN's bias calls on 16-bit tensors are not relied on, and the sum is
+  // not rounded to 16 bits before it reaches the slab.
   virtual void add_bias_nhwc(Elem t, void* y, const real* bias, int64_t rows, int64_t C) = 0;
   virtual void bias_grad_nhwc(Elem t, real* dbias, const void* dy, int64_t rows, int64_t C) = 0;
   // batchnorm_forward / batchnorm_backward on NHWC tensors of type t (x, y, residual, dx, dy;

@@ -91,6 +91,12 @@ std::atomic<bool>& parallel_small_slot() {
 // Floats Winograd's chunks may take (its weights included): 32 MiB.
 constexpr int64_t kWinogradBudget = int64_t(8) << 20;
 
+// One image's output (OC, P) set to its bias, for a GEMM that adds onto it (beta = 1).
+void fill_bias(real* y, const real* b, int64_t OC, int64_t P) {
+#pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
+  for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
+}
+
 }  // namespace
 
 ConvAlgorithm conv_algorithm() { return algorithm_slot().load(); }
@@ -366,10 +372,7 @@ void Conv2d::forward_chunk(Tensor& out, const Tensor& in, const real* w, const r
   // A single image's (OC, P) rows are already NCHW: the GEMM writes the output directly,
   // on top of the bias (beta = 1). OpenBLAS passes over C for beta = 0 too, so this is free.
   real* rows = B == 1 ? y : rows_buf;  // (OC, B*P)
-  if (B == 1 && b) {
-#pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
-    for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
-  }
+  if (B == 1 && b) fill_bias(y, b, OC, P);
   for (int64_t gi = 0; gi < G; ++gi)
     gemm_in(precision_, false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg,
             int(Kg), cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f,
@@ -394,10 +397,7 @@ void Conv2d::forward_per_image(Tensor& out, const Tensor& in, const real* b) {
   pack_a_bf16(pw, false, int(OC), int(IC), weight.data(), int(IC));  // W (OC, IC)
   for (int64_t n = 0; n < N; ++n) {
     real* y = out.data() + n * OC * P;
-    if (b) {  // the bias first, then the GEMM on top of it (beta = 1), as the one-image chunk
-#pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
-      for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
-    }
+    if (b) fill_bias(y, b, OC, P);  // then the GEMM adds onto it, as the one-image chunk
     gemm_bf16_packed_a(pw, int(OC), int(P), int(IC), 1.f, false, in.data() + n * IC * P,
                        int(P), b ? 1.f : 0.f, y, int(P));
   }
