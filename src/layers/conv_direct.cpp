@@ -565,21 +565,35 @@ void DirectConv::pack_pair_weights(float* dst, const bf16_t* wq, int64_t out_blo
                                    bool transposed) const {
   const int64_t V = k_->vec, T = int64_t(ids.size()), KT = src_taps_, IC = g_.channels;
   const int64_t outs = transposed ? IC : oc_, ins = transposed ? oc_ : IC;
+  // Weight (o, i) of the pass at tap id is wq[o * so + i * si + id].
+  const int64_t so = transposed ? KT : IC * KT, si = transposed ? IC * KT : KT;
   bf16_t* const base = reinterpret_cast<bf16_t*>(dst);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t ob = 0; ob < out_blocks; ++ob)
-    for (int64_t pb = 0; pb < pair_blocks; ++pb)
-      for (int64_t t = 0; t < T; ++t) {
-        bf16_t* d = base + ((ob * pair_blocks + pb) * T + t) * 2 * V * V;
+    for (int64_t pb = 0; pb < pair_blocks; ++pb) {
+      bf16_t* const unit = base + (ob * pair_blocks + pb) * T * 2 * V * V;
+      if ((ob + 1) * V <= outs && (pb + 1) * 2 * V <= ins) {
+        // A whole block: one 32-bit word (even channel low) per (pair, output) in output order.
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t q = 0; q < V; ++q) {
+            const bf16_t* s = wq + ob * V * so + (pb * 2 * V + 2 * q) * si + ids[size_t(t)];
+            uint32_t* d = reinterpret_cast<uint32_t*>(unit + (t * V + q) * 2 * V);
+            for (int64_t lo = 0; lo < V; ++lo)
+              d[lo] = uint32_t(s[lo * so]) | uint32_t(s[lo * so + si]) << 16;
+          }
+        continue;
+      }
+      for (int64_t t = 0; t < T; ++t) {  // an edge block: zeros past the channels
+        bf16_t* d = unit + t * 2 * V * V;
         const int32_t id = ids[size_t(t)];
         for (int64_t l = 0; l < 2 * V; ++l)
           for (int64_t lo = 0; lo < V; ++lo) {
             const int64_t o = ob * V + lo, i = pb * 2 * V + l;
-            const int64_t oc = transposed ? i : o, ic = transposed ? o : i;
             d[((l / 2) * V + lo) * 2 + l % 2] =
-                o < outs && i < ins ? wq[(oc * IC + ic) * KT + id] : bf16_t(0);
+                o < outs && i < ins ? wq[o * so + i * si + id] : bf16_t(0);
           }
       }
+    }
 }
 
 // Per phase, wd [in-channel block][out-channel block][tap][V out][V in]: the transposed
