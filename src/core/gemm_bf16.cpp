@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/cpu/gemm_bf16_kernels.h"
@@ -153,15 +154,19 @@ void run_block(const bf16k::Kernels& k, const Problem& p, const bf16_t* apack,
 // op(A) packed by K block, then panel: block k0 starts at Mp * k0, its panel i / MR at
 // i * kcp (kcp: the block's K rounded up to pairs). Call inside a parallel region (or none):
 // the panels are shared out over the threads.
+// A float op(A) with K contiguous (untransposed) goes two panels per unit: the kernels round
+// and transpose 16 lanes at a time (gemm_bf16_kernels.h). Units run panel-major, so that each
+// thread gets whole rows of panels, the short last K block among them.
 template <typename TA>
 void pack_a(const bf16k::Kernels& k, bf16_t* apack, int M, int K, int64_t Mp,
             const Operand<TA>& a) {
-  const int64_t pm = Mp / MR, kblocks = (K + KC - 1) / KC;
+  const int64_t per = std::is_same_v<TA, float> && a.ks == 1 ? 2 : 1;  // panels per unit
+  const int64_t pu = (Mp / MR + per - 1) / per, kblocks = (K + KC - 1) / KC;
 #pragma omp for schedule(static)
-  for (int64_t u = 0; u < kblocks * pm; ++u) {
-    const int64_t k0 = u / pm * KC, i = u % pm * MR;
+  for (int64_t u = 0; u < kblocks * pu; ++u) {
+    const int64_t k0 = u % kblocks * KC, i = u / kblocks * per * MR;
     const int kc = int(std::min<int64_t>(KC, K - k0));
-    const int rows = int(std::min<int64_t>(MR, M - i));
+    const int rows = int(std::min<int64_t>(per * MR, M - i));
     pack(k, apack + Mp * k0 + i * round_up(kc, 2), a, i, rows, MR, k0, kc);
   }
 }

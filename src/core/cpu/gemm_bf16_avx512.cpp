@@ -62,9 +62,13 @@ void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile&
 }
 
 // K contiguous in each lane (op(A) untransposed, op(B) transposed): 16 lanes by 16 pairs at a
-// time, each lane's 32 values rounded as 16 pairs, then transposed to [pair][lane].
+// time, each lane's 32 values rounded as 16 pairs, then transposed to [pair][lane]. W = MR
+// (A panels): the 16 lanes are two panels, the second (lanes past MR, if any) right after the
+// first.
 void pack_k_contiguous(bf16_t* dst, const float* src, int64_t ls, int lanes, int W, int kc) {
   const int kpairs = (kc + 1) / 2;
+  const bool a_panels = W == MR;
+  bf16_t* const second = dst + int64_t(MR) * 2 * kpairs;
   for (int l0 = 0; l0 < W; l0 += 16) {
     const __mmask16 store = first_lanes(W - l0);
     for (int kp0 = 0; kp0 < kpairs; kp0 += 16) {
@@ -79,8 +83,16 @@ void pack_k_contiguous(bf16_t* dst, const float* src, int64_t ls, int lanes, int
         r[l] = l0 + l < lanes ? round_32(src + (l0 + l) * ls + 2 * kp0, kc - 2 * kp0)
                               : _mm512_setzero_si512();
       transpose16(r);
-      for (int d = 0; d < 16 && kp0 + d < kpairs; ++d)
+      for (int d = 0; d < 16 && kp0 + d < kpairs; ++d) {
+        if (a_panels) {
+          const int64_t at = int64_t(kp0 + d) * MR * 2;
+          _mm256_storeu_si256((__m256i*)(dst + at), _mm512_castsi512_si256(r[d]));
+          if (lanes > MR)
+            _mm256_storeu_si256((__m256i*)(second + at), _mm512_extracti64x4_epi64(r[d], 1));
+          continue;
+        }
         _mm512_mask_storeu_epi32(dst + (int64_t(kp0 + d) * W + l0) * 2, store, r[d]);
+      }
     }
   }
 }
@@ -113,6 +125,10 @@ void pack_lanes_contiguous(bf16_t* dst, const float* src, int64_t ks, int lanes,
 
 void pack_f32(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes, int W, int kc) {
   if (ks == 1) return pack_k_contiguous(dst, src, ls, lanes, W, kc);
+  if (lanes > W) {  // two A panels, one at a time
+    pack_f32(dst, src, ls, ks, W, W, kc);
+    return pack_f32(dst + int64_t(W) * ((kc + 1) / 2 * 2), src + W * ls, ls, ks, lanes - W, W, kc);
+  }
   if (ls == 1) return pack_lanes_contiguous(dst, src, ks, lanes, W, kc);
   pack_scalar(dst, src, ls, ks, lanes, W, kc, 0, W, 0, (kc + 1) / 2);
 }

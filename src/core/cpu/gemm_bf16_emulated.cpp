@@ -26,6 +26,10 @@ void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile&
 }
 
 void pack_f32(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes, int W, int kc) {
+  if (lanes > W) {  // two A panels (gemm_bf16_kernels.h)
+    pack_f32(dst, src, ls, ks, W, W, kc);
+    return pack_f32(dst + int64_t(W) * ((kc + 1) / 2 * 2), src + W * ls, ls, ks, lanes - W, W, kc);
+  }
   pack_scalar(dst, src, ls, ks, lanes, W, kc, 0, W, 0, (kc + 1) / 2);
 }
 
