@@ -410,17 +410,21 @@ void Conv2d::forward_per_image(Tensor& out, const Tensor& in, const real* b) {
 void Conv2d::backward_per_image(Tensor& din, const Tensor& dout, const Tensor& in, bool wgrad) {
 #if !(defined(MPICNN_F64) && MPICNN_F64)
   const int64_t N = dout.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
-  // dW (OC, IC) += dy_n (OC, P) * x_n^T, image by image in image order.
-  if (wgrad)
-    for (int64_t n = 0; n < N; ++n)
-      gemm_bf16(false, true, int(OC), int(IC), int(P), 1.f, dout.data() + n * OC * P, int(P),
-                in.data() + n * IC * P, int(P), 1.f, grad_weight.data(), int(IC));
-  if (!din.defined()) return;
+  CHECK(!din.defined() || !overlaps(din, in), "Conv2d backward: din overlaps in");
   bf16_t* pw = reinterpret_cast<bf16_t*>(workspace_base());
-  pack_a_bf16(pw, true, int(IC), int(OC), weight.data(), int(IC));  // W^T (IC, OC)
-  for (int64_t n = 0; n < N; ++n)
-    gemm_bf16_packed_a(pw, int(IC), int(P), int(OC), 1.f, false, dout.data() + n * OC * P,
-                       int(P), 0.f, din.data() + n * IC * P, int(P));
+  if (din.defined()) pack_a_bf16(pw, true, int(IC), int(OC), weight.data(), int(IC));  // W^T
+  // Image by image, both GEMMs on dy_n while it is in cache (an image's output gradient is a
+  // few MB: the last-level cache holds it, a whole batch's does not): dW (OC, IC) += dy_n
+  // (OC, P) * x_n^T, in image order; dx_n (IC, P) = W^T dy_n.
+  for (int64_t n = 0; n < N; ++n) {
+    const real* dy = dout.data() + n * OC * P;
+    if (wgrad)
+      gemm_bf16(false, true, int(OC), int(IC), int(P), 1.f, dy, int(P), in.data() + n * IC * P,
+                int(P), 1.f, grad_weight.data(), int(IC));
+    if (din.defined())
+      gemm_bf16_packed_a(pw, int(IC), int(P), int(OC), 1.f, false, dy, int(P), 0.f,
+                         din.data() + n * IC * P, int(P));
+  }
 #else
   (void)din, (void)dout, (void)in, (void)wgrad;
   FAIL("Conv2d: bf16 in the float64 build");
