@@ -153,10 +153,10 @@ void run_block(const bf16k::Kernels& k, const Problem& p, const bf16_t* apack,
 
 // op(A) packed by K block, then panel: block k0 starts at Mp * k0, its panel i / MR at
 // i * kcp (kcp: the block's K rounded up to pairs). Call inside a parallel region (or none):
-// the panels are shared out over the threads.
-// A float op(A) with K contiguous (untransposed) goes two panels per unit: the kernels round
-// and transpose 16 lanes at a time (gemm_bf16_kernels.h). Units run panel-major, so that each
-// thread gets whole rows of panels, the short last K block among them.
+// the panels are shared out over the threads panel-major (each thread whole rows of panels,
+// so that the short last K block is not one thread's alone), two panels per unit for a float
+// op(A) with K contiguous (the kernels round and transpose 16 lanes at a time:
+// gemm_bf16_kernels.h).
 template <typename TA>
 void pack_a(const bf16k::Kernels& k, bf16_t* apack, int M, int K, int64_t Mp,
             const Operand<TA>& a) {
