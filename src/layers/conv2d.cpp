@@ -20,6 +20,8 @@
 // the column and rows copies. Winograd is float32 only.
 #include "layers/conv2d.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -90,6 +92,18 @@ std::atomic<bool>& parallel_small_slot() {
 
 // Floats Winograd's chunks may take (its weights included): 32 MiB.
 constexpr int64_t kWinogradBudget = int64_t(8) << 20;
+
+// Per-image GEMMs (bf16 1x1 layers) run one image per thread, each GEMM on one thread, when
+// there are at least two images per thread: a GEMM of one 14x14 or 28x28 image split over the
+// threads packs op(B) twice (a thread per row block) or runs in pieces too small for the
+// barriers between them. The same bits either way (gemm_bf16's order does not depend on the
+// thread count).
+[[maybe_unused]] bool images_in_parallel(int64_t N) {
+  return N >= 2 * int64_t(omp_get_max_threads());
+}
+
+// Groups of images whose weight gradients a bf16 1x1 layer sums apart (weight_grad_per_image).
+constexpr int64_t kWgradGroups = 4;
 
 // One image's output (OC, P) set to its bias, for a GEMM that adds onto it (beta = 1).
 void fill_bias(real* y, const real* b, int64_t OC, int64_t P) {
@@ -255,10 +269,11 @@ void Conv2d::plan(const Shape& in) {
   rows_floats_ = chunk > 1 && !per_image_ ? opt_.out_channels * chunk * P : 0;
   workspace_floats_ = col_floats_ + rows_floats_;
 #if !(defined(MPICNN_F64) && MPICNN_F64)
-  if (per_image_) {  // the workspace holds the packed weights (W or W^T)
+  if (per_image_) {  // the packed weights (W or W^T), or the weight gradient's group sums
     const int oc = int(opt_.out_channels), ic = int(g.channels);
     workspace_floats_ =
-        (std::max(bf16_packed_a_size(oc, ic), bf16_packed_a_size(ic, oc)) + 1) / 2;
+        std::max((std::max(bf16_packed_a_size(oc, ic), bf16_packed_a_size(ic, oc)) + 1) / 2,
+                 std::min<int64_t>(N, kWgradGroups) * oc * ic);
   }
 #endif
   if (direct_.planned())
@@ -395,6 +410,7 @@ void Conv2d::forward_per_image(Tensor& out, const Tensor& in, const real* b) {
   const int64_t N = in.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
   bf16_t* pw = reinterpret_cast<bf16_t*>(workspace_base());
   pack_a_bf16(pw, false, int(OC), int(IC), weight.data(), int(IC));  // W (OC, IC)
+#pragma omp parallel for schedule(static) if (images_in_parallel(N))
   for (int64_t n = 0; n < N; ++n) {
     real* y = out.data() + n * OC * P;
     if (b) fill_bias(y, b, OC, P);  // then the GEMM adds onto it, as the one-image chunk
@@ -410,23 +426,47 @@ void Conv2d::forward_per_image(Tensor& out, const Tensor& in, const real* b) {
 void Conv2d::backward_per_image(Tensor& din, const Tensor& dout, const Tensor& in, bool wgrad) {
 #if !(defined(MPICNN_F64) && MPICNN_F64)
   const int64_t N = dout.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
-  CHECK(!din.defined() || !overlaps(din, in), "Conv2d backward: din overlaps in");
+  if (wgrad) weight_grad_per_image(dout, in);
+  if (!din.defined()) return;
   bf16_t* pw = reinterpret_cast<bf16_t*>(workspace_base());
-  if (din.defined()) pack_a_bf16(pw, true, int(IC), int(OC), weight.data(), int(IC));  // W^T
-  // Image by image, both GEMMs on dy_n while it is in cache (an image's output gradient is a
-  // few MB: the last-level cache holds it, a whole batch's does not): dW (OC, IC) += dy_n
-  // (OC, P) * x_n^T, in image order; dx_n (IC, P) = W^T dy_n.
-  for (int64_t n = 0; n < N; ++n) {
-    const real* dy = dout.data() + n * OC * P;
-    if (wgrad)
-      gemm_bf16(false, true, int(OC), int(IC), int(P), 1.f, dy, int(P), in.data() + n * IC * P,
-                int(P), 1.f, grad_weight.data(), int(IC));
-    if (din.defined())
-      gemm_bf16_packed_a(pw, int(IC), int(P), int(OC), 1.f, false, dy, int(P), 0.f,
-                         din.data() + n * IC * P, int(P));
-  }
+  pack_a_bf16(pw, true, int(IC), int(OC), weight.data(), int(IC));  // W^T (IC, OC)
+#pragma omp parallel for schedule(static) if (images_in_parallel(N))
+  for (int64_t n = 0; n < N; ++n)
+    gemm_bf16_packed_a(pw, int(IC), int(P), int(OC), 1.f, false, dout.data() + n * OC * P,
+                       int(P), 0.f, din.data() + n * IC * P, int(P));
 #else
   (void)din, (void)dout, (void)in, (void)wgrad;
+  FAIL("Conv2d: bf16 in the float64 build");
+#endif
+}
+
+// dW (OC, IC) += the sum over images of dy_n (OC, P) * x_n^T. The images go in
+// kWgradGroups groups of consecutive images, each group's sum in image order into its own slice
+// of the workspace, the groups then added to dW in group order: the groups are fixed by the
+// batch alone, so the bits do not depend on the thread count. With at least as many groups as
+// threads a group runs on one thread (images_in_parallel's reasons), else each GEMM on all.
+void Conv2d::weight_grad_per_image(const Tensor& dout, const Tensor& in) {
+#if !(defined(MPICNN_F64) && MPICNN_F64)
+  const int64_t N = dout.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
+  const int64_t G = std::min<int64_t>(N, kWgradGroups), WG = OC * IC;
+  real* const parts = workspace_base();
+  const int threads = omp_get_max_threads();
+#pragma omp parallel for schedule(static) if (threads > 1 && G >= threads)
+  for (int64_t gi = 0; gi < G; ++gi) {
+    const int64_t n0 = gi * N / G, n1 = (gi + 1) * N / G;
+    for (int64_t n = n0; n < n1; ++n)
+      gemm_bf16(false, true, int(OC), int(IC), int(P), 1.f, dout.data() + n * OC * P, int(P),
+                in.data() + n * IC * P, int(P), n == n0 ? 0.f : 1.f, parts + gi * WG, int(IC));
+  }
+  real* gw = grad_weight.data();
+#pragma omp parallel for schedule(static) if (G * WG > kParallelMin)
+  for (int64_t e = 0; e < WG; ++e) {
+    real acc = gw[e];
+    for (int64_t gi = 0; gi < G; ++gi) acc += parts[gi * WG + e];
+    gw[e] = acc;
+  }
+#else
+  (void)dout, (void)in;
   FAIL("Conv2d: bf16 in the float64 build");
 #endif
 }

@@ -144,10 +144,12 @@ class Conv2d : public UnaryLayer {
   // column and rows buffers; forward and the input gradient on the weights (or their
   // transpose) packed once per pass into the workspace (core/gemm_bf16.h's
   // gemm_bf16_packed_a), giving the chunked GEMMs' bits; the weight gradient summed image by
-  // image (K = one image's pixels per GEMM, so its bits are its own).
+  // image in fixed groups of images (weight_grad_per_image: K = one image's pixels per GEMM, so
+  // its bits are its own). Images run one per thread when there are enough of them.
   bool per_image_ = false;
   void forward_per_image(Tensor& out, const Tensor& in, const real* b);
   void backward_per_image(Tensor& din, const Tensor& dout, const Tensor& in, bool wgrad);
+  void weight_grad_per_image(const Tensor& dout, const Tensor& in);
   DirectConv direct_;      // planned when the direct kernels run this layer
   WinogradConv wino_fwd_;  // forward: C = IC, K = OC
   WinogradConv wino_bwd_;  // input gradient: C = OC, K = IC on dout, padding 2 - p
