@@ -287,43 +287,63 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
   }
 }
 
-TEST_CASE("Conv2d in bf16, 1x1 per image: any thread count gives the same bits") {
-  // Images run one per thread with enough of them (9 images: up to 4 threads), else each GEMM
-  // on all threads; the weight gradient's groups of images (4 here, of 2, 2, 2 and 3) one per
-  // thread with as many groups as threads, else in turn. Every mix gives the 1-thread bits.
+TEST_CASE("Conv2d in bf16, images or chunks side by side: any thread count gives the same bits") {
+  // A 1x1 layer per image (9 images): images one per thread where they share out over the
+  // threads (2 to 4 threads), else each GEMM on all threads; its weight gradient in 4 groups
+  // of images (2, 2, 2 and 3), side by side on 2 and 4 threads, else in turn. A 3x3/2 layer
+  // in 3 chunks of 3 images: 3 groups of one chunk, side by side on 3 threads. Every mix gives
+  // the 1-thread bits.
   PrecisionScope scope(CpuPrecision::kBf16);
   AlgorithmScope im2col(ConvAlgorithm::kIm2col);
-  struct Restore {  // a layer this small would run its chunks in parallel instead
+  struct Restore {  // layers this small would run their chunks in parallel instead
     int threads = num_threads();
     bool small = parallel_small_convs();
     Restore() { set_parallel_small_convs(false); }
     ~Restore() { set_num_threads(threads), set_parallel_small_convs(small); }
   } restore;
-  const Shape in{9, 24, 9, 8};
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    Conv2d conv({.in_channels = 24, .out_channels = 40, .kernel = 1, .bias = true});
-    ParamStore store;
-    conv.register_state(store, "c.");
-    store.allocate();
-    fill_uniform(conv.weight, 21);
-    fill_uniform(conv.bias, 22);
-    conv.plan(in);
-    REQUIRE(conv.per_image());
-    Tensor x = random_tensor(in, 23), y = Tensor::empty(conv.output_shape(in));
-    Tensor dy = random_tensor(y.shape(), 24), dx = Tensor::empty(in);
-    conv.forward(y, x);
-    store.zero_grad();
-    conv.backward(dx, dy, x, y);
-    conv.backward(dx, dy, x, y);  // the gradient added onto itself: the groups' sum with beta 1
-    return std::vector<Vec>{to_double(y), to_double(dx), to_double(conv.grad_weight),
-                            to_double(conv.grad_bias)};
+  struct Layer {
+    const char* name;
+    Conv2dOptions o;
+    Shape in;
+    bool per_image;
+    int64_t groups;
   };
-  const std::vector<Vec> one = run(1);
-  for (int threads : {2, 3, 4, 5}) {
-    CAPTURE(threads);
-    const std::vector<Vec> many = run(threads);
-    for (size_t i = 0; i < one.size(); ++i) CHECK(many[i] == one[i]);
+  const Layer layers[] = {
+      {"1x1 per image", {.in_channels = 24, .out_channels = 40, .kernel = 1, .bias = true},
+       {9, 24, 9, 8}, true, 0},
+      {"3x3/2 in chunks",
+       {.in_channels = 6, .out_channels = 10, .kernel = 3, .stride = 2, .padding = 1},
+       {9, 6, 36, 32}, false, 3},
+  };
+  for (const Layer& l : layers) {
+    CAPTURE(l.name);
+    auto run = [&](int threads) {
+      set_num_threads(threads);
+      Conv2d conv(l.o);
+      ParamStore store;
+      conv.register_state(store, "c.");
+      store.allocate();
+      fill_uniform(conv.weight, 21);
+      if (l.o.bias) fill_uniform(conv.bias, 22);
+      conv.plan(l.in);
+      REQUIRE(conv.per_image() == l.per_image);
+      REQUIRE(conv.grad_groups() == l.groups);
+      Tensor x = random_tensor(l.in, 23), y = Tensor::empty(conv.output_shape(l.in));
+      Tensor dy = random_tensor(y.shape(), 24), dx = Tensor::empty(l.in);
+      conv.forward(y, x);
+      store.zero_grad();
+      conv.backward(dx, dy, x, y);
+      conv.backward(dx, dy, x, y);  // the groups' sums added onto a gradient already there
+      std::vector<Vec> r{to_double(y), to_double(dx), to_double(conv.grad_weight)};
+      if (l.o.bias) r.push_back(to_double(conv.grad_bias));
+      return r;
+    };
+    const std::vector<Vec> one = run(1);
+    for (int threads : {2, 3, 4, 5}) {
+      CAPTURE(threads);
+      const std::vector<Vec> many = run(threads);
+      for (size_t i = 0; i < one.size(); ++i) CHECK(many[i] == one[i]);
+    }
   }
 }
 

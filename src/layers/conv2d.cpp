@@ -17,7 +17,8 @@
 // direct kernels). The others take this path, all three GEMMs in bf16 (emulated without
 // AVX512-BF16); there a 1x1 layer with planes of 64+ pixels runs all three as one GEMM per
 // image (forward and the input gradient on weights packed once; Conv2d::per_image_), without
-// the column and rows copies. Winograd is float32 only.
+// the column and rows copies, an image per thread; bf16 layers in several chunks run them side
+// by side too (Conv2d::grad_groups_). Winograd is float32 only.
 #include "layers/conv2d.h"
 
 #include <omp.h>
@@ -62,6 +63,16 @@ real* workspace(int64_t floats) {
   return t_workspace.data();
 }
 
+// The weight-gradient sums of a bf16 layer's groups of chunks (Conv2d::grad_groups_): one
+// buffer per planning thread, as the workspace, written by every thread of a backward.
+thread_local Tensor t_group_grads;
+
+real* group_grads(int64_t floats) {
+  if (!t_group_grads.defined() || t_group_grads.numel() < floats)
+    t_group_grads = Tensor::empty({std::max<int64_t>(floats, 1)}, Device::CPU);
+  return t_group_grads.data();
+}
+
 std::atomic<ConvAlgorithm>& algorithm_slot() {
   static std::atomic<ConvAlgorithm> slot{[] {
     const char* v = std::getenv("MPICNN_CONV");
@@ -93,13 +104,38 @@ std::atomic<bool>& parallel_small_slot() {
 // Floats Winograd's chunks may take (its weights included): 32 MiB.
 constexpr int64_t kWinogradBudget = int64_t(8) << 20;
 
-// Per-image GEMMs (bf16 1x1 layers) run one image per thread, each GEMM on one thread, when
-// there are at least two images per thread: a GEMM of one 14x14 or 28x28 image split over the
-// threads packs op(B) twice (a thread per row block) or runs in pieces too small for the
-// barriers between them. The same bits either way (gemm_bf16's order does not depend on the
-// thread count).
-[[maybe_unused]] bool images_in_parallel(int64_t N) {
-  return N >= 2 * int64_t(omp_get_max_threads());
+// Whether `units` of bf16 work (images, chunks of images, groups of them) run side by side,
+// each on one thread with single-threaded GEMMs, rather than one at a time on all threads:
+// when they share out evenly enough (two or more a thread, or a whole number each). A GEMM of
+// one 14x14 or 28x28 image split over the threads packs op(B) twice (a thread per row block)
+// or runs in pieces too small for the barriers between them. The same bits either way
+// (gemm_bf16's order does not depend on the thread count).
+bool side_by_side(int64_t units) {
+  const int64_t threads = omp_get_max_threads();
+  return threads > 1 && (units >= 2 * threads || units % threads == 0);
+}
+
+// body(u) for u in [0, units): side by side where side_by_side says so, else one after the
+// other. Not `omp parallel for if (...)`: libgomp runs every region nested in a parallel
+// region, active or not, on one thread, and the GEMMs would lose their threads.
+template <class F>
+void for_units(int64_t units, const F& body) {
+  if (side_by_side(units)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < units; ++u) body(u);
+    return;
+  }
+  for (int64_t u = 0; u < units; ++u) body(u);
+}
+
+// gw[e] += parts[0][e] + parts[1][e] + ..., in part order: G weight-gradient parts of WG floats.
+void add_parts(real* gw, const real* parts, int64_t G, int64_t WG) {
+#pragma omp parallel for schedule(static) if (WG * G > kParallelMin)
+  for (int64_t e = 0; e < WG; ++e) {
+    real acc = gw[e];
+    for (int64_t gi = 0; gi < G; ++gi) acc += parts[gi * WG + e];
+    gw[e] = acc;
+  }
 }
 
 // Groups of images whose weight gradients a bf16 1x1 layer sums apart (weight_grad_per_image).
@@ -286,8 +322,16 @@ void Conv2d::plan(const Shape& in) {
     workspace_floats_ = std::max({workspace_floats_, wino_fwd_.workspace_floats(),
                                   wino_bwd_.workspace_floats()});
   }
+  // bf16 layers in several chunks, not small ones: groups of chunks side by side (see the
+  // header), as many as kWgradGroups and kChunkGradBudget allow: again a rule on the geometry
+  // alone. float32 keeps one chunk at a time.
+  const int64_t chunks = (N + chunk - 1) / chunk;
+  grad_groups_ = 0;
+  if (!fp32 && !parallel_chunks_ && !per_image_ && !use_winograd_ && chunks >= 2)
+    grad_groups_ = std::min({chunks, kWgradGroups, std::max<int64_t>(kChunkGradBudget / WG, 1)});
+  if (grad_groups_ >= 2) group_grads(grad_groups_ * WG);
   workspace_base();  // sized now, so that the step allocates nothing
-  if (parallel_chunks_) {
+  if (parallel_chunks_ || grad_groups_ >= 2) {
 #pragma omp parallel
     workspace_base();  // and every thread's, which runs chunks
   }
@@ -364,6 +408,8 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
     // single-threaded GEMMs (OpenBLAS and Eigen run one thread inside a parallel region).
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nchunks; ++c) forward_chunk(out, in, w, b, c * chunk_);
+  } else if (grad_groups_ >= 2) {  // bf16: side by side where they share out (grad_groups_)
+    for_units(nchunks, [&](int64_t c) { forward_chunk(out, in, w, b, c * chunk_); });
   } else {
     for (int64_t c = 0; c < nchunks; ++c) forward_chunk(out, in, w, b, c * chunk_);
   }
@@ -410,13 +456,12 @@ void Conv2d::forward_per_image(Tensor& out, const Tensor& in, const real* b) {
   const int64_t N = in.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
   bf16_t* pw = reinterpret_cast<bf16_t*>(workspace_base());
   pack_a_bf16(pw, false, int(OC), int(IC), weight.data(), int(IC));  // W (OC, IC)
-#pragma omp parallel for schedule(static) if (images_in_parallel(N))
-  for (int64_t n = 0; n < N; ++n) {
+  for_units(N, [&](int64_t n) {
     real* y = out.data() + n * OC * P;
     if (b) fill_bias(y, b, OC, P);  // then the GEMM adds onto it, as the one-image chunk
     gemm_bf16_packed_a(pw, int(OC), int(P), int(IC), 1.f, false, in.data() + n * IC * P,
                        int(P), b ? 1.f : 0.f, y, int(P));
-  }
+  });
 #else
   (void)out, (void)in, (void)b;
   FAIL("Conv2d: bf16 in the float64 build");
@@ -430,10 +475,10 @@ void Conv2d::backward_per_image(Tensor& din, const Tensor& dout, const Tensor& i
   if (!din.defined()) return;
   bf16_t* pw = reinterpret_cast<bf16_t*>(workspace_base());
   pack_a_bf16(pw, true, int(IC), int(OC), weight.data(), int(IC));  // W^T (IC, OC)
-#pragma omp parallel for schedule(static) if (images_in_parallel(N))
-  for (int64_t n = 0; n < N; ++n)
+  for_units(N, [&](int64_t n) {
     gemm_bf16_packed_a(pw, int(IC), int(P), int(OC), 1.f, false, dout.data() + n * OC * P,
                        int(P), 0.f, din.data() + n * IC * P, int(P));
+  });
 #else
   (void)din, (void)dout, (void)in, (void)wgrad;
   FAIL("Conv2d: bf16 in the float64 build");
@@ -444,27 +489,19 @@ void Conv2d::backward_per_image(Tensor& din, const Tensor& dout, const Tensor& i
 // kWgradGroups groups of consecutive images, each group's sum in image order into its own slice
 // of the workspace, the groups then added to dW in group order: the groups are fixed by the
 // batch alone, so the bits do not depend on the thread count. With at least as many groups as
-// threads a group runs on one thread (images_in_parallel's reasons), else each GEMM on all.
+// threads a group runs on one thread (side_by_side), else each GEMM on all.
 void Conv2d::weight_grad_per_image(const Tensor& dout, const Tensor& in) {
 #if !(defined(MPICNN_F64) && MPICNN_F64)
   const int64_t N = dout.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
   const int64_t G = std::min<int64_t>(N, kWgradGroups), WG = OC * IC;
   real* const parts = workspace_base();
-  const int threads = omp_get_max_threads();
-#pragma omp parallel for schedule(static) if (threads > 1 && G >= threads)
-  for (int64_t gi = 0; gi < G; ++gi) {
+  for_units(G, [&](int64_t gi) {
     const int64_t n0 = gi * N / G, n1 = (gi + 1) * N / G;
     for (int64_t n = n0; n < n1; ++n)
       gemm_bf16(false, true, int(OC), int(IC), int(P), 1.f, dout.data() + n * OC * P, int(P),
                 in.data() + n * IC * P, int(P), n == n0 ? 0.f : 1.f, parts + gi * WG, int(IC));
-  }
-  real* gw = grad_weight.data();
-#pragma omp parallel for schedule(static) if (G * WG > kParallelMin)
-  for (int64_t e = 0; e < WG; ++e) {
-    real acc = gw[e];
-    for (int64_t gi = 0; gi < G; ++gi) acc += parts[gi * WG + e];
-    gw[e] = acc;
-  }
+  });
+  add_parts(grad_weight.data(), parts, G, WG);
 #else
   (void)dout, (void)in;
   FAIL("Conv2d: bf16 in the float64 build");
@@ -557,14 +594,20 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
     for (int64_t c = 0; c < nchunks; ++c)
       backward_chunk(din, dout, in, w, parts ? parts + c * WG : nullptr, 0.f, data_im2col,
                      c * chunk_);
-    if (wgrad) {
-#pragma omp parallel for schedule(static) if (WG * nchunks > kParallelMin)
-      for (int64_t e = 0; e < WG; ++e) {
-        real acc = gw[e];
-        for (int64_t c = 0; c < nchunks; ++c) acc += parts[c * WG + e];
-        gw[e] = acc;
-      }
-    }
+    if (wgrad) add_parts(gw, parts, nchunks, WG);
+  } else if (wgrad && grad_groups_ >= 2) {
+    // bf16: fixed groups of chunks, each group's weight gradient summed in chunk order into its
+    // own slice of the group buffer, then added into gw in group order (same bits for any
+    // thread count); the groups side by side when they share out over the threads.
+    const int64_t G = grad_groups_, WG = OC * Kg;
+    real* parts = group_grads(G * WG);
+    for_units(G, [&](int64_t gi) {
+      const int64_t c0 = gi * nchunks / G, c1 = (gi + 1) * nchunks / G;
+      for (int64_t c = c0; c < c1; ++c)
+        backward_chunk(din, dout, in, w, parts + gi * WG, c == c0 ? 0.f : 1.f, data_im2col,
+                       c * chunk_);
+    });
+    add_parts(gw, parts, G, WG);
   } else if (wgrad || data_im2col) {
     for (int64_t c = 0; c < nchunks; ++c)
       backward_chunk(din, dout, in, w, wgrad ? gw : nullptr, 1.f, data_im2col, c * chunk_);

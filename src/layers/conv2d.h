@@ -86,6 +86,7 @@ class Conv2d : public UnaryLayer {
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
   bool per_image() const { return per_image_; }  // bf16 1x1: one GEMM per image (see below)
+  int64_t grad_groups() const { return grad_groups_; }  // bf16 chunks side by side (see below)
   // The precision read by plan() (layers/cpu_precision.h): bf16 runs the direct kernels' bf16
   // forward and input gradient where DirectConv::fits(g, groups, true), else im2col's bf16
   // GEMMs.
@@ -139,6 +140,11 @@ class Conv2d : public UnaryLayer {
   // holds each chunk's weight gradient until they are summed in chunk order.
   bool parallel_chunks_ = false;
   Tensor chunk_grads_;
+  // bf16 layers that run in chunks but are not small: the chunks side by side too when they
+  // share out over the threads (one thread each; the weight gradient in grad_groups_ fixed
+  // groups of chunks, each summed apart into a shared buffer, then added in group order);
+  // 0 groups: one chunk at a time on all threads. See plan.
+  int64_t grad_groups_ = 0;
   // bf16 1x1 layers (stride 1, ungrouped) with planes of kPerImagePlane pixels or more: all
   // three passes as one GEMM per image straight from and to NCHW, not chunked through the
   // column and rows buffers; forward and the input gradient on the weights (or their
