@@ -328,10 +328,11 @@ void Conv2d::plan(const Shape& in) {
   const int64_t chunks = (N + chunk - 1) / chunk;
   grad_groups_ = 0;
   if (!fp32 && !parallel_chunks_ && !per_image_ && !use_winograd_ && chunks >= 2)
-    grad_groups_ = std::min({chunks, kWgradGroups, std::max<int64_t>(kChunkGradBudget / WG, 1)});
-  if (grad_groups_ >= 2) group_grads(grad_groups_ * WG);
+    grad_groups_ = std::min({chunks, kWgradGroups, kChunkGradBudget / WG});
+  if (grad_groups_ < 2) grad_groups_ = 0;
+  if (grad_groups_) group_grads(grad_groups_ * WG);
   workspace_base();  // sized now, so that the step allocates nothing
-  if (parallel_chunks_ || grad_groups_ >= 2) {
+  if (parallel_chunks_ || grad_groups_) {
 #pragma omp parallel
     workspace_base();  // and every thread's, which runs chunks
   }
@@ -408,7 +409,7 @@ void Conv2d::forward(Tensor& out, const Tensor& in) {
     // single-threaded GEMMs (OpenBLAS and Eigen run one thread inside a parallel region).
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < nchunks; ++c) forward_chunk(out, in, w, b, c * chunk_);
-  } else if (grad_groups_ >= 2) {  // bf16: side by side where they share out (grad_groups_)
+  } else if (grad_groups_) {  // bf16: side by side where they share out (grad_groups_)
     for_units(nchunks, [&](int64_t c) { forward_chunk(out, in, w, b, c * chunk_); });
   } else {
     for (int64_t c = 0; c < nchunks; ++c) forward_chunk(out, in, w, b, c * chunk_);
@@ -488,8 +489,8 @@ void Conv2d::backward_per_image(Tensor& din, const Tensor& dout, const Tensor& i
 // dW (OC, IC) += the sum over images of dy_n (OC, P) * x_n^T. The images go in
 // kWgradGroups groups of consecutive images, each group's sum in image order into its own slice
 // of the workspace, the groups then added to dW in group order: the groups are fixed by the
-// batch alone, so the bits do not depend on the thread count. With at least as many groups as
-// threads a group runs on one thread (side_by_side), else each GEMM on all.
+// batch alone, so the bits do not depend on the thread count. The groups run side by side
+// where side_by_side says so, else one after the other, each GEMM on all threads.
 void Conv2d::weight_grad_per_image(const Tensor& dout, const Tensor& in) {
 #if !(defined(MPICNN_F64) && MPICNN_F64)
   const int64_t N = dout.size(0), OC = opt_.out_channels, IC = geo_.channels, P = geo_.out_plane();
@@ -595,7 +596,7 @@ void Conv2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, const T
       backward_chunk(din, dout, in, w, parts ? parts + c * WG : nullptr, 0.f, data_im2col,
                      c * chunk_);
     if (wgrad) add_parts(gw, parts, nchunks, WG);
-  } else if (wgrad && grad_groups_ >= 2) {
+  } else if (wgrad && grad_groups_) {
     // bf16: fixed groups of chunks, each group's weight gradient summed in chunk order into its
     // own slice of the group buffer, then added into gw in group order (same bits for any
     // thread count); the groups side by side when they share out over the threads.
