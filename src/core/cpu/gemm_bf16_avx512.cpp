@@ -125,10 +125,6 @@ void pack_lanes_contiguous(bf16_t* dst, const float* src, int64_t ks, int lanes,
 
 void pack_f32(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes, int W, int kc) {
   if (ks == 1) return pack_k_contiguous(dst, src, ls, lanes, W, kc);
-  if (lanes > W) {  // two A panels, one at a time
-    pack_f32(dst, src, ls, ks, W, W, kc);
-    return pack_f32(dst + int64_t(W) * ((kc + 1) / 2 * 2), src + W * ls, ls, ks, lanes - W, W, kc);
-  }
   if (ls == 1) return pack_lanes_contiguous(dst, src, ks, lanes, W, kc);
   pack_scalar(dst, src, ls, ks, lanes, W, kc, 0, W, 0, (kc + 1) / 2);
 }

@@ -23,9 +23,9 @@ constexpr int MR = kBf16MR, NR = kBf16NR;
 //
 // Packs `lanes` (<= W) lanes by kc values of K (the last pair padded with a zero when kc is
 // odd) from src, whose element (lane l, k) is src[l * ls + k * ks], into dst. A panels (W = MR)
-// may be packed two at a time: lanes past MR (up to 2 * MR) fill a second panel, the next one
-// in memory (dst + MR * kc rounded up to even); the native path then runs one 16-lane
-// transpose where a lone A panel wastes half of one.
+// with K contiguous (ks == 1) may be packed two at a time: lanes past MR (up to 2 * MR) fill a
+// second panel, the next one in memory (dst + MR * kc rounded up to even); the native path then
+// runs one 16-lane transpose where a lone A panel wastes half of one.
 using PackF32 = void (*)(bf16_t* dst, const float* src, int64_t ls, int64_t ks, int lanes,
                          int W, int kc);
 // Where a micro-kernel's tile goes: rows x cols of C (row stride ldc), updated as
