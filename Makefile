@@ -175,6 +175,9 @@ $(BUILD)/obj/src/layers/cpu/conv_direct_avx2.o: CXXFLAGS += -mavx2 -mfma -mno-av
 # The bf16 GEMM's vdpbf16ps kernels (core/cpu/gemm_bf16_avx512.cpp), called only on a CPU
 # with AVX512-BF16 (core/gemm_bf16.cpp checks).
 $(BUILD)/obj/src/core/cpu/gemm_bf16_avx512.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512bf16
+# Its emulated AVX-512F kernels (core/cpu/gemm_bf16_avx512f.cpp), called only on a CPU with
+# AVX-512F, BW and VL; -mfma so that each step is one vfmadd (what it emulates, bit for bit).
+$(BUILD)/obj/src/core/cpu/gemm_bf16_avx512f.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mno-avx512bf16
 # The direct convolution's bf16 kernels (vdpbf16ps), called only on such a CPU
 # (layers/conv_direct.cpp checks).
 $(BUILD)/obj/src/layers/cpu/conv_direct_avx512bf16.o: CXXFLAGS += -mavx512f -mfma -mavx512bw -mavx512vl -mavx512bf16

@@ -7,7 +7,7 @@
 //
 //   build/release/bench/gemm_bf16_bench [--threads N] [--batch 16] [--reps 5] [--warmup 1]
 //                                       [--only TEXT]   (rows whose name contains TEXT)
-// MPICNN_BF16=emulated times the emulated path instead of the native one.
+// MPICNN_BF16=emulated (or reference) times that path instead of the native one.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -61,9 +61,9 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse_bench_args(argc, argv, 5, 1);
     set_num_threads(a.threads ? a.threads : default_num_threads());
-    std::printf("fp32: %s GEMM; bf16: %s path; threads %d, batch %d, median of %d (warmup %d)\n",
-                gemm_backend_name(gemm_backend()), bf16_path_name(bf16_path()), num_threads(),
-                a.batch, a.reps, a.warmup);
+    std::printf("fp32: %s GEMM; bf16: %s path (%s); threads %d, batch %d, median of %d (warmup %d)\n",
+                gemm_backend_name(gemm_backend()), bf16_path_name(bf16_path()), bf16_kernels_name(),
+                num_threads(), a.batch, a.reps, a.warmup);
     std::printf("%-24s %-4s %5s %7s %7s %7s %9s %9s %8s %8s %6s\n", "layer", "pass", "M", "N", "K",
                 "GFLOP", "fp32 ms", "bf16 ms", "fp32 GF/s", "bf16 GF/s", "x");
     if (std::string("square").find(a.only) != std::string::npos)

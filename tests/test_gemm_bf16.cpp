@@ -1,7 +1,8 @@
 // The CPU bf16 GEMM (core/gemm_bf16.h): its rounding against known values and PyTorch's
 // float_to_bf16, the GEMM against a double reference on the same bf16-rounded inputs and
 // against the fp32 GEMM, over every transpose, odd and block-crossing sizes, alpha and beta,
-// input types and thread counts; and the native (AVX512-BF16) and emulated paths bit for bit.
+// input types and thread counts; and every path (native AVX512-BF16, emulated in AVX-512F) bit for
+// bit against the scalar reference.
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -42,11 +43,13 @@ struct PathScope {
   }
 };
 
-// The paths this CPU runs: emulated always, native with AVX512-BF16.
+// The paths this CPU runs, the fastest last: the reference and the emulated path always (the
+// same code without AVX-512), native with AVX512-BF16.
 std::vector<Bf16Path> paths() {
-  if (best_bf16_path() == Bf16Path::kNative) return {Bf16Path::kEmulated, Bf16Path::kNative};
-  MESSAGE("this CPU has no AVX512-BF16: only the emulated path is tested");
-  return {Bf16Path::kEmulated};
+  if (best_bf16_path() == Bf16Path::kNative)
+    return {Bf16Path::kReference, Bf16Path::kEmulated, Bf16Path::kNative};
+  MESSAGE("this CPU has no AVX512-BF16: the native path is not tested");
+  return {Bf16Path::kReference, Bf16Path::kEmulated};
 }
 
 // A rows x cols matrix with row stride ld (>= cols; the padding holds values the GEMM must not
@@ -278,8 +281,8 @@ TEST_CASE("gemm_bf16 alpha and beta: C = alpha op(A) op(B) + beta C, BLAS's spec
 
 TEST_CASE("gemm_bf16: bf16 inputs, packed A, paths and thread counts give the same bits") {
   // The float inputs rounded by to_bf16 first give the same bits as rounded while packing, and
-  // op(A) packed ahead (pack_a_bf16, gemm_bf16_packed_a) the same as packed by the call; the
-  // native and emulated paths add in the same order (core/gemm_bf16.h), so agree bit for bit;
+  // op(A) packed ahead (pack_a_bf16, gemm_bf16_packed_a) the same as packed by the call; every
+  // path adds in the same order (core/gemm_bf16.h), so agrees with the others bit for bit;
   // and each element is summed by one thread in one order, whatever the thread count.
   for (const Shape3& s : kShapes)
     for (int t = 0; t < 4; ++t) {
@@ -330,8 +333,10 @@ TEST_CASE("gemm_bf16: bf16 inputs, packed A, paths and thread counts give the sa
         CHECK(same(run(false, false), want));
         CHECK(same(run_packed(), want));
       }
-      if (fast == Bf16Path::kNative) {
-        PathScope scope(Bf16Path::kEmulated, 2);
+      for (Bf16Path other : paths()) {
+        if (other == fast) continue;
+        CAPTURE(bf16_path_name(other));
+        PathScope scope(other, 2);
         CHECK(same(run(false, false), want));
         CHECK(same(run(true, false), want));
         CHECK(same(run_packed(), want));
@@ -339,14 +344,11 @@ TEST_CASE("gemm_bf16: bf16 inputs, packed A, paths and thread counts give the sa
     }
 }
 
-TEST_CASE("gemm_bf16: native and emulated agree bit for bit at the edges of float32") {
+TEST_CASE("gemm_bf16: every path agrees with the reference bit for bit at the edges of float32") {
   // Values from 2^-70 to 2^60: products that underflow float32 (flushed to zero), sums that
   // fall below FLT_MIN (flushed), bf16 subnormals given as input (read as zero), infinities
-  // and NaN; the emulated path's step must be the instruction's in every case.
-  if (best_bf16_path() != Bf16Path::kNative) {
-    MESSAGE("this CPU has no AVX512-BF16: nothing to compare the emulated path with");
-    return;
-  }
+  // and NaN; the reference's step must be the instruction's in every case (compared on a CPU
+  // with AVX512-BF16), and the emulated path's the reference's.
   const Shape3 s{17, 60, 131};
   Problem p(false, true, s, 1.0f, 0.0f, 500);
   const Rng rng(7, "gemm_bf16 edges");
@@ -359,6 +361,13 @@ TEST_CASE("gemm_bf16: native and emulated agree bit for bit at the edges of floa
     p.A.v[size_t(2) * p.A.ld + k] = rng.uniform(100000 + k, -1, 1) * std::ldexp(1.0f, -63);
     p.B.v[size_t(1) * p.B.ld + k] = rng.uniform(200000 + k, -1, 1) * std::ldexp(1.0f, -63);
   }
+  // C(4, 2): the first pair's product subnormal (flushed), then a normal one just above
+  // FLT_MIN: exactly 1.5 FLT_MIN, where a sum that kept the subnormal would differ.
+  for (int k = 0; k < s.K; ++k) p.A.v[size_t(4) * p.A.ld + k] = p.B.v[size_t(2) * p.B.ld + k] = 0;
+  p.A.v[size_t(4) * p.A.ld] = std::ldexp(1.0f, -64);
+  p.B.v[size_t(2) * p.B.ld] = std::ldexp(1.5f, -64);
+  p.A.v[size_t(4) * p.A.ld + 2] = std::ldexp(1.5f, -63);
+  p.B.v[size_t(2) * p.B.ld + 2] = std::ldexp(1.0f, -63);
   p.A.v[7] = INFINITY;
   p.B.v[11] = -INFINITY;
   p.A.v[size_t(5) * p.A.ld + 40] = NAN;
@@ -366,21 +375,33 @@ TEST_CASE("gemm_bf16: native and emulated agree bit for bit at the edges of floa
   to_bf16(a16.data(), p.A.v.data(), int64_t(a16.size()));
   to_bf16(b16.data(), p.B.v.data(), int64_t(b16.size()));
   for (size_t i = 0; i < a16.size(); i += 13) a16[i] = bf16_t(0x0001 + i % 0x7F);  // subnormals
-  std::vector<float> got[2];
-  for (int n = 0; n < 2; ++n) {
-    PathScope scope(n ? Bf16Path::kNative : Bf16Path::kEmulated, 2);
-    got[n] = p.C0.v;
-    gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a16.data(), p.A.ld, b16.data(), p.B.ld, p.beta, got[n].data(), p.C0.ld);
+  // Once with bf16 inputs (subnormals among them), once with the float inputs (rounded while
+  // packing: the vector rounding of each path).
+  for (bool bf16_inputs : {true, false}) {
+    CAPTURE(bf16_inputs);
+    const std::vector<Bf16Path> all = paths();
+    std::vector<std::vector<float>> got;
+    for (Bf16Path path : all) {
+      PathScope scope(path, 2);
+      got.push_back(p.C0.v);
+      if (bf16_inputs) gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, a16.data(), p.A.ld, b16.data(), p.B.ld, p.beta, got.back().data(), p.C0.ld);
+      else gemm_bf16(p.ta, p.tb, p.M, p.N, p.K, p.alpha, p.A.v.data(), p.A.ld, p.B.v.data(), p.B.ld, p.beta, got.back().data(), p.C0.ld);
+    }
+    for (size_t n = 1; n < got.size(); ++n) {
+      const std::string path = bf16_path_name(all[n]);  // CAPTURE is lazy: not paths() (a MESSAGE)
+      CAPTURE(path);
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < got[0].size(); ++i) {
+        const bool nan = std::isnan(got[0][i]) && std::isnan(got[n][i]);
+        mismatches += !nan && bits(got[0][i]) != bits(got[n][i]);
+      }
+      CHECK(mismatches == 0);
+    }
+    CHECK(got[0][size_t(2) * p.C0.ld + 1] == 0.0f);
+    CHECK(got[0][size_t(4) * p.C0.ld + 2] == 1.5f * FLT_MIN);
+    CHECK(std::isinf(got[0][3]));  // row 0 reads A's infinity
+    CHECK(std::isnan(got[0][size_t(5) * p.C0.ld + 3]));  // row 5 its NaN
   }
-  int64_t mismatches = 0;
-  for (size_t i = 0; i < got[0].size(); ++i) {
-    const bool nan = std::isnan(got[0][i]) && std::isnan(got[1][i]);
-    mismatches += !nan && bits(got[0][i]) != bits(got[1][i]);
-  }
-  CHECK(mismatches == 0);
-  CHECK(got[1][size_t(2) * p.C0.ld + 1] == 0.0f);
-  CHECK(std::isinf(got[1][3]));  // row 0 reads A's infinity
-  CHECK(std::isnan(got[1][size_t(5) * p.C0.ld + 3]));  // row 5 its NaN
 }
 
 TEST_CASE("gemm_bf16 rejects negative sizes") {

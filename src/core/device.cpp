@@ -33,7 +33,8 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
     c.description = !c.cpu_bf16 ? "cpu"
                     : bf16_native()
                         ? "cpu, bf16 GEMMs (AVX512-BF16)"
-                        : "cpu, bf16 GEMMs emulated in float32 (this CPU has no AVX512-BF16: slower than fp32)";
+                        : std::string("cpu, bf16 GEMMs ") + bf16_kernels_name() +
+                              " (this CPU has no AVX512-BF16: slower than fp32)";
     return c;
   }
   if (precision == "auto" || precision == "tf32") c.precision = gpu::Precision::TF32;

@@ -33,11 +33,12 @@ constexpr int kNC = 12 * NR;  // columns of B per packed block
 // more than the work (a few microseconds).
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
-bool cpu_has_bf16() {
+bool cpu_has_avx512() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl");
 }
+bool cpu_has_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
 std::atomic<Bf16Path>& path_slot() {
   static std::atomic<Bf16Path> slot{[] {
@@ -52,7 +53,14 @@ std::atomic<Bf16Path>& path_slot() {
 }
 
 const bf16k::Kernels& kernels() {
-  return bf16_native() ? *bf16k::native_kernels() : *bf16k::emulated_kernels();
+  switch (bf16_path()) {
+    case Bf16Path::kNative: return *bf16k::native_kernels();
+    case Bf16Path::kEmulated:
+      if (cpu_has_avx512()) return *bf16k::emulated_avx512_kernels();
+      break;
+    case Bf16Path::kReference: break;
+  }
+  return *bf16k::emulated_kernels();
 }
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -221,11 +229,19 @@ bool bf16_native() { return bf16_path() == Bf16Path::kNative; }
 Bf16Path parse_bf16_path(const std::string& name) {
   if (name == "native") return Bf16Path::kNative;
   if (name == "emulated") return Bf16Path::kEmulated;
-  FAIL("MPICNN_BF16: unknown bf16 GEMM path '", name, "' (native, emulated)");
+  if (name == "reference") return Bf16Path::kReference;
+  FAIL("MPICNN_BF16: unknown bf16 GEMM path '", name, "' (native, emulated, reference)");
 }
 const char* bf16_path_name(Bf16Path path) {
-  return path == Bf16Path::kNative ? "native" : "emulated";
+  switch (path) {
+    case Bf16Path::kNative: return "native";
+    case Bf16Path::kEmulated: return "emulated";
+    case Bf16Path::kReference: break;
+  }
+  return "reference";
 }
+
+const char* bf16_kernels_name() { return kernels().name; }
 
 bf16_t bf16_round(float x) { return bf16k::round_bf16(x); }
 void to_bf16(bf16_t* dst, const float* src, int64_t n) { kernels().round(dst, src, n); }

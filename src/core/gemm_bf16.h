@@ -25,14 +25,20 @@ namespace mpicnn {
 using bf16_t = uint16_t;  // the bits of a bfloat16 (sign, 8 exponent, 7 mantissa)
 
 // Which path gemm_bf16 runs, process-wide: native where the CPU has AVX512-BF16, else
-// emulated, unless MPICNN_BF16=native|emulated (or set_bf16_path) says otherwise.
-enum class Bf16Path { kEmulated, kNative };
+// emulated (in AVX-512F where the CPU has AVX-512, else the reference's scalar code), unless
+// MPICNN_BF16=native|emulated|reference (or set_bf16_path) says otherwise. The reference is
+// the definition in plain scalar float32, on any CPU: the bits every path must give.
+enum class Bf16Path { kReference, kEmulated, kNative };
 Bf16Path bf16_path();
 void set_bf16_path(Bf16Path path);  // a path this CPU cannot run is an Error naming it
 Bf16Path best_bf16_path();          // of this CPU
 bool bf16_native();                 // bf16_path() == kNative
-Bf16Path parse_bf16_path(const std::string& name);  // "native" | "emulated", else an Error
+// "native" | "emulated" | "reference", else an Error
+Bf16Path parse_bf16_path(const std::string& name);
 const char* bf16_path_name(Bf16Path path);
+// The kernels gemm_bf16 runs now, for a user: "AVX512-BF16", "emulated in AVX-512F" or
+// "emulated in scalar float32".
+const char* bf16_kernels_name();
 
 // The rounding gemm_bf16 applies to fp32 inputs (see above), exposed for tests and callers
 // that want to predict it. NaN stays NaN (quiet, sign and top payload kept).

@@ -1,6 +1,6 @@
-// The kernels of core/gemm_bf16.h, one set per path (native AVX512-BF16, emulated float32),
-// behind a struct of function pointers that core/gemm_bf16.cpp picks at run time; and the
-// scalar math both paths are defined by. Nothing here blocks, allocates or threads.
+// The kernels of core/gemm_bf16.h, one set per path (native AVX512-BF16; emulated in AVX-512F;
+// the scalar reference), behind a struct of function pointers that core/gemm_bf16.cpp picks at
+// run time; and the scalar math every path is defined by. Nothing here blocks, allocates or threads.
 // The scalar functions are `static inline`: each kernel file, compiled with its own
 // instruction-set flags, keeps its own copy, so the linker cannot hand the emulated path a
 // copy built with AVX-512 instructions.
@@ -45,13 +45,15 @@ using Micro = void (*)(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv,
 using Round = void (*)(bf16_t* dst, const float* src, int64_t n);
 
 struct Kernels {
-  const char* name;
+  const char* name;  // as bf16_kernels_name() (core/gemm_bf16.h) gives it
   Micro micro;
   PackF32 pack_f32;
   Round round;
 };
 const Kernels* native_kernels();    // gemm_bf16_avx512.cpp: call only on an AVX512-BF16 CPU
-const Kernels* emulated_kernels();  // gemm_bf16_emulated.cpp
+// gemm_bf16_avx512f.cpp: call only on a CPU with AVX-512F and BW
+const Kernels* emulated_avx512_kernels();
+const Kernels* emulated_kernels();  // gemm_bf16_emulated.cpp: scalar, any CPU (the reference)
 
 // Round to nearest even, as vcvtneps2bf16: fp32 subnormals are read as zero (a zero of their
 // sign), NaN stays a quiet NaN with its sign and top payload.
