@@ -113,7 +113,10 @@ TEST_CASE("Faster R-CNN (ResNet-18 FPN) matches torchvision: losses, gradients, 
     // of them in fc6 alone), moving single elements by a few percent. The parts' own tests
     // (test_detect_*.cpp) check element by element. The seed (7) gives a case without near-ties
     // between proposals: at seeds 5 and 6 torchvision itself changes which proposals it keeps
-    // when its input moves by 1e-6, and so do we.
+    // when its input moves by 1e-6, and so do we. The bound, 2e-3: the worst tensor measured
+    // 1.05e-3 on an AVX-512 Xeon (Cascade Lake) with OpenBLAS's SkylakeX kernels (every
+    // backbone tensor near 6e-4, as one such flip spreads), under 2e-4 there with its Haswell
+    // kernels or MPICNN_CONV=im2col; a wrong gradient is off by far more.
     const Vec want = ref.read_f64("grad." + e.name);
     double diff = 0, norm = 0;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -121,7 +124,7 @@ TEST_CASE("Faster R-CNN (ResNet-18 FPN) matches torchvision: losses, gradients, 
       diff += d * d;
       norm += want[i] * want[i];
     }
-    CHECK_MESSAGE(std::sqrt(diff) <= 1e-3 * std::sqrt(norm), "grad ", e.name, ": relative L2 error ",
+    CHECK_MESSAGE(std::sqrt(diff) <= 2e-3 * std::sqrt(norm), "grad ", e.name, ": relative L2 error ",
                   std::sqrt(diff / std::max(norm, 1e-300)));
     CHECK_MESSAGE(norm > 0, "grad ", e.name, " is zero in the reference");
   }
