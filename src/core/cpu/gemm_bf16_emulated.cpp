@@ -1,6 +1,7 @@
-// The bf16 GEMM's kernels in plain float32 arithmetic, for CPUs without AVX512-BF16: the same
-// packing and the same sums, step for step, as vdpbf16ps (gemm_bf16_kernels.h's dot_pair), so
-// both paths give the same bits. Correct rather than fast: on such a CPU fp32 GEMM is faster.
+// The bf16 GEMM's reference kernels in plain scalar float32 arithmetic: the same packing and the
+// same sums, step for step, as vdpbf16ps (gemm_bf16_kernels.h's dot_pair), the bits every other
+// path must give (MPICNN_BF16=reference; the emulated path on CPUs without AVX-512). Correct
+// rather than fast: several times slower than the fp32 GEMM.
 #include "core/cpu/gemm_bf16_kernels.h"
 
 namespace mpicnn::bf16k {

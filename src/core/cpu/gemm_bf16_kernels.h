@@ -1,9 +1,9 @@
 // The kernels of core/gemm_bf16.h, one set per path (native AVX512-BF16; emulated in AVX-512F;
 // the scalar reference), behind a struct of function pointers that core/gemm_bf16.cpp picks at
-// run time; and the scalar math every path is defined by. Nothing here blocks, allocates or threads.
-// The scalar functions are `static inline`: each kernel file, compiled with its own
-// instruction-set flags, keeps its own copy, so the linker cannot hand the emulated path a
-// copy built with AVX-512 instructions.
+// run time; and the scalar math every path is defined by. Nothing here blocks, allocates or
+// threads. The scalar functions are `static inline`: each kernel file, compiled with its own
+// instruction-set flags, keeps its own copy, so the linker cannot hand the reference (which
+// runs on any x86-64) a copy built with AVX-512 instructions.
 #pragma once
 #include <bit>
 #include <cfloat>
@@ -51,7 +51,7 @@ struct Kernels {
   Round round;
 };
 const Kernels* native_kernels();    // gemm_bf16_avx512.cpp: call only on an AVX512-BF16 CPU
-// gemm_bf16_avx512f.cpp: call only on a CPU with AVX-512F and BW
+// gemm_bf16_avx512f.cpp: call only on a CPU with AVX-512F, BW and VL
 const Kernels* emulated_avx512_kernels();
 const Kernels* emulated_kernels();  // gemm_bf16_emulated.cpp: scalar, any CPU (the reference)
 
