@@ -34,7 +34,7 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
                     : bf16_native()
                         ? "cpu, bf16 GEMMs (AVX512-BF16)"
                         : std::string("cpu, bf16 GEMMs ") + bf16_kernels_name() +
-                              " (this CPU has no AVX512-BF16: slower than fp32)";
+                              " (this CPU has no AVX512-BF16)";
     return c;
   }
   if (precision == "auto" || precision == "tf32") c.precision = gpu::Precision::TF32;

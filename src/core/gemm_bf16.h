@@ -36,8 +36,9 @@ bool bf16_native();                 // bf16_path() == kNative
 // "native" | "emulated" | "reference", else an Error
 Bf16Path parse_bf16_path(const std::string& name);
 const char* bf16_path_name(Bf16Path path);
-// The kernels gemm_bf16 runs now, for a user: "AVX512-BF16", "emulated in AVX-512F" or
-// "emulated in scalar float32".
+// The kernels gemm_bf16 runs now, for a user: "AVX512-BF16", "emulated in AVX-512F, about
+// fp32's speed" or "emulated in scalar float32, several times slower than fp32"
+// (bench/RESULTS.md).
 const char* bf16_kernels_name();
 
 // The rounding gemm_bf16 applies to fp32 inputs (see above), exposed for tests and callers

@@ -111,7 +111,8 @@ void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile&
   micro_nv<1>(a, b, kpairs, t);
 }
 
-constexpr Kernels kKernels{"emulated in AVX-512F", micro, Packing::pack_f32, Packing::round};
+constexpr Kernels kKernels{"emulated in AVX-512F, about fp32's speed", micro, Packing::pack_f32,
+                           Packing::round};
 
 }  // namespace
 

@@ -38,7 +38,8 @@ void round(bf16_t* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = round_bf16(src[i]);
 }
 
-constexpr Kernels kKernels{"emulated in scalar float32", micro, pack_f32, round};
+constexpr Kernels kKernels{"emulated in scalar float32, several times slower than fp32", micro,
+                           pack_f32, round};
 
 }  // namespace
 
