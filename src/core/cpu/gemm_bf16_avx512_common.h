@@ -26,7 +26,6 @@ void store_16(float* c, __m512 acc, int n, const Tile& t) {
   _mm512_mask_storeu_ps(c, m, v);
 }
 
-
 template <class R>
 struct Avx512Packing {
   // K contiguous in each lane (op(A) untransposed, op(B) transposed): 16 lanes by 16 pairs at a

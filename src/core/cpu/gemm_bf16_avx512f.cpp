@@ -9,7 +9,7 @@
 //   here the K loop runs with MXCSR's DAZ set, so the next step reads such a result as a zero
 //   of its sign, as if flushed (and bf16 subnormal inputs as zeros, as the instruction does),
 //   and the tile's sums are flushed once at the end. MXCSR is restored before C is written.
-// Compiled with the AVX-512F/BW flags on any x86-64 build machine (Makefile);
+// Compiled with the AVX-512F/BW/VL flags on any x86-64 build machine (Makefile);
 // core/gemm_bf16.cpp calls them only on a CPU that has them.
 #include <cfloat>
 
