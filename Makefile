@@ -181,6 +181,9 @@ $(BUILD)/obj/src/core/cpu/gemm_bf16_avx512f.o: CXXFLAGS += -mavx512f -mavx512bw 
 # The direct convolution's bf16 kernels (vdpbf16ps), called only on such a CPU
 # (layers/conv_direct.cpp checks).
 $(BUILD)/obj/src/layers/cpu/conv_direct_avx512bf16.o: CXXFLAGS += -mavx512f -mfma -mavx512bw -mavx512vl -mavx512bf16
+# and their copy emulated in AVX-512F (layers/cpu/conv_direct_bf16_avx512f.cpp), called only on
+# a CPU with AVX-512F, BW and VL, with the bf16 GEMM's emulated path.
+$(BUILD)/obj/src/layers/cpu/conv_direct_bf16_avx512f.o: CXXFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mno-avx512bf16
 
 $(BUILD)/obj-f64/%.o: %.cpp
 	@mkdir -p $(@D)

@@ -3,9 +3,12 @@
 // and a small network (conv -> ReLU -> linear) forward and backward in bf16 against fp32 within
 // a bound carried through the layers; fp32 stays the default and keeps the direct kernels.
 // Conv2d's direct kernels in bf16 (all three passes; layers/conv_direct.h) against the same
-// double references and against the im2col bf16 path, on a CPU with AVX512-BF16.
+// double references and against the im2col bf16 path, on a CPU with AVX-512 (native with
+// AVX512-BF16, else emulated in AVX-512F); the two copies against each other bit for bit where
+// both run.
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -361,11 +364,12 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
   // same bits (their accuracy is tested above).
   // A 1x1 layer, planned for inference (the plans where 1x1 layers take the kernels): direct
   // wherever the kernels run.
-  if (const plan_mode::Scope inference(true); !DirectConv::fits(ConvGeometry{}, 1, true)) {
-    MESSAGE("no bf16 direct kernels here (a CPU without AVX512-BF16, or the avx2 kernels, or "
-            "MPICNN_CONV_BF16=im2col): not tested");
+  if (const plan_mode::Scope inference(true);
+      !DirectConv::fits(ConvGeometry{.channels = 64}, 1, true)) {
+    MESSAGE("no bf16 direct kernels here (a CPU without AVX-512, the avx2 kernels, "
+            "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col): not tested");
     // Only those reasons: a probe that misses the kernels where they run must not pass quietly.
-    CHECK_FALSE((bf16_native() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
+    CHECK_FALSE((bf16_avx512() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
     return;
   }
   const ConvCase cases[] = {
@@ -402,11 +406,13 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
     auto run = [&](ConvAlgorithm a) {
       AlgorithmScope algorithm(a);
       // 1x1 layers take the direct kernels in inference plans only (a strided one never):
-      // planned so here, to test their forward and input gradient.
+      // planned so here, to test their forward and input gradient. (On the emulated path a
+      // layer of under 16 input channels stays on im2col: DirectConv::fits.)
       const plan_mode::Scope mode(g.k == 1);
       conv.plan(in);
       const bool strided_pointwise = g.k == 1 && g.s > 1;
-      REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect && !strided_pointwise));
+      REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect && !strided_pointwise &&
+                                DirectConv::fits(conv.geometry(), 1, true)));
       const bool wgrad = conv.direct() && g.OW() >= 8 && g.k > 1 && g.s == 1;
       REQUIRE(conv.direct_weight_grad() == wgrad);
       if (a == ConvAlgorithm::kDirect) direct_wgrad = wgrad;
@@ -455,6 +461,127 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
     expect_within("bf16 direct weight gradient vs im2col bf16", direct[2], to_double(im2col[2]),
                   scaled(dw_bound, 2));
   }
+}
+
+namespace {
+
+// Sets the bf16 GEMM's path (core/gemm_bf16.h), and with it the direct kernels' bf16 copy, for
+// a scope.
+struct Bf16PathScope {
+  Bf16Path before = bf16_path();
+  explicit Bf16PathScope(Bf16Path p) { set_bf16_path(p); }
+  ~Bf16PathScope() { set_bf16_path(before); }
+};
+
+// A tensor uniform in [-1, 1) times 2^e.
+Tensor scaled_tensor(const Shape& s, uint64_t seed, int e) {
+  Tensor t = random_tensor(s, seed);
+  for (float* v = t.data(); v < t.data() + t.numel(); ++v) *v = std::ldexp(*v, e);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 forward has the reference GEMM's bits, flushes too") {
+  // A 1x1 layer without padding sums each output's products over the input channels in pairs,
+  // in order (the odd product, then the even), from zero: the bf16 GEMM over im2col (K = IC <=
+  // kBf16KC) sums the same products in the same order, so the direct kernels (native or
+  // emulated) must give the bits of the GEMM's reference path (the definition in scalar code,
+  // core/gemm_bf16.h), subnormal steps flushed to zero included. Inputs and weights of 2^-63
+  // make products near float32's smallest normal, 2^-126: many steps and sums subnormal, which
+  // the native instruction flushes and the emulation must too (its DAZ and final flush).
+  if (const plan_mode::Scope inference(true);
+      !DirectConv::fits(ConvGeometry{.channels = 64}, 1, true)) {
+    MESSAGE("no bf16 direct kernels here (a CPU without AVX-512, the avx2 kernels, "
+            "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col): not tested");
+    CHECK_FALSE((bf16_avx512() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
+    return;
+  }
+  PrecisionScope scope(CpuPrecision::kBf16);
+  const plan_mode::Scope inference(true);
+  for (const int ic : {40, 70}) {  // two and three pair blocks, an odd channel count
+    CAPTURE(ic);
+    Conv2d conv({.in_channels = ic, .out_channels = 20, .kernel = 1, .bias = false});
+    ParamStore store;
+    conv.register_state(store, "c.");
+    store.allocate();
+    conv.weight.copy_from(scaled_tensor(conv.weight.shape(), 51, -63));
+    const Shape in{2, ic, 5, 6};
+    const Tensor x = scaled_tensor(in, 52, -63);
+    auto run = [&](ConvAlgorithm a) {
+      AlgorithmScope algorithm(a);
+      conv.plan(in);
+      REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect));
+      Tensor y = Tensor::empty(conv.output_shape(in));
+      conv.forward(y, x);
+      return y;
+    };
+    const Tensor direct = run(ConvAlgorithm::kDirect);
+    const Tensor im2col = [&] {
+      const Bf16PathScope reference(Bf16Path::kReference);  // the definition, in scalar code
+      return run(ConvAlgorithm::kIm2col);
+    }();
+    int64_t zeros = 0, subnormal = 0;  // what the scale gave: flushed sums, and none kept
+    for (const float v : std::vector<float>(direct.data(), direct.data() + direct.numel())) {
+      zeros += v == 0.f;
+      subnormal += v != 0.f && std::fabs(v) < FLT_MIN;
+    }
+    CHECK(zeros > 0);
+    CHECK(subnormal == 0);
+    CHECK(same_bits(direct, im2col));
+  }
+}
+
+TEST_CASE("Conv2d in bf16: the direct kernels emulated in AVX-512F give the native kernels' bits") {
+  // conv_direct_bf16_avx512f.cpp runs the native copy's passes with each vdpbf16ps emulated:
+  // forward, the input gradient and the weight gradient must come out bit for bit, on inputs
+  // of ordinary size and on ones small enough for subnormal steps (flushed by both).
+  if (best_bf16_path() != Bf16Path::kNative || direct_isa() != DirectIsa::kAvx512 ||
+      !direct_bf16()) {
+    MESSAGE("no AVX512-BF16 here (or the avx2 kernels, or MPICNN_CONV_BF16=im2col): the "
+            "emulated kernels not compared with the native ones");
+    return;
+  }
+  const ConvCase cases[] = {
+      {"3x3 pad 1, 33 -> 17", {2, 33, 9, 8, 17, 3, 1, 1}},
+      {"3x3 stride 2 pad 1, 48 -> 35", {3, 48, 11, 10, 35, 3, 2, 1}},
+      {"7x7 stride 2 pad 3 (stem), 3 -> 64", {2, 3, 23, 21, 64, 7, 2, 3}},
+      {"3x3 pad 1 on 3x3 (images interleaved), 65 -> 33", {5, 65, 3, 3, 33, 3, 1, 1}},
+      {"3x3 pad 1, 64 -> 64, rows of 20 (four-block weight gradient)", {2, 64, 6, 20, 64, 3, 1, 1}},
+  };
+  PrecisionScope scope(CpuPrecision::kBf16);
+  for (const ConvCase& c : cases)
+    for (const int e : {0, -63}) {
+      CAPTURE(c.name);
+      CAPTURE(e);
+      const Geo& g = c.g;
+      Conv2d conv({.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .stride = g.s,
+                   .padding = g.p, .bias = c.bias});
+      ParamStore store;
+      conv.register_state(store, "c.");
+      store.allocate();
+      conv.weight.copy_from(scaled_tensor(conv.weight.shape(), 61, e));
+      const Shape in{g.N, g.IC, g.H, g.W};
+      const Tensor x = scaled_tensor(in, 62, e), dy = scaled_tensor(conv.output_shape(in), 63, e);
+      auto run = [&](Bf16Path path) {
+        Bf16PathScope p(path);
+        AlgorithmScope algorithm(ConvAlgorithm::kDirect);
+        conv.plan(in);
+        REQUIRE(conv.direct());
+        std::vector<Tensor> r{Tensor::empty(conv.output_shape(in)), Tensor::empty(in)};
+        conv.forward(r[0], x);
+        store.zero_grad();
+        conv.backward(r[1], dy, x, r[0]);
+        r.push_back(Tensor::empty(conv.weight.shape()));
+        r[2].copy_from(conv.grad_weight);
+        return r;
+      };
+      const std::vector<Tensor> native = run(Bf16Path::kNative);
+      const std::vector<Tensor> emulated = run(Bf16Path::kEmulated);
+      CHECK(same_bits(native[0], emulated[0]));
+      CHECK(same_bits(native[1], emulated[1]));
+      CHECK(same_bits(native[2], emulated[2]));
+    }
 }
 
 TEST_CASE("Linear in bf16: the three GEMMs against double on the bf16-rounded inputs") {

@@ -226,6 +226,9 @@ void set_bf16_path(Bf16Path path) {
   path_slot().store(path);
 }
 bool bf16_native() { return bf16_path() == Bf16Path::kNative; }
+bool bf16_avx512() {
+  return bf16_native() || (bf16_path() == Bf16Path::kEmulated && cpu_has_avx512());
+}
 Bf16Path parse_bf16_path(const std::string& name) {
   if (name == "native") return Bf16Path::kNative;
   if (name == "emulated") return Bf16Path::kEmulated;

@@ -33,6 +33,9 @@ Bf16Path bf16_path();
 void set_bf16_path(Bf16Path path);  // a path this CPU cannot run is an Error naming it
 Bf16Path best_bf16_path();          // of this CPU
 bool bf16_native();                 // bf16_path() == kNative
+// Whether the path runs AVX-512 kernels: native, or emulated on a CPU with AVX-512F/BW/VL
+// (the direct convolution's bf16 kernels exist for these two: layers/conv_direct.h).
+bool bf16_avx512();
 // "native" | "emulated" | "reference", else an Error
 Bf16Path parse_bf16_path(const std::string& name);
 const char* bf16_path_name(Bf16Path path);

@@ -55,6 +55,16 @@ const direct::Kernels* kernels_of(DirectIsa isa) {
 #endif
 }
 
+// The bf16 kernels of the bf16 GEMM's path (core/gemm_bf16.h): the native ones, the same bits
+// emulated in AVX-512F, or none (the reference path, or a CPU without AVX-512).
+// (Not in the float64 build, which has no direct kernels.)
+#if !defined(MPICNN_F64) || !MPICNN_F64
+const direct::Kernels* bf16_kernels() {
+  if (bf16_native()) return direct::avx512bf16_kernels();
+  return bf16_avx512() ? direct::bf16_avx512f_kernels() : nullptr;
+}
+#endif
+
 std::atomic<DirectIsa>& isa_slot() {
   static std::atomic<DirectIsa> slot{[] {
 #if defined(MPICNN_F64) && MPICNN_F64
@@ -125,10 +135,15 @@ bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
   // end), the kernels for forward alone (inference 4%): so in bf16 a 1x1 layer runs direct in
   // inference plans only (layers/plan_mode.h), and a strided one (whose packing would convert
   // every pixel for a quarter of them) never (bench/conv_bench --bf16 1, bench/RESULTS.md).
+  // The emulated copy (a CPU without AVX512-BF16) splits each pair it reads into two floats,
+  // which a layer of few input channels pays for on every tap: at ResNet-18's 3-channel stem it
+  // took 71 ms a forward against im2col's 44 (train_bench --profile 1; the native copy is the
+  // faster there), so such layers stay on im2col (bench/RESULTS.md).
   const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 && g.pad_w == 0;
   const bool strided = g.stride_h > 1 || g.stride_w > 1;
-  return !bf16 || ((!pointwise || (plan_mode::inference() && !strided)) && direct_bf16() &&
-                   direct_isa() == DirectIsa::kAvx512 && bf16_native());
+  const bool few_channels = g.channels < 16 && !bf16_native();
+  return !bf16 || ((!pointwise || (plan_mode::inference() && !strided)) && !few_channels &&
+                   direct_bf16() && direct_isa() == DirectIsa::kAvx512 && bf16_kernels());
 #endif
 }
 
@@ -213,7 +228,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
     : k_(kernels_of(direct_isa())), g_(full), oc_(out_channels) {
   CHECK(k_, "DirectConv: no direct kernels for this CPU or build");
   CHECK(!bf16 || fits(full, 1, true), "DirectConv: no bf16 direct kernels for this CPU (",
-        "AVX512-BF16 and the avx512 kernels needed)");
+        "the avx512 kernels and the bf16 GEMM's native or AVX-512F path needed)");
   src_taps_ = full.taps(), src_kw_ = full.kernel_w;
   const int64_t kh0 = single_tap(full.kernel_h, full.height, full.out_h, full.stride_h,
                                  full.pad_h, full.dilation_h);
@@ -280,7 +295,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // Forward: in float32 (it also lays out the input the weight gradient reads), and in bf16 on
   // the pairs kernels, whose input is always a packed copy (of bf16 pairs).
   f32_ = plan_forward(k_, V, g.pad_h == 0 && g.pad_w == 0 && !batch_inner_);
-  if (bf16) bf16_ = plan_forward(direct::avx512bf16_kernels(), 2 * V, false);
+  if (bf16) bf16_ = plan_forward(bf16_kernels(), 2 * V, false);
   const int64_t px = chunk_ * V;
 
   // Input gradient: one pass per phase with taps; pixels of a phase without taps get zero.
@@ -330,7 +345,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
           p.rows = 1, p.cols = g.in_plane();
           p.in_row_step = p.out_row_step = 0;
         }
-        finish(p, d.l, in_blocks_);
+        finish(*k, p, d.l, in_blocks_);
         phase.weight_offset = d.weight_floats;
         d.weight_floats += in_blocks_ * blocks * p.ntaps * V * V;
         d.phases.push_back(std::move(phase));
@@ -339,7 +354,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
     return d;
   };
   data32_ = plan_data(k_, raw_dout, V);
-  if (bf16) data16_ = plan_data(direct::avx512bf16_kernels(), false, 2 * V);
+  if (bf16) data16_ = plan_data(bf16_kernels(), false, 2 * V);
 
   // Weight gradient: forward's input and taps against the packed output gradient.
   wg_.in_blocks = in_blocks_;
@@ -379,7 +394,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   if (bf16 && !batch_inner_ && !g.is_pointwise() && g.stride_h == 1 && g.stride_w == 1 &&
       g.out_w >= 8) {
     Wgrad16& w16 = wgrad16_;
-    w16.in = plan_forward(direct::avx512bf16_kernels(), V, false);
+    w16.in = plan_forward(bf16_kernels(), V, false);
     w16.dout_img = {oc_, g.out_h, g.out_w, g.out_h, ceil_div(g.out_w, 2), 0, 0, V};
     w16.dout_l = packed_layout(w16.dout_img, out_blocks_);
     direct::WeightGrad& wg = w16.g;
@@ -422,7 +437,8 @@ DirectConv::Layout DirectConv::packed_layout(direct::BlockedImage& b, int64_t bl
 // A pass tiles a row of one image, or (batch_inner_) the images at one pixel column; then it
 // stores whole vectors into an interleaved blocked buffer [blocks][plane][chunk][V] (px
 // floats a pixel), which unpack() turns into NCHW, rather than scatter lanes across images.
-void DirectConv::finish(direct::Pass& p, const Layout& l, int64_t out_blocks) const {
+void DirectConv::finish(const direct::Kernels& k, direct::Pass& p, const Layout& l,
+                        int64_t out_blocks) const {
   const int64_t px = chunk_ * k_->vec;
   p.in_block = l.block;
   p.in_lane_step = l.lane;
@@ -436,7 +452,7 @@ void DirectConv::finish(direct::Pass& p, const Layout& l, int64_t out_blocks) co
     p.out_col_step = k_->vec;
   }
   p.ob = std::min<int64_t>(2, out_blocks);
-  p.r = balanced_tile(p.cols, k_->max_tile / p.ob);
+  p.r = balanced_tile(p.cols, k.max_tile / p.ob);
 }
 
 // Forward on kernels k, whose input blocks hold `block_channels` channels (V floats, or V bf16
@@ -483,7 +499,7 @@ DirectConv::Forward DirectConv::plan_forward(const direct::Kernels* k, int64_t b
     p.rows = 1, p.cols = g.out_plane();
     p.in_row_step = p.out_row_step = 0;
   }
-  finish(p, f.l, out_blocks_);
+  finish(*k, p, f.l, out_blocks_);
   f.slots = raw || batch_inner_ ? 0 : std::max(1, omp_get_max_threads());
   return f;
 }
@@ -756,7 +772,7 @@ void DirectConv::backward(float* din, float* gw, const float* dout, const float*
         p.weights = wd + ph.weight_offset;
         if (batch_inner_) {
           p.cols = B;
-          p.r = balanced_tile(B, k_->max_tile / p.ob);
+          p.r = balanced_tile(B, dp.k->max_tile / p.ob);
           run_pass(*dp.k, din_b, src, p, nullptr, ph.columns, ph.step);
         } else {
           run_pass(*dp.k, d, src, p, nullptr, B, {dp.l.image, in_image});

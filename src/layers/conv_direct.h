@@ -55,9 +55,10 @@ class DirectConv {
  public:
   DirectConv() = default;
   // Whether the direct kernels compute this geometry with `groups` groups on this CPU; with
-  // bf16, also forward in bf16: direct_bf16(), the AVX-512 kernels selected, the native bf16
-  // path (core/gemm_bf16.h: a CPU with AVX512-BF16, not MPICNN_BF16=emulated), and no 1x1
-  // layer but, in an inference plan (layers/plan_mode.h), an unstrided one (faster on im2col).
+  // bf16, also forward in bf16: direct_bf16(), the AVX-512 kernels selected, a bf16 path with
+  // AVX-512 kernels (core/gemm_bf16.h's bf16_avx512: native, or emulated on AVX-512F; not
+  // MPICNN_BF16=reference), and no 1x1 layer but, in an inference plan (layers/plan_mode.h), an
+  // unstrided one (faster on im2col); on the emulated path, 16 input channels or more.
   static bool fits(const ConvGeometry& g, int groups, bool bf16 = false);
   // Plans geometry g with out_channels outputs for batches of up to max_batch images, with the
   // instruction set selected now; forward and the input gradient in bf16 when bf16
@@ -122,7 +123,8 @@ class DirectConv {
   };
   Forward plan_forward(const direct::Kernels* k, int64_t block_channels, bool raw) const;
   Layout packed_layout(direct::BlockedImage& b, int64_t blocks) const;  // sets b.pix
-  void finish(direct::Pass& p, const Layout& l, int64_t out_blocks) const;
+  void finish(const direct::Kernels& k, direct::Pass& p, const Layout& l,
+              int64_t out_blocks) const;
   const Forward& fwd() const { return bf16_.k ? bf16_ : f32_; }  // the plan forward runs
   const Data& data() const { return data16_.k ? data16_ : data32_; }  // and the input gradient
   int64_t weight_floats(const Forward& f) const;

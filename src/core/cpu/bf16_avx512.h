@@ -27,4 +27,14 @@ static inline __m512i round_pairs(__m512 even, __m512 odd) {
   return _mm512_permutexvar_epi16(interleave, halves);
 }
 
+// The rounding policy of the shared packing code (gemm_bf16_avx512_common.h,
+// layers/cpu/conv_direct_pairs.h); core/cpu/bf16_avx512f.h's EmulatedRounding gives the same bits.
+// (An anonymous namespace: internal linkage, as the functions above.)
+namespace {
+struct NativeRounding {
+  static __m512i round_32(const float* p, int n) { return bf16k::round_32(p, n); }
+  static __m512i round_pairs(__m512 even, __m512 odd) { return bf16k::round_pairs(even, odd); }
+};
+}  // namespace
+
 }  // namespace mpicnn::bf16k

@@ -47,11 +47,7 @@ void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile&
 }
 
 // Packing and rounding with the instruction's rounding (core/cpu/bf16_avx512.h).
-struct Rounding {
-  static __m512i round_32(const float* p, int n) { return bf16k::round_32(p, n); }
-  static __m512i round_pairs(__m512 even, __m512 odd) { return bf16k::round_pairs(even, odd); }
-};
-using Packing = Avx512Packing<Rounding>;
+using Packing = Avx512Packing<NativeRounding>;
 
 constexpr Kernels kKernels{"AVX512-BF16", micro, Packing::pack_f32, Packing::round};
 

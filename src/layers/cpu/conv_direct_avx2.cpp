@@ -19,6 +19,12 @@ struct Isa {
   static Vec bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  template <class A>
+  static unsigned begin_sums(A&) {  // as Avx512Isa's
+    return 0;
+  }
+  template <class A>
+  static void end_sums(A&, unsigned) {}
   // p[0, n) = v[0, n), n <= 8.
   static void store_first(float* p, Vec v, int n) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -1,8 +1,8 @@
 // The AVX-512 float vector operations of the direct convolution's kernels (conv_direct_impl.h's
-// Isa), shared by its fp32 copy (conv_direct_avx512.cpp) and its bf16 copy
-// (conv_direct_avx512bf16.cpp, whose Isa derives from this one). Each includer first defines
-// MPICNN_DIRECT_NS, so every copy of these inline functions lives in its own namespace, built
-// with its own file's flags.
+// Isa), shared by its fp32 copy (conv_direct_avx512.cpp) and its bf16 copies
+// (conv_direct_avx512bf16.cpp, conv_direct_bf16_avx512f.cpp, whose Isa derive from this one).
+// Each includer first defines MPICNN_DIRECT_NS, so every copy of these inline functions lives
+// in its own namespace, built with its own file's flags.
 // GCC 12's own AVX-512 intrinsics (_mm512_undefined_ps's `__m512 __Y = __Y;`, inlined into
 // _mm512_unpacklo_ps and friends) trip -W(maybe-)uninitialized: GCC's header, not our code
 // (GCC bug 105593), silenced for that header only.
@@ -26,6 +26,14 @@ struct Avx512Isa {
   static Vec bcast(const float* p) { return _mm512_set1_ps(*p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  // Around the sums of a tile or a weight-gradient unit (conv_direct_impl.h): nothing in
+  // float32 (the emulated bf16 copy sets DAZ and flushes).
+  template <class A>
+  static unsigned begin_sums(A&) {
+    return 0;
+  }
+  template <class A>
+  static void end_sums(A&, unsigned) {}
   // p[0, n) = v[0, n), n <= 16.
   static void store_first(float* p, Vec v, int n) {
     _mm512_mask_storeu_ps(p, __mmask16(n >= 16 ? 0xFFFF : (1u << n) - 1), v);
@@ -55,6 +63,17 @@ struct Avx512Isa {
       _mm512_storeu_ps(dst + j * ds, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
       _mm512_storeu_ps(dst + (8 + j) * ds, _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
     }
+  }
+};
+
+// The bf16 copies' vectors (conv_direct_pairs.h): a "float" of the input and the weights
+// stands for a bf16 pair, broadcast as 32 bits; each copy brings its fma (a vdpbf16ps step) and
+// its Rounding.
+struct Avx512PairsIsa : Avx512Isa {
+  static Vec bcast(const float* p) {
+    int32_t v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(v));
   }
 };
 }  // namespace mpicnn::direct::MPICNN_DIRECT_NS

@@ -1,12 +1,14 @@
 // The direct convolution's kernels as templates over one instruction set, included once by
 // conv_direct_avx512.cpp and once by conv_direct_avx2.cpp, each of which first defines
 // MPICNN_DIRECT_NS (this copy's namespace) and the struct Isa (vector type, V, loads, FMA).
-// Every name here lives in that namespace or an anonymous one, so the two copies never meet
-// at link time. What the kernels compute is in conv_direct_kernels.h.
-// A third copy, conv_direct_avx512bf16.cpp, defines MPICNN_DIRECT_PAIRS: its Isa's "float"
-// vectors hold bf16 pairs and its fma is vdpbf16ps, so the passes' tiles below read 32-bit
-// pairs where the others read floats (lanes are pairs), and the weight gradient's loops read
-// pixel pairs (conv_direct_kernels.h); it brings its own packing.
+// Every name here lives in that namespace or an anonymous one, so the copies never meet at
+// link time. What the kernels compute is in conv_direct_kernels.h.
+// Two more copies, conv_direct_avx512bf16.cpp (native) and conv_direct_bf16_avx512f.cpp
+// (emulated), define MPICNN_DIRECT_PAIRS: their Isa's "float" vectors hold bf16 pairs and its
+// fma is a vdpbf16ps step, so the passes' tiles below read 32-bit pairs where the others read
+// floats (lanes are pairs), and the weight gradient's loops read pixel pairs
+// (conv_direct_kernels.h); their packing is conv_direct_pairs.h's. Each kernel's sums run
+// between Isa::begin_sums and Isa::end_sums (the emulated copy's DAZ and flush).
 #include <cstring>
 #include <utility>
 
@@ -62,6 +64,7 @@ void tile(float* acc_out, const float* in, const Pass& p, const float* w) {
   Vec acc[OB][R];
   for (int o = 0; o < OB; ++o)
     for (int r = 0; r < R; ++r) acc[o][r] = Isa::zero();
+  const unsigned csr = Isa::begin_sums(acc);
   const int64_t pix = p.in_pix_step, lane = p.in_lane_step;
   const int64_t w_ob = p.in_blocks * p.ntaps * V * V;
   for (int64_t b = 0; b < p.in_blocks; ++b) {
@@ -82,6 +85,7 @@ void tile(float* acc_out, const float* in, const Pass& p, const float* w) {
       }
     }
   }
+  Isa::end_sums(acc, csr);
   for (int o = 0; o < OB; ++o)
     for (int r = 0; r < R; ++r) Isa::store(acc_out + (o * R + r) * V, acc[o][r]);
 }
@@ -191,6 +195,7 @@ void wgrad(float* const* dws, const int64_t* offs, const float* in, const float*
   Vec acc[TG][J];
   for (int t = 0; t < TG; ++t)
     for (int j = 0; j < J; ++j) acc[t][j] = Isa::load(dws[t] + j * V);
+  const unsigned csr = Isa::begin_sums(acc);
   const int64_t lane = kPacked ? 1 : g.in_lane_step;
   for (int64_t i = 0; i < images; ++i) {
     const float* in_i = in + i * g.in_image;
@@ -207,6 +212,7 @@ void wgrad(float* const* dws, const int64_t* offs, const float* in, const float*
       }
     }
   }
+  Isa::end_sums(acc, csr);
   for (int t = 0; t < TG; ++t)
     for (int j = 0; j < J; ++j) Isa::store(dws[t] + j * V, acc[t][j]);
 }
@@ -226,6 +232,7 @@ void wgrad_pair(float* dw0, float* dw1, const float* in, const float* dout0, con
       acc[0][j] = Isa::load(dw0 + (half * H + j) * V);
       acc[1][j] = Isa::load(dw1 + (half * H + j) * V);
     }
+    const unsigned csr = Isa::begin_sums(acc);
     const float* in_h = in + half * H * lane;
     for (int64_t i = 0; i < images; ++i) {
       const float* in_i = in_h + i * g.in_image;
@@ -246,6 +253,7 @@ void wgrad_pair(float* dw0, float* dw1, const float* in, const float* dout0, con
         }
       }
     }
+    Isa::end_sums(acc, csr);
     for (int j = 0; j < H; ++j) {
       Isa::store(dw0 + (half * H + j) * V, acc[0][j]);
       Isa::store(dw1 + (half * H + j) * V, acc[1][j]);
@@ -264,6 +272,7 @@ void wgrad_quad_lanes(float* const* dws, const float* in, const float* const* do
   Vec acc[4][J];
   for (int k = 0; k < 4; ++k)
     for (int j = 0; j < J; ++j) acc[k][j] = Isa::load(dws[k] + (l0 + j) * V);
+  const unsigned csr = Isa::begin_sums(acc);
   const float* in_l = in + l0 * lane;
   for (int64_t i = 0; i < images; ++i) {
     const float* in_i = in_l + i * g.in_image;
@@ -282,6 +291,7 @@ void wgrad_quad_lanes(float* const* dws, const float* in, const float* const* do
       }
     }
   }
+  Isa::end_sums(acc, csr);
   for (int k = 0; k < 4; ++k)
     for (int j = 0; j < J; ++j) Isa::store(dws[k] + (l0 + j) * V, acc[k][j]);
 }

@@ -62,15 +62,17 @@ struct WeightGrad {
   int64_t blocks = 1;  // output blocks per unit: 1, 2 or 4 (2 and 4 with AVX-512 only)
 };
 
-// The bf16 set ("avx512bf16", conv_direct_avx512bf16.cpp) reads its inputs and weights as bf16
-// pairs: an input block is 2V channels, V pairs, a "float" of in and weights above one pair
-// (lanes l count pairs, offsets 32-bit words), each lane's product the pair's two products
-// summed; its pack_image rounds to such pairs. Its weight gradient pairs pixels instead of
-// channels: in and dout packed by pack_pixel_pairs, each word two pixels of one channel (a
-// block V channels, V words a pixel, as in float32), so that "a pixel" of WeightGrad above is
-// a pair of output pixels and each product sums the pair's two; dw stays float32.
+// The bf16 sets ("avx512bf16", conv_direct_avx512bf16.cpp; "avx512bf16-emulated",
+// conv_direct_bf16_avx512f.cpp, the same bits on CPUs without AVX512-BF16) read their inputs and
+// weights as bf16 pairs: an input block is 2V channels, V pairs, a "float" of in and weights
+// above one pair (lanes l count pairs, offsets 32-bit words), each lane's product the pair's
+// two products summed; their pack_image rounds to such pairs. Their weight gradient pairs
+// pixels instead of channels: in and dout packed by pack_pixel_pairs, each word two pixels of
+// one channel (a block V channels, V words a pixel, as in float32), so that "a pixel" of
+// WeightGrad above is a pair of output pixels and each product sums the pair's two; dw stays
+// float32.
 struct Kernels {
-  const char* name;  // "avx512", "avx2", "avx512bf16"
+  const char* name;  // "avx512", "avx2", "avx512bf16", "avx512bf16-emulated"
   int vec;           // V: floats per vector, output channels per block
   int max_tile;      // the most accumulators of a tile (ob * r)
   // dst (BlockedImage) '=' src (channels, height, width), zeros included.
@@ -96,6 +98,7 @@ struct Kernels {
 // The kernels for this CPU's instruction set, null where the CPU lacks it.
 const Kernels* avx512_kernels();
 const Kernels* avx2_kernels();
-const Kernels* avx512bf16_kernels();  // call only on a CPU with AVX512-BF16
+const Kernels* avx512bf16_kernels();    // call only on a CPU with AVX512-BF16
+const Kernels* bf16_avx512f_kernels();  // the same bits emulated: on a CPU with AVX-512F/BW/VL
 
 }  // namespace mpicnn::direct
