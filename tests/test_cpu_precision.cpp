@@ -350,6 +350,52 @@ TEST_CASE("Conv2d in bf16, images or chunks side by side: any thread count gives
   }
 }
 
+namespace {
+
+// Sets the bf16 GEMM's path (core/gemm_bf16.h), and with it the direct kernels' bf16 copy, for
+// a scope.
+struct Bf16PathScope {
+  Bf16Path before = bf16_path();
+  explicit Bf16PathScope(Bf16Path p) { set_bf16_path(p); }
+  ~Bf16PathScope() { set_bf16_path(before); }
+};
+
+// A tensor uniform in [-1, 1) times 2^e.
+Tensor scaled_tensor(const Shape& s, uint64_t seed, int e) {
+  Tensor t = random_tensor(s, seed);
+  for (float* v = t.data(); v < t.data() + t.numel(); ++v) *v = std::ldexp(*v, e);
+  return t;
+}
+
+// conv's output on x, then its input and weight gradients for output gradient dy (the weight
+// gradient from zero), each a new tensor.
+std::vector<Tensor> forward_backward(Conv2d& conv, ParamStore& store, const Tensor& x,
+                                     const Tensor& dy) {
+  std::vector<Tensor> r{Tensor::empty(dy.shape()), Tensor::empty(x.shape())};
+  r[0].fill(1e9f);  // forward and the input gradient write every element
+  r[1].fill(1e9f);
+  conv.forward(r[0], x);
+  store.zero_grad();
+  conv.backward(r[1], dy, x, r[0]);
+  r.push_back(Tensor::empty(conv.weight.shape()));
+  r[2].copy_from(conv.grad_weight);
+  return r;
+}
+
+// Whether the bf16 direct kernels run here; if not, says why. A 1x1 layer planned for
+// inference (the plans where 1x1 layers take the kernels) is direct wherever they run.
+bool bf16_direct_kernels_here() {
+  const plan_mode::Scope inference(true);
+  if (DirectConv::fits(ConvGeometry{.channels = 64}, 1, true)) return true;
+  MESSAGE("no bf16 direct kernels here (a CPU without AVX-512, the avx2 kernels, "
+          "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col): not tested");
+  // Only those reasons: a probe that misses the kernels where they run must not pass quietly.
+  CHECK_FALSE((bf16_avx512() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
+  return false;
+}
+
+}  // namespace
+
 TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double") {
   // Forward: every input and weight rounded to bf16 (nearest even, bf16_round), each product
   // of two 8-bit significands exact in float32, and vdpbf16ps adds each with one rounding: so
@@ -362,16 +408,7 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
   // gradient): the same bound on the rounded output gradient and input; for 1x1 and strided
   // layers and rows under 8 pixels it runs im2col's bf16 GEMMs as the im2col path does: the
   // same bits (their accuracy is tested above).
-  // A 1x1 layer, planned for inference (the plans where 1x1 layers take the kernels): direct
-  // wherever the kernels run.
-  if (const plan_mode::Scope inference(true);
-      !DirectConv::fits(ConvGeometry{.channels = 64}, 1, true)) {
-    MESSAGE("no bf16 direct kernels here (a CPU without AVX-512, the avx2 kernels, "
-            "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col): not tested");
-    // Only those reasons: a probe that misses the kernels where they run must not pass quietly.
-    CHECK_FALSE((bf16_avx512() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
-    return;
-  }
+  if (!bf16_direct_kernels_here()) return;
   const ConvCase cases[] = {
       {"1x1, 70 -> 20: three pair blocks, an odd last channel", {2, 70, 5, 6, 20, 1}},
       {"1x1 stride 2, 64 -> 40, no bias (stays on im2col)", {3, 64, 9, 9, 40, 1, 2, 0}, false},
@@ -416,15 +453,7 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
       const bool wgrad = conv.direct() && g.OW() >= 8 && g.k > 1 && g.s == 1;
       REQUIRE(conv.direct_weight_grad() == wgrad);
       if (a == ConvAlgorithm::kDirect) direct_wgrad = wgrad;
-      std::vector<Tensor> r{Tensor::empty(conv.output_shape(in)), Tensor::empty(in)};
-      r[0].fill(1e9f);  // forward and the input gradient write every element
-      r[1].fill(1e9f);
-      conv.forward(r[0], x);
-      store.zero_grad();
-      conv.backward(r[1], dy, x, r[0]);
-      r.push_back(Tensor::empty(conv.weight.shape()));
-      r[2].copy_from(conv.grad_weight);
-      return r;
+      return forward_backward(conv, store, x, dy);
     };
     const std::vector<Tensor> direct = run(ConvAlgorithm::kDirect);
     const std::vector<Tensor> im2col = run(ConvAlgorithm::kIm2col);
@@ -463,24 +492,6 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
   }
 }
 
-namespace {
-
-// Sets the bf16 GEMM's path (core/gemm_bf16.h), and with it the direct kernels' bf16 copy, for
-// a scope.
-struct Bf16PathScope {
-  Bf16Path before = bf16_path();
-  explicit Bf16PathScope(Bf16Path p) { set_bf16_path(p); }
-  ~Bf16PathScope() { set_bf16_path(before); }
-};
-
-// A tensor uniform in [-1, 1) times 2^e.
-Tensor scaled_tensor(const Shape& s, uint64_t seed, int e) {
-  Tensor t = random_tensor(s, seed);
-  for (float* v = t.data(); v < t.data() + t.numel(); ++v) *v = std::ldexp(*v, e);
-  return t;
-}
-
-}  // namespace
 
 TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 forward has the reference GEMM's bits, flushes too") {
   // A 1x1 layer without padding sums each output's products over the input channels in pairs,
@@ -490,13 +501,7 @@ TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 forward has the reference GEMM'
   // core/gemm_bf16.h), subnormal steps flushed to zero included. Inputs and weights of 2^-63
   // make products near float32's smallest normal, 2^-126: many steps and sums subnormal, which
   // the native instruction flushes and the emulation must too (its DAZ and final flush).
-  if (const plan_mode::Scope inference(true);
-      !DirectConv::fits(ConvGeometry{.channels = 64}, 1, true)) {
-    MESSAGE("no bf16 direct kernels here (a CPU without AVX-512, the avx2 kernels, "
-            "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col): not tested");
-    CHECK_FALSE((bf16_avx512() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
-    return;
-  }
+  if (!bf16_direct_kernels_here()) return;
   PrecisionScope scope(CpuPrecision::kBf16);
   const plan_mode::Scope inference(true);
   for (const int ic : {40, 70}) {  // two and three pair blocks, an odd channel count
@@ -568,13 +573,7 @@ TEST_CASE("Conv2d in bf16: the direct kernels emulated in AVX-512F give the nati
         AlgorithmScope algorithm(ConvAlgorithm::kDirect);
         conv.plan(in);
         REQUIRE(conv.direct());
-        std::vector<Tensor> r{Tensor::empty(conv.output_shape(in)), Tensor::empty(in)};
-        conv.forward(r[0], x);
-        store.zero_grad();
-        conv.backward(r[1], dy, x, r[0]);
-        r.push_back(Tensor::empty(conv.weight.shape()));
-        r[2].copy_from(conv.grad_weight);
-        return r;
+        return forward_backward(conv, store, x, dy);
       };
       const std::vector<Tensor> native = run(Bf16Path::kNative);
       const std::vector<Tensor> emulated = run(Bf16Path::kEmulated);
