@@ -493,14 +493,16 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
 }
 
 
-TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 forward has the reference GEMM's bits, flushes too") {
+TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 layer has the reference GEMM's bits, flushes too") {
   // A 1x1 layer without padding sums each output's products over the input channels in pairs,
-  // in order (the odd product, then the even), from zero: the bf16 GEMM over im2col (K = IC <=
-  // kBf16KC) sums the same products in the same order, so the direct kernels (native or
-  // emulated) must give the bits of the GEMM's reference path (the definition in scalar code,
-  // core/gemm_bf16.h), subnormal steps flushed to zero included. Inputs and weights of 2^-63
-  // make products near float32's smallest normal, 2^-126: many steps and sums subnormal, which
-  // the native instruction flushes and the emulation must too (its DAZ and final flush).
+  // in order (the odd product, then the even), from zero, and each input gradient's over the
+  // output channels alike: the bf16 GEMMs over im2col (K <= kBf16KC) sum the same products in
+  // the same order, so the direct kernels (native or emulated) must give the bits of the GEMM's
+  // reference path (the definition in scalar code, core/gemm_bf16.h), subnormal steps flushed
+  // to zero included; the weight gradient runs the bf16 GEMM on either algorithm (this path's
+  // kernels against the reference). Inputs, weights and output gradients of 2^-63 make
+  // products near float32's smallest normal, 2^-126: many steps and sums subnormal, which the
+  // native instruction flushes and the emulation must too (its DAZ and final flush).
   if (!bf16_direct_kernels_here()) return;
   PrecisionScope scope(CpuPrecision::kBf16);
   const plan_mode::Scope inference(true);
@@ -513,27 +515,30 @@ TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 forward has the reference GEMM'
     conv.weight.copy_from(scaled_tensor(conv.weight.shape(), 51, -63));
     const Shape in{2, ic, 5, 6};
     const Tensor x = scaled_tensor(in, 52, -63);
+    const Tensor dy = scaled_tensor(conv.output_shape(in), 53, -63);
     auto run = [&](ConvAlgorithm a) {
       AlgorithmScope algorithm(a);
       conv.plan(in);
       REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect));
-      Tensor y = Tensor::empty(conv.output_shape(in));
-      conv.forward(y, x);
-      return y;
+      return forward_backward(conv, store, x, dy);
     };
-    const Tensor direct = run(ConvAlgorithm::kDirect);
-    const Tensor im2col = [&] {
+    const std::vector<Tensor> direct = run(ConvAlgorithm::kDirect);
+    const std::vector<Tensor> im2col = [&] {
       const Bf16PathScope reference(Bf16Path::kReference);  // the definition, in scalar code
       return run(ConvAlgorithm::kIm2col);
     }();
-    int64_t zeros = 0, subnormal = 0;  // what the scale gave: flushed sums, and none kept
-    for (const float v : std::vector<float>(direct.data(), direct.data() + direct.numel())) {
-      zeros += v == 0.f;
-      subnormal += v != 0.f && std::fabs(v) < FLT_MIN;
+    for (size_t i = 0; i < direct.size(); ++i) {
+      CAPTURE(i);  // output, input gradient, weight gradient
+      const Tensor& t = direct[i];
+      int64_t zeros = 0, subnormal = 0;  // what the scale gave: flushed sums, and none kept
+      for (const float v : std::vector<float>(t.data(), t.data() + t.numel())) {
+        zeros += v == 0.f;
+        subnormal += v != 0.f && std::fabs(v) < FLT_MIN;
+      }
+      CHECK(zeros > 0);
+      CHECK(subnormal == 0);
+      CHECK(same_bits(t, im2col[i]));
     }
-    CHECK(zeros > 0);
-    CHECK(subnormal == 0);
-    CHECK(same_bits(direct, im2col));
   }
 }
 
