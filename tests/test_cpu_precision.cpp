@@ -204,6 +204,12 @@ struct ConvCase {
   bool bias = true;
 };
 
+Conv2dOptions options_of(const ConvCase& c) {
+  const Geo& g = c.g;
+  return {.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .stride = g.s,
+          .padding = g.p, .groups = g.groups, .bias = c.bias};
+}
+
 }  // namespace
 
 TEST_CASE("cpu precision: fp32 by default, parsed and named; fp32 keeps the direct kernels") {
@@ -254,8 +260,7 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
   for (const ConvCase& c : cases) {
     CAPTURE(c.name);
     const Geo& g = c.g;
-    Conv2d conv({.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .stride = g.s,
-                 .padding = g.p, .groups = g.groups, .bias = c.bias});
+    Conv2d conv(options_of(c));
     ParamStore store;
     conv.register_state(store, "c.");
     store.allocate();
@@ -429,8 +434,7 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
   for (const ConvCase& c : cases) {
     CAPTURE(c.name);
     const Geo& g = c.g;
-    Conv2d conv({.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .stride = g.s,
-                 .padding = g.p, .bias = c.bias});
+    Conv2d conv(options_of(c));
     ParamStore store;
     conv.register_state(store, "c.");
     store.allocate();
@@ -565,8 +569,7 @@ TEST_CASE("Conv2d in bf16: the direct kernels emulated in AVX-512F give the nati
       CAPTURE(c.name);
       CAPTURE(e);
       const Geo& g = c.g;
-      Conv2d conv({.in_channels = g.IC, .out_channels = g.OC, .kernel = g.k, .stride = g.s,
-                   .padding = g.p, .bias = c.bias});
+      Conv2d conv(options_of(c));
       ParamStore store;
       conv.register_state(store, "c.");
       store.allocate();

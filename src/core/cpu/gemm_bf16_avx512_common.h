@@ -1,8 +1,8 @@
 // The bf16 GEMM's AVX-512 code that the native kernels (core/cpu/gemm_bf16_avx512.cpp) and the
-// emulated ones (core/cpu/gemm_bf16_avx512f.cpp) share: storing a tile's vector into C, and
-// packing and rounding, written once over a rounding R (R::round_32 and R::round_pairs, as
-// core/cpu/bf16_avx512.h states them: the instruction's, or the same bits in integer
-// arithmetic). Edges are masked loads and stores; an operand with no unit stride falls back to
+// emulated ones (core/cpu/gemm_bf16_avx512f.cpp) share: the micro-kernel over a step S, storing
+// a tile's vector into C, and packing and rounding, written once over a rounding R
+// (R::round_32 and R::round_pairs, as core/cpu/bf16_avx512.h states them: the instruction's, or
+// the same bits in integer arithmetic). Edges are masked loads and stores; an operand with no unit stride falls back to
 // the shared scalar packing (gemm_bf16_kernels.h), whose rounding is the instruction's, bit for
 // bit. Include only from files compiled with AVX-512 flags (Makefile); internal linkage, so that
 // no other file's copy can be mixed up with them at link time.
@@ -104,6 +104,45 @@ struct Avx512Packing {
       const __m512i v = R::round_32(src + i, left);
       _mm512_mask_storeu_epi16(dst + i, left == 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1, v);
     }
+  }
+};
+
+// The micro-kernel (gemm_bf16_kernels.h's Kernels::micro): the MR x 16 NV tile over kpairs
+// packed pairs, written once over a step S: S::dot(a, b, acc) is one vdpbf16ps on a broadcast
+// pair of op(A) and NV = 1..3 vectors of op(B)'s pairs (the instruction, or its emulation), and
+// S::begin_sums(c) / S::end_sums(c, state) go around the K loop (nothing natively; DAZ and the
+// flush emulated: core/cpu/bf16_avx512f.h).
+template <class S>
+struct Avx512Micro {
+  static_assert(NR == 48 && MR == 8, "the micro-kernel is written for an 8 x 48 tile");
+
+  template <int NV>
+  static void tile(const bf16_t* a, const bf16_t* b, int64_t kpairs, const Tile& t) {
+    __m512 c[MR][NV];
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_setzero_ps();
+    const unsigned state = S::begin_sums(c);
+    for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 32 * NV) {
+      __m512i bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + 32 * v);
+      for (int i = 0; i < MR; ++i) {
+        int32_t pair;  // both bf16 of a pair as one 32-bit lane, broadcast to all 16 lanes
+        __builtin_memcpy(&pair, a + 2 * i, sizeof pair);
+        const __m512i ai = _mm512_set1_epi32(pair);
+        for (int v = 0; v < NV; ++v) c[i][v] = S::dot(ai, bv[v], c[i][v]);
+      }
+    }
+    S::end_sums(c, state);
+    for (int i = 0; i < MR && i < t.rows; ++i)
+      for (int v = 0; v < NV; ++v)
+        store_16(t.c + i * t.ldc + 16 * v, c[i][v], t.cols - 16 * v, t);
+  }
+
+  // NV = 3 (48 columns) but in a narrow last panel.
+  static void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile& t) {
+    if (nv == 3) return tile<3>(a, b, kpairs, t);
+    if (nv == 2) return tile<2>(a, b, kpairs, t);
+    tile<1>(a, b, kpairs, t);
   }
 };
 

@@ -14,39 +14,23 @@ namespace mpicnn::bf16k {
 
 namespace {
 
-static_assert(NR == 48 && MR == 8, "the micro-kernel below is written for an 8 x 48 tile");
-
 using Packing = Avx512Packing<EmulatedRounding>;
 
-template <int NV>
-void micro_nv(const bf16_t* a, const bf16_t* b, int64_t kpairs, const Tile& t) {
-  __m512 c[MR][NV];
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < NV; ++v) c[i][v] = _mm512_setzero_ps();
-  const unsigned csr = daz_on(c);
-  for (int64_t kp = 0; kp < kpairs; ++kp, a += 2 * MR, b += 32 * NV) {
-    __m512i bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + 32 * v);
-    for (int i = 0; i < MR; ++i) {
-      int32_t pair;
-      __builtin_memcpy(&pair, a + 2 * i, sizeof pair);
-      const __m512i av = _mm512_set1_epi32(pair);
-      for (int v = 0; v < NV; ++v) c[i][v] = dot_pairs(av, bv[v], c[i][v]);
-    }
+// One step: vdpbf16ps emulated (bf16_avx512f.h), the K loop under DAZ, the sums flushed.
+struct Emulated {
+  template <class A>
+  static unsigned begin_sums(A& c) {
+    return daz_on(c);
   }
-  daz_off(c, csr);
-  for (int i = 0; i < MR && i < t.rows; ++i)
-    for (int v = 0; v < NV; ++v) store_16(t.c + i * t.ldc + 16 * v, c[i][v], t.cols - 16 * v, t);
-}
+  template <class A>
+  static void end_sums(A& c, unsigned csr) {
+    daz_off(c, csr);
+  }
+  static __m512 dot(__m512i a, __m512i b, __m512 acc) { return dot_pairs(a, b, acc); }
+};
 
-void micro(const bf16_t* a, const bf16_t* b, int64_t kpairs, int nv, const Tile& t) {
-  if (nv == 3) return micro_nv<3>(a, b, kpairs, t);
-  if (nv == 2) return micro_nv<2>(a, b, kpairs, t);
-  micro_nv<1>(a, b, kpairs, t);
-}
-
-constexpr Kernels kKernels{"emulated in AVX-512F, about fp32's speed", micro, Packing::pack_f32,
-                           Packing::round};
+constexpr Kernels kKernels{"emulated in AVX-512F, about fp32's speed",
+                           Avx512Micro<Emulated>::micro, Packing::pack_f32, Packing::round};
 
 }  // namespace
 
