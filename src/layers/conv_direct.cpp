@@ -135,9 +135,10 @@ bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
   // end), the kernels for forward alone (inference 4%): so in bf16 a 1x1 layer runs direct in
   // inference plans only (layers/plan_mode.h), and a strided one (whose packing would convert
   // every pixel for a quarter of them) never (bench/conv_bench --bf16 1, bench/RESULTS.md).
-  // The emulated copy (a CPU without AVX512-BF16) splits each pair it reads into two floats,
-  // which a layer of few input channels pays for on every tap: at ResNet-18's 3-channel stem it
-  // took 71 ms a forward against im2col's 44 (train_bench --profile 1; the native copy is the
+  // The emulated copy (a CPU without AVX512-BF16) splits each weight pair it loads into two
+  // floats, which a layer of few input channels pays for on every tap: at ResNet-18's 3-channel
+  // stem it took 71 ms a forward against im2col's 44 (train_bench --profile 1), and with its
+  // inputs packed split still 84-88 against 56-60 (conv_bench --bf16 1; the native copy is the
   // faster there), so such layers stay on im2col (bench/RESULTS.md).
   const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 && g.pad_w == 0;
   const bool strided = g.stride_h > 1 || g.stride_w > 1;
@@ -290,7 +291,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // (Not with interleaved images: runs across NCHW images would read at strides of whole
   // images, often multiples of 4 KiB, which thrash the L1 sets.)
   const bool raw_dout = top == 0 && bottom == 0 && left == 0 && right == 0 && !batch_inner_;
-  dpk_l_ = packed_layout(dout_img_, out_blocks_);
+  dpk_l_ = packed_layout(dout_img_, out_blocks_, 1);
 
   // Forward: in float32 (it also lays out the input the weight gradient reads), and in bf16 on
   // the pairs kernels, whose input is always a packed copy (of bf16 pairs).
@@ -308,8 +309,8 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
     d.img = dout_img_;
     const int64_t blocks = ceil_div(oc_, block_channels);
     d.l = raw ? Layout{1, g.out_w, g.out_plane(), V * g.out_plane(), out_image}
-              : packed_layout(d.img, blocks);
-    d.image_floats = raw ? 0 : blocks * d.img.rows * d.img.cols * V;
+              : packed_layout(d.img, blocks, k->lane_words);
+    d.image_floats = raw ? 0 : blocks * d.img.rows * d.img.cols * V * d.img.words;
     for (int64_t ph = 0; ph < g.stride_h; ++ph) {
       for (int64_t pw = 0; pw < g.stride_w; ++pw) {
         const int64_t nh = nhs[size_t(ph)], nw = nws[size_t(pw)];
@@ -396,12 +397,12 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
     Wgrad16& w16 = wgrad16_;
     w16.in = plan_forward(bf16_kernels(), V, false);
     w16.dout_img = {oc_, g.out_h, g.out_w, g.out_h, ceil_div(g.out_w, 2), 0, 0, V};
-    w16.dout_l = packed_layout(w16.dout_img, out_blocks_);
+    w16.dout_l = packed_layout(w16.dout_img, out_blocks_, 1);  // the vector operand
     direct::WeightGrad& wg = w16.g;
     wg = wg_;
     wg.in_lanes_last = w16.in.pass.in_lanes_last;
     wg.in_block = w16.in.l.block;
-    wg.in_lane_step = 1;
+    wg.in_lane_step = w16.in.l.lane;
     wg.in_row_step = g.stride_h * w16.in.l.row;
     wg.in_pix_step = 2 * g.stride_w * w16.in.l.pix;
     wg.in_image = w16.in.l.image;
@@ -424,13 +425,16 @@ int64_t DirectConv::wgrad_dout_floats() const {
   return bf16_weight_grad() ? packed_floats(wgrad16_.dout_img) : packed_floats(dout_img_);
 }
 
-// How a pass reads packed copies of b (sets b.pix): image after image, or interleaved per
-// pixel with batch_inner_; `blocks` blocks of V floats (or V bf16 pairs) a pixel.
-DirectConv::Layout DirectConv::packed_layout(direct::BlockedImage& b, int64_t blocks) const {
+// How a pass reads packed copies of b (sets b.pix and b.words): image after image, or
+// interleaved per pixel with batch_inner_; `blocks` blocks of V floats (or V bf16 pairs, in
+// `words` 32-bit words each: BlockedImage::words) a pixel.
+DirectConv::Layout DirectConv::packed_layout(direct::BlockedImage& b, int64_t blocks,
+                                             int64_t words) const {
   const int64_t V = k_->vec, images = batch_inner_ ? chunk_ : 1;
-  b.pix = images * V;
+  b.words = words;
+  b.pix = images * V * words;
   Layout l{b.pix, b.cols * b.pix, 1, b.rows * b.cols * b.pix, 0};
-  l.image = batch_inner_ ? V : blocks * l.block;
+  l.image = batch_inner_ ? V * words : blocks * l.block;
   return l;
 }
 
@@ -456,7 +460,7 @@ void DirectConv::finish(const direct::Kernels& k, direct::Pass& p, const Layout&
 }
 
 // Forward on kernels k, whose input blocks hold `block_channels` channels (V floats, or V bf16
-// pairs: V 32-bit words a pixel either way); raw: the input is read where it is (NCHW).
+// pairs, k->lane_words 32-bit words each); raw: the input is read where it is (NCHW).
 DirectConv::Forward DirectConv::plan_forward(const direct::Kernels* k, int64_t block_channels,
                                              bool raw) const {
   const ConvGeometry& g = g_;
@@ -467,8 +471,8 @@ DirectConv::Forward DirectConv::plan_forward(const direct::Kernels* k, int64_t b
   f.img = {g.channels, g.height, g.width, g.height + 2 * g.pad_h, g.width + 2 * g.pad_w,
            g.pad_h, g.pad_w, V};
   f.l = raw ? Layout{1, g.width, g.in_plane(), V * g.in_plane(), g.channels * g.in_plane()}
-            : packed_layout(f.img, blocks);
-  f.image_floats = raw ? 0 : blocks * f.img.rows * f.img.cols * V;
+            : packed_layout(f.img, blocks, k->lane_words);
+  f.image_floats = raw ? 0 : blocks * f.img.rows * f.img.cols * V * f.img.words;
   // Live taps only (a tap that reads only padding adds nothing: ResNet's 3x3 layers on a 1x1
   // map keep their centre tap).
   for (int64_t kh = 0; kh < g.kernel_h; ++kh) {

@@ -122,7 +122,7 @@ class DirectConv {
     int64_t weight_floats = 0;  // of the packed transposed weights of every phase
   };
   Forward plan_forward(const direct::Kernels* k, int64_t block_channels, bool raw) const;
-  Layout packed_layout(direct::BlockedImage& b, int64_t blocks) const;  // sets b.pix
+  Layout packed_layout(direct::BlockedImage& b, int64_t blocks, int64_t words) const;
   void finish(const direct::Kernels& k, direct::Pass& p, const Layout& l,
               int64_t out_blocks) const;
   const Forward& fwd() const { return bf16_.k ? bf16_ : f32_; }  // the plan forward runs

@@ -1,7 +1,8 @@
 // AVX-512F building blocks of the bf16 kernels, native (core/cpu/bf16_avx512.h) and emulated
-// (core/cpu/gemm_bf16_avx512f.cpp): masks of the first lanes and a 16 x 16 transpose of 32-bit
-// lanes. Include only from files compiled with AVX-512 flags (Makefile); `static inline`, so
-// that no other file's copy can be mixed up with them at link time.
+// (core/cpu/bf16_avx512f.h): masks of the first lanes, a 16 x 16 transpose of 32-bit lanes,
+// a lane of bf16 pairs as its two floats. Include only from files compiled with AVX-512 flags
+// (Makefile); `static inline`, so that no other file's copy can be mixed up with them at link
+// time.
 #pragma once
 // GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized inside its own header (GCC bug
 // 105593, see layers/cpu/conv_direct_avx512.cpp): silenced for that header only.
@@ -41,6 +42,14 @@ static inline void transpose16(__m512i r[16]) {
     r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
     r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
   }
+}
+
+// 16 lanes of bf16 pairs (the even element in the low half) as their odd and even floats.
+static inline __m512 odd_of(__m512i pairs) {
+  return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int(0xFFFF0000u))));
+}
+static inline __m512 even_of(__m512i pairs) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
 }
 
 }  // namespace mpicnn::bf16k

@@ -47,16 +47,10 @@ struct EmulatedRounding {
   }
 };
 
-// A lane of pairs (even element in the low half) as its two floats.
-__m512 odd_of(__m512i pairs) {
-  return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int(0xFFFF0000u))));
-}
-__m512 even_of(__m512i pairs) { return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)); }
-
-// One vdpbf16ps step on lanes of pairs x and y: acc + x.odd * y.odd, then + x.even * y.even
-// (under daz_on(), see above).
-__m512 dot_pairs(__m512i x, __m512i y, __m512 acc) {
-  return _mm512_fmadd_ps(even_of(x), even_of(y), _mm512_fmadd_ps(odd_of(x), odd_of(y), acc));
+// One vdpbf16ps step on split pairs (odd_of, even_of): acc + x_odd * y_odd, then
+// + x_even * y_even (under daz_on(), see above).
+__m512 dot_split(__m512 x_odd, __m512 x_even, __m512 y_odd, __m512 y_even, __m512 acc) {
+  return _mm512_fmadd_ps(x_even, y_even, _mm512_fmadd_ps(x_odd, y_odd, acc));
 }
 
 // |x| < FLT_MIN becomes a zero of x's sign.

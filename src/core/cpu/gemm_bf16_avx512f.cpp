@@ -26,7 +26,9 @@ struct Emulated {
   static void end_sums(A& c, unsigned csr) {
     daz_off(c, csr);
   }
-  static __m512 dot(__m512i a, __m512i b, __m512 acc) { return dot_pairs(a, b, acc); }
+  static __m512 dot(__m512i a, __m512i b, __m512 acc) {
+    return dot_split(odd_of(a), even_of(a), odd_of(b), even_of(b), acc);
+  }
 };
 
 constexpr Kernels kKernels{"emulated in AVX-512F, about fp32's speed",

@@ -12,11 +12,15 @@ struct Isa {
   static constexpr const char* kName = "avx2";
   static constexpr int V = 8;
   static constexpr int kMaxTile = 12;
+  static constexpr int kQuadLanes = 6;  // as Avx512Isa's (the four-block units run on AVX-512 only)
   using Vec = __m256;
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static Vec splat(float f) { return _mm256_set1_ps(f); }
+  using Operand = Vec;  // as Avx512Isa's
+  static Operand operand(const float* p) { return load(p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
   template <class A>

@@ -19,11 +19,18 @@ struct Avx512Isa {
   static constexpr const char* kName = "avx512";
   static constexpr int V = 16;
   static constexpr int kMaxTile = 28;
+  static constexpr int kQuadLanes = 6;  // lanes a group of the four-block weight gradient
   using Vec = __m512;
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static Vec splat(float f) { return _mm512_set1_ps(f); }
+  // The vector operand of an FMA (a tile's weights, the weight gradient's output gradient) as
+  // the kernels load it, and bcast above the broadcast one: in float32 a vector and a float;
+  // the emulated bf16 copy takes both as split pairs.
+  using Operand = Vec;
+  static Operand operand(const float* p) { return load(p); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
   // Around the sums of a tile or a weight-gradient unit (conv_direct_impl.h): nothing in
@@ -70,6 +77,7 @@ struct Avx512Isa {
 // stands for a bf16 pair, broadcast as 32 bits; each copy brings its fma (a vdpbf16ps step) and
 // its Rounding.
 struct Avx512PairsIsa : Avx512Isa {
+  static constexpr int kLaneWords = 1;  // Kernels::lane_words
   static Vec bcast(const float* p) {
     int32_t v;
     __builtin_memcpy(&v, p, sizeof v);

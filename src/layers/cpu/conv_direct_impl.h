@@ -75,11 +75,11 @@ void tile(float* acc_out, const float* in, const Pass& p, const float* w) {
       const float* ip = ib + p.taps[t];
       const float* wp = wb + t * V * V;
       for (int64_t l = 0; l < lanes; ++l) {
-        Vec wv[OB];
-        for (int o = 0; o < OB; ++o) wv[o] = Isa::load(wp + o * w_ob + l * V);
+        typename Isa::Operand wv[OB];
+        for (int o = 0; o < OB; ++o) wv[o] = Isa::operand(wp + o * w_ob + l * V);
         const float* xl = ip + l * lane;
         for (int r = 0; r < R; ++r) {
-          const Vec x = Isa::bcast(xl + r * pix);
+          const auto x = Isa::bcast(xl + r * pix);
           for (int o = 0; o < OB; ++o) acc[o][r] = Isa::fma(x, wv[o], acc[o][r]);
         }
       }
@@ -116,7 +116,7 @@ inline void store_rows(float* out, int64_t plane, const float* acc, int64_t r, i
     Isa::transpose(t, V, acc + r0 * V, V);  // t[j][i]: pixel r0 + i of channel j
     for (int64_t j = 0; j < lanes; ++j) {
       Vec v = Isa::load(t + j * V);
-      if (bias) v = Isa::add(v, Isa::bcast(bias + j));
+      if (bias) v = Isa::add(v, Isa::splat(bias[j]));
       Isa::store_first(out + j * plane + r0, v, n);
     }
   }
@@ -204,7 +204,7 @@ void wgrad(float* const* dws, const int64_t* offs, const float* in, const float*
       const float* ip = in_i + row * g.in_row_step;
       const float* op = dout_i + row * g.out_row_step;
       for (int64_t col = 0; col < g.cols; ++col) {
-        const Vec d = Isa::load(op + col * g.out_pix_step);
+        const auto d = Isa::operand(op + col * g.out_pix_step);
         const float* x = ip + col * g.in_pix_step;
         for (int t = 0; t < TG; ++t)
           for (int j = 0; j < J; ++j)
@@ -242,11 +242,11 @@ void wgrad_pair(float* dw0, float* dw1, const float* in, const float* dout0, con
         const float* op0 = dout0 + o_i + row * g.out_row_step;
         const float* op1 = dout1 + o_i + row * g.out_row_step;
         for (int64_t col = 0; col < g.cols; ++col) {
-          const Vec d0 = Isa::load(op0 + col * g.out_pix_step);
-          const Vec d1 = Isa::load(op1 + col * g.out_pix_step);
+          const auto d0 = Isa::operand(op0 + col * g.out_pix_step);
+          const auto d1 = Isa::operand(op1 + col * g.out_pix_step);
           const float* x = ip + col * g.in_pix_step;
           for (int j = 0; j < H; ++j) {
-            const Vec xv = Isa::bcast(x + j * lane);
+            const auto xv = Isa::bcast(x + j * lane);
             acc[0][j] = Isa::fma(xv, d0, acc[0][j]);
             acc[1][j] = Isa::fma(xv, d1, acc[1][j]);
           }
@@ -262,9 +262,10 @@ void wgrad_pair(float* dw0, float* dw1, const float* in, const float* dout0, con
 }
 
 // Four output blocks of one full input block and tap (AVX-512): the input lanes in groups of
-// J (6, 6, 4), 4 x J accumulators, so a pixel costs four output-gradient loads and J broadcasts
-// for 4J FMAs (wgrad_pair: 2 loads and V/2 broadcasts for V). Each dw element still sums its
-// pixels in order: the same bits as wgrad_pair and wgrad<V>.
+// J (Isa::kQuadLanes: 6, 6, 4; the emulated bf16 copy 4 x 4), 4 x J accumulators, so a pixel
+// costs four output-gradient loads and J broadcasts for 4J FMAs (wgrad_pair: 2 loads and V/2
+// broadcasts for V). Each dw element still sums its pixels in order: the same bits as
+// wgrad_pair and wgrad<V>, whatever J.
 template <bool kPacked, int J>
 void wgrad_quad_lanes(float* const* dws, const float* in, const float* const* douts,
                       const WeightGrad& g, int64_t images, int l0) {
@@ -281,11 +282,11 @@ void wgrad_quad_lanes(float* const* dws, const float* in, const float* const* do
       const float* ip = in_i + row * g.in_row_step;
       const int64_t o_r = o_i + row * g.out_row_step;
       for (int64_t col = 0; col < g.cols; ++col) {
-        Vec d[4];
-        for (int k = 0; k < 4; ++k) d[k] = Isa::load(douts[k] + o_r + col * g.out_pix_step);
+        typename Isa::Operand d[4];
+        for (int k = 0; k < 4; ++k) d[k] = Isa::operand(douts[k] + o_r + col * g.out_pix_step);
         const float* x = ip + col * g.in_pix_step;
         for (int j = 0; j < J; ++j) {
-          const Vec xv = Isa::bcast(x + j * lane);
+          const auto xv = Isa::bcast(x + j * lane);
           for (int k = 0; k < 4; ++k) acc[k][j] = Isa::fma(xv, d[k], acc[k][j]);
         }
       }
@@ -300,8 +301,9 @@ template <bool kPacked>
 void wgrad_quad(float* const* dws, const float* in, const float* const* douts,
                 const WeightGrad& g, int64_t images) {
   int l0 = 0;
-  for (; l0 + 6 <= V; l0 += 6) wgrad_quad_lanes<kPacked, 6>(dws, in, douts, g, images, l0);
-  wgrad_quad_lanes<kPacked, V % 6>(dws, in, douts, g, images, l0);
+  constexpr int J = Isa::kQuadLanes;
+  for (; l0 + J <= V; l0 += J) wgrad_quad_lanes<kPacked, J>(dws, in, douts, g, images, l0);
+  if constexpr (V % J != 0) wgrad_quad_lanes<kPacked, V % J>(dws, in, douts, g, images, l0);
 }
 
 using WgradFn = void (*)(float* const*, const int64_t*, const float*, const float*,
@@ -378,8 +380,8 @@ void weight_grad(float* dw, const float* in, const float* dout, const WeightGrad
 }  // namespace
 
 #ifndef MPICNN_DIRECT_PAIRS
-const Kernels kKernels = {Isa::kName,  V,           Isa::kMaxTile,      &pack_image,
-                          &pass_rows,  &weight_grad, &weight_grad_units, nullptr};
+const Kernels kKernels = {Isa::kName, V,           Isa::kMaxTile,      1,      &pack_image,
+                          &pass_rows, &weight_grad, &weight_grad_units, nullptr};
 #endif
 
 }  // namespace mpicnn::direct::MPICNN_DIRECT_NS

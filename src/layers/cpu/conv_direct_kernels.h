@@ -18,6 +18,10 @@ struct BlockedImage {
   int64_t rows = 0, cols = 0;                   // of the padded plane
   int64_t top = 0, left = 0;
   int64_t pix = 0;
+  // 32-bit words a lane: 1; 2 in a bf16 copy that kernels broadcast from whose
+  // Kernels::lane_words is 2: each pixel's V pairs then stored as their V odd floats, then
+  // their V even ones (2V words a pixel and image).
+  int64_t words = 1;
 };
 
 // One tiled pass: every output pixel (row, col) of the pass, for output channel c,
@@ -70,11 +74,17 @@ struct WeightGrad {
 // pixels instead of channels: in and dout packed by pack_pixel_pairs, each word two pixels of
 // one channel (a block V channels, V words a pixel, as in float32), so that "a pixel" of
 // WeightGrad above is a pair of output pixels and each product sums the pair's two; dw stays
-// float32.
+// float32. The emulated set's `in` copies (the operand it broadcasts) hold each pair as its two
+// floats (lane_words 2: 2V words a pixel, offsets in those words); weights and the weight
+// gradient's dout stay pairs.
 struct Kernels {
   const char* name;  // "avx512", "avx2", "avx512bf16", "avx512bf16-emulated"
   int vec;           // V: floats per vector, output channels per block
   int max_tile;      // the most accumulators of a tile (ob * r)
+  // 32-bit words a lane of the packed copies the kernels broadcast from (Pass's in, the weight
+  // gradient's in; BlockedImage::words): 1, or 2 for the emulated bf16 kernels, whose
+  // broadcast then needs no split of its pair (the copy holds the two floats).
+  int lane_words;
   // dst (BlockedImage) '=' src (channels, height, width), zeros included.
   void (*pack_image)(float* dst, const float* src, const BlockedImage& b);
   // The pass's tiles of rows [row0, row1) and output blocks [blk0, blk1) into out (one image).

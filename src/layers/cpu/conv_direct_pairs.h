@@ -8,6 +8,17 @@
 namespace mpicnn::direct::MPICNN_DIRECT_NS {
 namespace {
 
+// One pixel's V pairs stored at d as b lays them out: as they are, or (b.words 2) their V odd
+// floats, then their V even ones.
+void store_pixel(float* d, __m512i pairs, const BlockedImage& b) {
+  if (b.words == 1) {
+    _mm512_storeu_si512(d, pairs);
+    return;
+  }
+  _mm512_storeu_ps(d, bf16k::odd_of(pairs));
+  _mm512_storeu_ps(d + V, bf16k::even_of(pairs));
+}
+
 // Row `row` of block blk of the BlockedImage b in dst, or null for a row outside the source
 // image, which is then stored as zeros.
 float* packed_row(float* dst, const BlockedImage& b, int64_t blk, int64_t row) {
@@ -15,7 +26,7 @@ float* packed_row(float* dst, const BlockedImage& b, int64_t blk, int64_t row) {
   const int64_t h = row - b.top;
   if (h >= 0 && h < b.height) return d;
   for (int64_t col = 0; col < b.cols; ++col)
-    _mm512_storeu_si512(d + col * b.pix, _mm512_setzero_si512());
+    store_pixel(d + col * b.pix, _mm512_setzero_si512(), b);
   return nullptr;
 }
 
@@ -33,8 +44,8 @@ void pack_pairs(float* dst, const float* src, const BlockedImage& b) {
       float* d = packed_row(dst, b, blk, row);
       if (!d) continue;
       const int64_t h = row - b.top;
-      for (int64_t col = 0; col < b.left; ++col) _mm512_storeu_si512(d + col * pix, zero);
-      for (int64_t col = right; col < b.cols; ++col) _mm512_storeu_si512(d + col * pix, zero);
+      for (int64_t col = 0; col < b.left; ++col) store_pixel(d + col * pix, zero, b);
+      for (int64_t col = right; col < b.cols; ++col) store_pixel(d + col * pix, zero, b);
       float* dp = d + b.left * pix;
       for (int64_t x0 = 0; x0 < b.width; x0 += V) {
         const int n = int(min64(V, b.width - x0));
@@ -49,7 +60,7 @@ void pack_pairs(float* dst, const float* src, const BlockedImage& b) {
           r[l] = Isa::Rounding::round_pairs(even, odd);  // word x: pair l of pixel x0 + x
         }
         bf16k::transpose16(r);  // r[x]: the 16 pairs of pixel x0 + x
-        for (int x = 0; x < n; ++x) _mm512_storeu_si512(dp + (x0 + x) * pix, r[x]);
+        for (int x = 0; x < n; ++x) store_pixel(dp + (x0 + x) * pix, r[x], b);
       }
     }
   }
@@ -96,7 +107,7 @@ void pack_pixel_pairs(float* dst, const float* src, const BlockedImage& b, int64
         }
         for (int64_t l = lanes; l < V; ++l) r[l] = zero;
         bf16k::transpose16(r);  // r[x]: the 16 channels' pairs at position c0 + x
-        for (int x = 0; x < n; ++x) _mm512_storeu_si512(d + (c0 + x) * pix, r[x]);
+        for (int x = 0; x < n; ++x) store_pixel(d + (c0 + x) * pix, r[x], b);
       }
     }
   }
@@ -104,7 +115,7 @@ void pack_pixel_pairs(float* dst, const float* src, const BlockedImage& b, int64
 
 }  // namespace
 
-const Kernels kKernels = {Isa::kName, V,           Isa::kMaxTile,      &pack_pairs,
+const Kernels kKernels = {Isa::kName, V,           Isa::kMaxTile,      Isa::kLaneWords, &pack_pairs,
                           &pass_rows, &weight_grad, &weight_grad_units, &pack_pixel_pairs};
 
 }  // namespace mpicnn::direct::MPICNN_DIRECT_NS
