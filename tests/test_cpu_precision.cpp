@@ -429,6 +429,7 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
       {"3x3 pad 1, 20 -> 40, rows of 15 (odd)", {2, 20, 6, 15, 40, 3, 1, 1}},
       {"7x7 no pad, 17 -> 16, a row of 11 (odd), no bias", {2, 17, 7, 17, 16, 7, 1, 0}, false},
       {"5x5 pad 2, 16 -> 24, rows of 13", {3, 16, 4, 13, 24, 5, 1, 2}},
+      {"3x3 pad 1, 40 -> 64, rows of 12 (four-block weight gradient)", {2, 40, 5, 12, 64, 3, 1, 1}},
   };
   PrecisionScope scope(CpuPrecision::kBf16);
   for (const ConvCase& c : cases) {
