@@ -2,9 +2,9 @@
 // emulated ones (core/cpu/gemm_bf16_avx512f.cpp) share: the micro-kernel over a step S, storing
 // a tile's vector into C, and packing and rounding, written once over a rounding R
 // (R::round_32 and R::round_pairs, as core/cpu/bf16_avx512.h states them: the instruction's, or
-// the same bits in integer arithmetic). Edges are masked loads and stores; an operand with no unit stride falls back to
-// the shared scalar packing (gemm_bf16_kernels.h), whose rounding is the instruction's, bit for
-// bit. Include only from files compiled with AVX-512 flags (Makefile); internal linkage, so that
+// the same bits in integer arithmetic). Edges are masked loads and stores; an operand with no
+// unit stride falls back to the shared scalar packing (gemm_bf16_kernels.h), whose rounding is
+// the instruction's, bit for bit. Include only from files compiled with AVX-512 flags (Makefile); internal linkage, so that
 // no other file's copy can be mixed up with them at link time.
 #pragma once
 #include "core/cpu/avx512_lanes.h"
