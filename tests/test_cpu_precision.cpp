@@ -392,8 +392,8 @@ std::vector<Tensor> forward_backward(Conv2d& conv, ParamStore& store, const Tens
 bool bf16_direct_kernels_here() {
   const plan_mode::Scope inference(true);
   if (DirectConv::fits(ConvGeometry{.channels = 64}, 1, true)) return true;
-  MESSAGE("no bf16 direct kernels here (a CPU without AVX-512, the avx2 kernels, "
-          "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col): not tested");
+  skip_case("bf16 direct kernels", "none here (a CPU without AVX-512F, the avx2 kernels, "
+            "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col)");
   // Only those reasons: a probe that misses the kernels where they run must not pass quietly.
   CHECK_FALSE((bf16_avx512() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
   return false;
@@ -547,25 +547,78 @@ TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 layer has the reference GEMM's 
   }
 }
 
+// The bf16 direct kernels' passes on one layer, run as DirectConv itself (not through Conv2d's
+// planner, which keeps some layers on im2col on some paths: the kernels are tested wherever
+// they can run), on the kernels of the bf16 path selected now: the output (with the bias), the
+// input gradient and, where the kernels take it (bf16_weight_grad), the weight gradient from
+// zero; otherwise an empty third tensor.
+std::vector<Tensor> direct_kernel_passes(Conv2d& conv, const Tensor& x, const Tensor& dy) {
+  const Shape in = x.shape();
+  conv.note_input(in);
+  const ConvGeometry g = conv.geometry();
+  REQUIRE(DirectConv::supports(g, 1, true));
+  const DirectConv dc(g, conv.options().out_channels, in[0], true);
+  Tensor ws = Tensor::empty({std::max<int64_t>(dc.workspace_floats(), 1)});
+  std::vector<Tensor> r{Tensor::empty(dy.shape()), Tensor::empty(in), Tensor()};
+  r[0].fill(1e9f);  // forward and the input gradient write every element
+  r[1].fill(1e9f);
+  const real* bias = conv.options().bias ? conv.bias.data() : nullptr;
+  dc.forward(r[0].data(), x.data(), conv.weight.data(), bias, in[0], ws.data());
+  if (dc.bf16_weight_grad()) {
+    r[2] = Tensor::zeros(conv.weight.shape());
+    dc.backward(r[1].data(), r[2].data(), dy.data(), x.data(), conv.weight.data(), in[0], ws.data());
+  } else {
+    dc.backward(r[1].data(), nullptr, dy.data(), x.data(), conv.weight.data(), in[0], ws.data());
+  }
+  return r;
+}
+
+// The layers the bf16 kernel comparisons below run: each pass's tiles and tails, strides, the
+// stem (which the planner keeps on im2col on the emulated path), interleaved images, and the
+// weight gradient's two- and four-block loops.
+const ConvCase kBf16KernelCases[] = {
+    {"3x3 pad 1, 33 -> 17", {2, 33, 9, 8, 17, 3, 1, 1}},
+    {"3x3 stride 2 pad 1, 48 -> 35", {3, 48, 11, 10, 35, 3, 2, 1}},
+    {"7x7 stride 2 pad 3 (stem), 3 -> 64", {2, 3, 23, 21, 64, 7, 2, 3}},
+    {"3x3 pad 1 on 3x3 (images interleaved), 65 -> 33", {5, 65, 3, 3, 33, 3, 1, 1}},
+    {"3x3 pad 1, 64 -> 64, rows of 20 (four-block weight gradient)", {2, 64, 6, 20, 64, 3, 1, 1}},
+    {"3x3 pad 1, 40 -> 64, rows of 12 (four-block weight gradient)", {2, 40, 5, 12, 64, 3, 1, 1}},
+    {"5x5 pad 2, 16 -> 24, rows of 13", {3, 16, 4, 13, 24, 5, 1, 2}},
+};
+
+// The bf16 paths with direct kernels on this CPU (native where it has AVX512-BF16, emulated
+// where it has AVX-512F), each with the planner's choice for a layer of few input channels;
+// empty, with a message saying why, where none runs.
+std::vector<Bf16Path> bf16_kernel_paths() {
+  std::vector<Bf16Path> paths;
+  if (direct_isa() != DirectIsa::kAvx512) {
+    skip_case("bf16 direct kernels against the reference", "the avx2 kernel set (a CPU "
+              "without AVX-512F, or MPICNN_CONV_ISA=avx2) has no bf16 copy");
+    return paths;
+  }
+  if (best_bf16_path() == Bf16Path::kNative) paths.push_back(Bf16Path::kNative);
+  {
+    const Bf16PathScope emulated(Bf16Path::kEmulated);
+    if (bf16_avx512()) paths.push_back(Bf16Path::kEmulated);
+  }
+  if (paths.empty())
+    skip_case("bf16 direct kernels against the reference", "no AVX-512F/BW/VL on this CPU");
+  return paths;
+}
+
 TEST_CASE("Conv2d in bf16: the direct kernels emulated in AVX-512F give the native kernels' bits") {
   // conv_direct_bf16_avx512f.cpp runs the native copy's passes with each vdpbf16ps emulated:
   // forward, the input gradient and the weight gradient must come out bit for bit, on inputs
-  // of ordinary size and on ones small enough for subnormal steps (flushed by both).
-  if (best_bf16_path() != Bf16Path::kNative || direct_isa() != DirectIsa::kAvx512 ||
-      !direct_bf16()) {
-    MESSAGE("no AVX512-BF16 here (or the avx2 kernels, or MPICNN_CONV_BF16=im2col): the "
-            "emulated kernels not compared with the native ones");
+  // of ordinary size and on ones small enough for subnormal steps (flushed by both). Only a CPU
+  // with AVX512-BF16 runs both; elsewhere the next case checks the emulated kernels against the
+  // reference path.
+  if (best_bf16_path() != Bf16Path::kNative || direct_isa() != DirectIsa::kAvx512) {
+    skip_case("bf16 direct kernels, emulated against native", "no AVX512-BF16 here (or the "
+              "avx2 kernels selected); the next case checks the emulated ones against the "
+              "reference");
     return;
   }
-  const ConvCase cases[] = {
-      {"3x3 pad 1, 33 -> 17", {2, 33, 9, 8, 17, 3, 1, 1}},
-      {"3x3 stride 2 pad 1, 48 -> 35", {3, 48, 11, 10, 35, 3, 2, 1}},
-      {"7x7 stride 2 pad 3 (stem), 3 -> 64", {2, 3, 23, 21, 64, 7, 2, 3}},
-      {"3x3 pad 1 on 3x3 (images interleaved), 65 -> 33", {5, 65, 3, 3, 33, 3, 1, 1}},
-      {"3x3 pad 1, 64 -> 64, rows of 20 (four-block weight gradient)", {2, 64, 6, 20, 64, 3, 1, 1}},
-  };
-  PrecisionScope scope(CpuPrecision::kBf16);
-  for (const ConvCase& c : cases)
+  for (const ConvCase& c : kBf16KernelCases)
     for (const int e : {0, -63}) {
       CAPTURE(c.name);
       CAPTURE(e);
@@ -575,21 +628,71 @@ TEST_CASE("Conv2d in bf16: the direct kernels emulated in AVX-512F give the nati
       conv.register_state(store, "c.");
       store.allocate();
       conv.weight.copy_from(scaled_tensor(conv.weight.shape(), 61, e));
+      conv.bias.copy_from(scaled_tensor(conv.bias.shape(), 64, e));
       const Shape in{g.N, g.IC, g.H, g.W};
       const Tensor x = scaled_tensor(in, 62, e), dy = scaled_tensor(conv.output_shape(in), 63, e);
       auto run = [&](Bf16Path path) {
-        Bf16PathScope p(path);
-        AlgorithmScope algorithm(ConvAlgorithm::kDirect);
-        conv.plan(in);
-        REQUIRE(conv.direct());
-        return forward_backward(conv, store, x, dy);
+        const Bf16PathScope p(path);
+        return direct_kernel_passes(conv, x, dy);
       };
       const std::vector<Tensor> native = run(Bf16Path::kNative);
       const std::vector<Tensor> emulated = run(Bf16Path::kEmulated);
       CHECK(same_bits(native[0], emulated[0]));
       CHECK(same_bits(native[1], emulated[1]));
-      CHECK(same_bits(native[2], emulated[2]));
+      REQUIRE(native[2].defined() == emulated[2].defined());
+      if (native[2].defined()) CHECK(same_bits(native[2], emulated[2]));
     }
+}
+
+// A tensor of multiples of 1/8 in [-7/8, 7/8], none zero: exact in bf16, every product a
+// multiple of 1/64 of at most 1 and so every sum of under 2^18 of them exact in float32.
+Tensor eighths(const Shape& s, uint64_t seed) {
+  Tensor t = random_tensor(s, seed);
+  for (float* v = t.data(); v < t.data() + t.numel(); ++v)
+    *v = (2.f * std::min(std::floor(std::fabs(*v) * 4.f), 3.f) + 1.f) / 8.f * (*v < 0 ? -1.f : 1.f);
+  return t;
+}
+
+TEST_CASE("Conv2d in bf16: each path's direct kernels give the reference path's bits on exact sums") {
+  // On inputs whose products and sums are all exact in float32 (eighths), the order of the
+  // additions cannot show: the direct kernels of every bf16 path this CPU runs (native,
+  // emulated) must give exactly what the reference path (im2col on the bf16 GEMM's scalar
+  // definition, core/gemm_bf16.h) gives: every tap, channel, pair and pixel they read, on every
+  // CPU with AVX-512F, not only where the native instruction is. And the planner's rule for a
+  // layer of few input channels: direct on the native kernels, im2col on the emulated ones.
+  const std::vector<Bf16Path> paths = bf16_kernel_paths();
+  if (paths.empty()) return;
+  const PrecisionScope bf16(CpuPrecision::kBf16);
+  for (const ConvCase& c : kBf16KernelCases) {
+    CAPTURE(c.name);
+    const Geo& g = c.g;
+    Conv2d conv(options_of(c));
+    ParamStore store;
+    conv.register_state(store, "c.");
+    store.allocate();
+    conv.weight.copy_from(eighths(conv.weight.shape(), 71));
+    conv.bias.copy_from(eighths(conv.bias.shape(), 72));
+    const Shape in{g.N, g.IC, g.H, g.W};
+    const Tensor x = eighths(in, 73), dy = eighths(conv.output_shape(in), 74);
+    const std::vector<Tensor> reference = [&] {
+      const Bf16PathScope reference(Bf16Path::kReference);
+      const AlgorithmScope im2col(ConvAlgorithm::kIm2col);
+      conv.plan(in);
+      REQUIRE_FALSE(conv.direct());
+      return forward_backward(conv, store, x, dy);
+    }();
+    for (const Bf16Path path : paths) {
+      CAPTURE(bf16_path_name(path));
+      const Bf16PathScope p(path);
+      const std::vector<Tensor> direct = direct_kernel_passes(conv, x, dy);
+      CHECK(same_bits(direct[0], reference[0]));
+      CHECK(same_bits(direct[1], reference[1]));
+      if (direct[2].defined()) CHECK(same_bits(direct[2], reference[2]));
+      const bool few_channels = g.IC < 16;
+      CHECK(DirectConv::fits(conv.geometry(), 1, true) ==
+            (direct_bf16() && (!few_channels || path == Bf16Path::kNative)));
+    }
+  }
 }
 
 TEST_CASE("Linear in bf16: the three GEMMs against double on the bf16-rounded inputs") {

@@ -123,11 +123,20 @@ std::atomic<bool>& bf16_slot() {
 bool direct_bf16() { return bf16_slot().load(); }
 void set_direct_bf16(bool on) { bf16_slot().store(on); }
 
-bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
+bool DirectConv::supports(const ConvGeometry& g, int groups, bool bf16) {
+  (void)g;
   if (groups != 1 || kernels_of(direct_isa()) == nullptr) return false;
 #if defined(MPICNN_F64) && MPICNN_F64
-  (void)g;
   return !bf16;
+#else
+  return !bf16 || (direct_isa() == DirectIsa::kAvx512 && bf16_kernels());
+#endif
+}
+
+bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
+  if (!supports(g, groups, bf16)) return false;
+#if defined(MPICNN_F64) && MPICNN_F64
+  return true;
 #else
   // A 1x1 layer's input is already im2col's column matrix, which the bf16 GEMM reads where it
   // is; the bf16 kernels first repack it as channel pairs. At ResNet-50's 1x1 shapes the GEMMs
@@ -140,11 +149,11 @@ bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
   // stem it took 71 ms a forward against im2col's 44 (train_bench --profile 1), and with its
   // inputs packed split still 84-88 against 56-60 (conv_bench --bf16 1; the native copy is the
   // faster there), so such layers stay on im2col (bench/RESULTS.md).
+  if (!bf16) return true;
   const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 && g.pad_w == 0;
   const bool strided = g.stride_h > 1 || g.stride_w > 1;
   const bool few_channels = g.channels < 16 && !bf16_native();
-  return !bf16 || ((!pointwise || (plan_mode::inference() && !strided)) && !few_channels &&
-                   direct_bf16() && direct_isa() == DirectIsa::kAvx512 && bf16_kernels());
+  return (!pointwise || (plan_mode::inference() && !strided)) && !few_channels && direct_bf16();
 #endif
 }
 
@@ -228,7 +237,7 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
                        bool bf16)
     : k_(kernels_of(direct_isa())), g_(full), oc_(out_channels) {
   CHECK(k_, "DirectConv: no direct kernels for this CPU or build");
-  CHECK(!bf16 || fits(full, 1, true), "DirectConv: no bf16 direct kernels for this CPU (",
+  CHECK(!bf16 || supports(full, 1, true), "DirectConv: no bf16 direct kernels for this CPU (",
         "the avx512 kernels and the bf16 GEMM's native or AVX-512F path needed)");
   src_taps_ = full.taps(), src_kw_ = full.kernel_w;
   const int64_t kh0 = single_tap(full.kernel_h, full.height, full.out_h, full.stride_h,

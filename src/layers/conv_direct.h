@@ -54,15 +54,18 @@ void set_direct_bf16(bool on);
 class DirectConv {
  public:
   DirectConv() = default;
-  // Whether the direct kernels compute this geometry with `groups` groups on this CPU; with
-  // bf16, also forward in bf16: direct_bf16(), the AVX-512 kernels selected, a bf16 path with
-  // AVX-512 kernels (core/gemm_bf16.h's bf16_avx512: native, or emulated on AVX-512F; not
-  // MPICNN_BF16=reference), and no 1x1 layer but, in an inference plan (layers/plan_mode.h), an
-  // unstrided one (faster on im2col); on the emulated path, 16 input channels or more.
+  // Whether the direct kernels can compute this geometry with `groups` groups on this CPU
+  // and build (groups 1, kernels for the selected instruction set); with bf16, also forward in
+  // bf16: the AVX-512 kernels selected and a bf16 path with AVX-512 kernels (core/gemm_bf16.h's
+  // bf16_avx512: native, or emulated on AVX-512F; not MPICNN_BF16=reference).
+  static bool supports(const ConvGeometry& g, int groups, bool bf16 = false);
+  // Whether Conv2d takes them: supports(), and with bf16 direct_bf16() and where they measured
+  // faster than im2col's bf16 GEMMs: no 1x1 layer but, in an inference plan
+  // (layers/plan_mode.h), an unstrided one; on the emulated path, 16 input channels or more.
   static bool fits(const ConvGeometry& g, int groups, bool bf16 = false);
   // Plans geometry g with out_channels outputs for batches of up to max_batch images, with the
   // instruction set selected now; forward and the input gradient in bf16 when bf16
-  // (fits(g, 1, true) must hold).
+  // (supports(g, 1, true) must hold).
   DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch, bool bf16 = false);
   bool planned() const { return k_ != nullptr; }
   // Whether backward computes the weight gradient in bf16 (planned with bf16; stride 1, not
