@@ -26,7 +26,9 @@
 // except that every BatchNorm must see at least 16 values per channel: with fewer, its backward
 // cancels almost completely (with 2 values its input gradient is exactly zero in exact
 // arithmetic), so the float32 comparison would be of noise.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -41,6 +43,7 @@
 #include <iterator>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "models/registry.h"
@@ -159,18 +162,68 @@ using parity::rel_err;
 // - a run that was killed leaves its directory behind (no destructor runs), GBs of memory that
 //   stay until reboot. The directory's name holds its owner's pid, and every run first removes
 //   the directories whose owner is gone.
+// With MPICNN_PARITY_CACHE=DIR the references are kept instead, on disk, in DIR/KEY, and a case
+// found there is not computed again (the script starts only when a case is missing), as ccache
+// keeps objects: KEY hashes everything the references follow from (the cases, the scripts,
+// the torch and torchvision versions), so a change to any of them computes them anew, and
+// DIR keeps one KEY (the others are removed). A run holds DIR/KEY/lock for its lifetime, so
+// runs sharing DIR take turns. tests/run_all.sh sets it: the rerun under another OpenBLAS
+// kernel set reads the first run's references, and a later `make test` both.
 class ReferenceServer {
  public:
   static constexpr uintmax_t kOverlapBelow = uintmax_t(2) << 30;
 
   ReferenceServer() {
-    const fs::path base = fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK) == 0
-                              ? fs::path("/dev/shm") : fs::temp_directory_path();
-    remove_orphans(base);
-    std::string tmpl = (base / (kPrefix + std::to_string(::getpid()) + "-XXXXXX")).string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    dir_ = tmpl;
-    std::ofstream js(dir_ / "cases.json");
+    const std::string cases_json = cases_text();
+    if (const char* cache = std::getenv("MPICNN_PARITY_CACHE"); cache && *cache) {
+      keep_ = true;
+      const std::string key = key_of(cases_json);
+      dir_ = fs::path(cache) / key;
+      fs::create_directories(dir_);
+      lock_ = ::open((dir_ / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      REQUIRE_MESSAGE(lock_ >= 0, "cannot open ", (dir_ / "lock").string());
+      REQUIRE(::flock(lock_, LOCK_EX) == 0);  // another run using these references: its turn
+      remove_other_keys(cache, key);
+    } else {
+      const fs::path base = fs::is_directory("/dev/shm") && ::access("/dev/shm", W_OK) == 0
+                                ? fs::path("/dev/shm") : fs::temp_directory_path();
+      remove_orphans(base);
+      std::string tmpl = (base / (kPrefix + std::to_string(::getpid()) + "-XXXXXX")).string();
+      REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+      dir_ = tmpl;
+    }
+    std::ofstream(dir_ / "cases.json") << cases_json;
+  }
+  ~ReferenceServer() {
+    if (pipe_) ::pclose(pipe_);  // EOF on its stdin ends the script
+    std::error_code ec;
+    if (!keep_) fs::remove_all(dir_, ec);
+    if (lock_ >= 0) ::close(lock_);  // releases the lock
+  }
+
+  // The directory holding TAG.init.safetensors and TAG.ref.safetensors of case `c`. The
+  // next case is asked for too, so that the script computes it while this one is checked,
+  // unless this one's files are large (then drop(c) asks for it).
+  std::string request(const Case& c) {
+    if (keep_ && fs::exists(dir_ / (c.tag + ".done"))) return dir_.string();
+    ask(c.tag);
+    wait_for(c);
+    if (case_bytes(c) < kOverlapBelow) ask_next(c);
+    return dir_.string();
+  }
+  void drop(const Case& c) {
+    if (!keep_)
+      for (const char* suffix : {".init.safetensors", ".ref.safetensors", ".done"})
+        fs::remove(dir_ / (c.tag + suffix));
+    if (pipe_) ask_next(c);
+  }
+
+ private:
+  static constexpr const char* kPrefix = "mpicnn-parity-";
+
+  // The cases as the script reads them (JSON).
+  static std::string cases_text() {
+    std::ostringstream js;
     js.precision(17);
     js << "[";
     for (const Case& c : cases()) {
@@ -184,7 +237,57 @@ class ReferenceServer {
          << ",\"exclude_bn_bias\":" << (c.exclude_bn_bias ? "true" : "false") << "}";
     }
     js << "]";
-    js.close();
+    return js.str();
+  }
+
+  // A cache key: FNV-1a over the cases, every script of tests/python (the reference script and
+  // what it imports), and the torch and torchvision versions the script runs with.
+  static std::string key_of(const std::string& cases_json) {
+    uint64_t h = 1469598103934665603ull;
+    auto add = [&h](const std::string& bytes) {
+      for (const unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+      h = (h ^ 0xff) * 1099511628211ull;  // a separator: ("ab", "c") and ("a", "bc") differ
+    };
+    add(cases_json);
+    std::vector<fs::path> scripts;
+    for (const fs::directory_entry& e :
+         fs::directory_iterator(fs::path(testing::source_dir()) / "tests" / "python"))
+      if (e.path().extension() == ".py") scripts.push_back(e.path());
+    std::sort(scripts.begin(), scripts.end());
+    for (const fs::path& f : scripts) {
+      std::ifstream in(f, std::ios::binary);
+      add(f.filename().string());
+      add(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    }
+    const char* py = std::getenv("PYTHON");
+    const std::string cmd = std::string(py && *py ? py : "/usr/bin/python3") +
+                            " -c 'import torch, torchvision; print(torch.__version__, "
+                            "torchvision.__version__)' 2>&1";
+    std::string versions;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[256];
+      while (std::fgets(buf, sizeof buf, p)) versions += buf;
+      ::pclose(p);
+    }
+    add(versions);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return hex;
+  }
+
+  // The cache's other keys (references of other scripts or versions), unless a run holds them.
+  static void remove_other_keys(const fs::path& cache, const std::string& key) {
+    std::error_code ec;
+    for (const fs::directory_entry& d : fs::directory_iterator(cache, ec)) {
+      if (!d.is_directory() || d.path().filename() == key) continue;
+      const int fd = ::open((d.path() / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) continue;
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) fs::remove_all(d.path(), ec);
+      ::close(fd);
+    }
+  }
+
+  void start() {
     const char* py = std::getenv("PYTHON");
     // `exited` appears when the script ends for any reason, so a crash is never waited out.
     // glibc.malloc.hugetlb=1: PyTorch's large tensors in transparent huge pages, which halves
@@ -194,32 +297,10 @@ class ReferenceServer {
                             testing::source_dir() + "/tests/python/model_parity.py' --serve '" +
                             dir_.string() + "' '" + (dir_ / "cases.json").string() + "'; touch '" +
                             (dir_ / "exited").string() + "'";
+    fs::remove(dir_ / "exited");
     pipe_ = ::popen(cmd.c_str(), "w");
     REQUIRE_MESSAGE(pipe_ != nullptr, "cannot start ", cmd);
   }
-  ~ReferenceServer() {
-    if (pipe_) ::pclose(pipe_);  // EOF on its stdin ends the script
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  // The directory holding TAG.init.safetensors and TAG.ref.safetensors of case `c`. The
-  // next case is asked for too, so that the script computes it while this one is checked,
-  // unless this one's files are large (then drop(c) asks for it).
-  std::string request(const Case& c) {
-    ask(c.tag);
-    wait_for(c);
-    if (case_bytes(c) < kOverlapBelow) ask_next(c);
-    return dir_.string();
-  }
-  void drop(const Case& c) {
-    for (const char* suffix : {".init.safetensors", ".ref.safetensors", ".done"})
-      fs::remove(dir_ / (c.tag + suffix));
-    ask_next(c);
-  }
-
- private:
-  static constexpr const char* kPrefix = "mpicnn-parity-";
 
   // Directories named kPrefix + PID + "-" of a process that no longer exists, or in the
   // pid-less naming of earlier versions.
@@ -271,12 +352,17 @@ class ReferenceServer {
   }
 
   void ask(const std::string& tag) {
+    if (keep_ && fs::exists(dir_ / (tag + ".done"))) return;  // computed by an earlier run
     if (!asked_.insert(tag).second) return;
+    fs::remove(dir_ / (tag + ".failed"));  // an earlier run's failure, asked again
+    if (!pipe_) start();
     std::fprintf(pipe_, "%s\n", tag.c_str());
     std::fflush(pipe_);
   }
 
   fs::path dir_;
+  bool keep_ = false;  // MPICNN_PARITY_CACHE: the references stay for a later run
+  int lock_ = -1;      // held on DIR/KEY/lock while this run uses it
   FILE* pipe_ = nullptr;
   std::set<std::string> asked_;
 };
@@ -342,14 +428,18 @@ void check_f32(const Case& c, const std::string& dir) {
   }
 }
 
-// Both engines on one case, from one set of references.
+// Both engines on one case, from one set of references; only the float32 one with
+// MPICNN_PARITY_ENGINES=f32 (tests/run_all.sh's rerun under another OpenBLAS kernel set: the
+// float64 check's 1e-9 tolerances are seven orders above any kernel's rounding).
 void run_case(const Case& c) {
   const std::string dir = reference_server().request(c);
   struct Drop {
     const Case& c;
     ~Drop() { reference_server().drop(c); }
   } drop{c};
-  parity::check_f64(c, dir);
+  const char* engines = std::getenv("MPICNN_PARITY_ENGINES");
+  const bool f32_only = engines && std::string(engines) == "f32";
+  if (!f32_only) parity::check_f64(c, dir);
   check_f32(c, dir);
 }
 

@@ -3,6 +3,7 @@
 // main: options (eval/options.h), the run (eval/evaluate.h), the report (eval/report.h).
 #include <iostream>
 
+#include "dist/asan_options.h"
 #include "dist/comm.h"
 #include "dist/watchdog.h"
 #include "eval/evaluate.h"

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "dist/asan_options.h"
 #include "dist/comm.h"
 #include "dist/watchdog.h"
 #include "io/checkpoint.h"

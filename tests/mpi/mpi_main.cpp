@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "testing.h"
+#include "case_times.h"
+#include "dist/asan_options.h"
 
 int main(int argc, char** argv) {
   int provided = 0;  // as dist::Comm asks: the gradient progress thread needs SERIALIZED

@@ -6,7 +6,7 @@ Usage: torchvision_predict.py --model NAME --weights FILE.safetensors --num-clas
                               --images LIST.txt -o OUT.csv [--size 224] [--resize 256]
                               [--batch 16]
        torchvision_predict.py --make-model OUT.pth --model NAME --num-classes N
-                              --images LIST.txt [--seed 0] [--logit-spread 10]
+                              --images LIST.txt [-o OUT.csv] [--seed 0] [--logit-spread 10]
                               [--size 224] [--resize 256] [--batch 16]
 
 Builds torchvision.models.NAME(num_classes=N), loads FILE.safetensors with
@@ -36,7 +36,9 @@ image's centred feature on prototype c's direction. `scale` makes the median ove
 (largest logit - smallest logit) equal to --logit-spread (default 10). Everything else keeps
 its random initialisation. Writes torch.save(model.state_dict(), OUT.pth) (convert it with
 data_tools/export_torchvision.py --weights OUT.pth) and prints one summary line: distinct
-top-1 classes over the images, min / median top-1 minus top-2 probability. N must not exceed
+top-1 classes over the images, min / median top-1 minus top-2 probability. With -o OUT.csv it
+also writes the model's predictions there (the CSV above), from the features it computed: what
+prediction mode gives on the saved weights, without a second pass. N must not exceed
 the number of images. Errors: one line on stderr starting "torchvision_predict: ", status 1.
 """
 import argparse
@@ -120,9 +122,24 @@ def spread_prototypes(unit, first, count):
     return chosen
 
 
+def write_predictions(path, names, prob):
+    """OUT.csv from (images, classes) probabilities: top-1 class, its score and margin."""
+    k = min(2, prob.shape[1])
+    top, idx = prob.topk(k, dim=1)
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(("path", "prediction", "score", "margin"))
+        for i, name in enumerate(names):
+            score = top[i, 0].item()
+            margin = score - top[i, 1].item() if k > 1 else score
+            w.writerow((name, int(idx[i, 0]), f"{score:.6g}", f"{margin:.6g}"))
+    os.replace(tmp, path)
+
+
 def make_model(args):
-    if args.weights is not None or args.output is not None:
-        return fail("--make-model takes neither --weights nor -o (it writes OUT.pth)")
+    if args.weights is not None:
+        return fail("--make-model takes no --weights (it writes OUT.pth)")
     if args.num_classes < 1:
         return fail(f"--num-classes must be at least 1, got {args.num_classes}")
     items = read_list(args.images)
@@ -189,6 +206,8 @@ def make_model(args):
     tmp = args.make_model + ".tmp"
     torch.save(model.state_dict(), tmp)
     os.replace(tmp, args.make_model)
+    if args.output is not None:
+        write_predictions(args.output, [name for name, _ in items], prob)
     print(f"{args.make_model}: {args.model}, {args.num_classes} classes, seed {args.seed}, "
           f"scale {scale:.6g}; on {len(items)} images: "
           f"{len(set(idx[:, 0].tolist()))} distinct top-1 classes, "
@@ -204,7 +223,8 @@ def main():
     p.add_argument("--num-classes", type=int, required=True)
     p.add_argument("--images", required=True, metavar="LIST.txt")
     p.add_argument("-o", "--output", metavar="OUT.csv",
-                   help="prediction mode (required unless --make-model)")
+                   help="the predictions (required in prediction mode; with --make-model, "
+                        "the made model's)")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--resize", type=int, default=256)
     p.add_argument("--batch", type=int, default=16)
@@ -228,31 +248,18 @@ def main():
 
     transform = eval_transform(args)
     items = read_list(args.images)
-    rows = []
+    probs = []
     with torch.no_grad():
         for start in range(0, len(items), args.batch):
-            chunk = items[start:start + args.batch]
             batch = []
-            for _, found in chunk:
+            for _, found in items[start:start + args.batch]:
                 with Image.open(found) as im:
                     batch.append(transform(im.convert("RGB")))
             logits = model(torch.stack(batch))
             if isinstance(logits, tuple):  # e.g. GoogLeNet / Inception outputs in train mode
                 logits = logits[0]
-            prob = torch.softmax(logits.double(), dim=1)
-            k = min(2, prob.shape[1])
-            top, idx = prob.topk(k, dim=1)
-            for i, (name, _) in enumerate(chunk):
-                score = top[i, 0].item()
-                margin = score - top[i, 1].item() if k > 1 else score
-                rows.append((name, int(idx[i, 0]), f"{score:.6g}", f"{margin:.6g}"))
-
-    tmp = args.output + ".tmp"
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(("path", "prediction", "score", "margin"))
-        w.writerows(rows)
-    os.replace(tmp, args.output)
+            probs.append(torch.softmax(logits.double(), dim=1))
+    write_predictions(args.output, [name for name, _ in items], torch.cat(probs, dim=0))
     return 0
 
 
