@@ -25,7 +25,10 @@ eval "$(echo "$out" | grep '^export SLURM_CONF=')"
 
 # One node here: the scripts' 2-node layout is replaced on the command line, as users do.
 small=(--nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --time=10)
-common=(TRAIN_ARGS="--dataset synthetic --seed 5" BATCH=32)
+# -lr 0.02: LeNet at the default 0.05 on synthetic data diverged after 4 of the 12 epochs of
+# case 3 when the direct kernels ran their AVX2 copy (another rounding, another trajectory);
+# what these cases check is the jobs' life, not the learning rate.
+common=(TRAIN_ARGS="--dataset synthetic --seed 5 -lr 0.02" BATCH=32)
 status_of() { json_get "$1/summary.json" status 2>/dev/null; }
 # submit NAME [VAR=VALUE...] -- SBATCH_ARGS... : sbatch --wait with the variables exported.
 submit() {
