@@ -41,7 +41,8 @@ double bus_factor(int ranks) { return 2.0 * (ranks - 1) / ranks; }
 // the host-staged MPI path (device -> pinned host, MPI_Allreduce, host -> device, as GradSync
 // stages a GPU slab without NCCL or a CUDA-aware MPI, here without overlap).
 void nccl_bench(const dist::Comm& comm, int max_mb, int reps) {
-  const DeviceChoice dev = choose_device("cuda", "fp32", false, comm.local_rank());
+  const ExecConfig exec =
+      make_exec_config({.device = "cuda", .precision = "fp32"}, comm.local_rank());
   gpu::Backend& g = gpu::backend();
   const int64_t max_floats = int64_t(max_mb) << 18;  // MiB / 4 bytes
   auto buf = g.alloc(size_t(max_floats) * sizeof(float));
@@ -51,10 +52,11 @@ void nccl_bench(const dist::Comm& comm, int max_mb, int reps) {
   auto coll = dist::open_nccl(comm, dist::GradCompression::None, max_floats);
   const int K = comm.size();
   if (comm.root())
-    std::printf("allreduce_bench nccl: %d ranks on %d node(s), %s, median of %d; GB/s = 1e9 bytes/s, "
-                "busbw = algbw * 2(n-1)/n\n%10s %10s %10s %10s %12s %10s %10s\n",
-                K, comm.nodes(), dev.description.c_str(), reps, "MiB", "nccl ms", "algbw", "busbw",
-                "staged ms", "algbw", "busbw");
+    std::printf(
+        "allreduce_bench nccl: %d ranks on %d node(s), %s, median of %d; GB/s = 1e9 bytes/s, "
+        "busbw = algbw * 2(n-1)/n\n%10s %10s %10s %10s %12s %10s %10s\n",
+        K, comm.nodes(), describe_device(exec).c_str(), reps, "MiB", "nccl ms", "algbw", "busbw",
+        "staged ms", "algbw", "busbw");
   for (int64_t n = int64_t(1) << 18; n <= max_floats; n *= 2) {
     const double bytes = double(n) * sizeof(float);
     dist::DeviceBuckets one(*coll, d, {{0, n}});
@@ -164,7 +166,7 @@ int main(int argc, char** argv) {
       // Whole steps: the 1/K is folded into the loss gradient in both modes, so the
       // difference is the overlap alone.
       const int K = comm.size();
-      model->plan({batch, 3, size, size});
+      model->plan({batch, 3, size, size}, exec_overrides(ExecConfig{}));
       Tensor x = Tensor::empty({batch, 3, size, size});  // (N, C, H, W)
       Rng rng(7, uint64_t(comm.rank()));
       for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = rng.uniform(uint64_t(i), -1.f, 1.f);

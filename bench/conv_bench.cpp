@@ -23,18 +23,17 @@
 #include <string>
 #include <vector>
 
+#include "conv_rows.h"
 #include "core/blas.h"
 #include "core/check.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "layers/conv2d.h"
-#include "layers/cpu_precision.h"
 #include "layers/im2col.h"
 #include "layers/params.h"
-
-#include "conv_rows.h"
 
 using namespace mpicnn;
 
@@ -62,24 +61,22 @@ double square_sgemm_gflops(Args a, int n) {
   return 2.0 * n * n * double(n) / s * 1e-9;
 }
 
-// One layer shape planned three ways (the process-wide switches are read by plan()).
+// One layer shape planned three ways (each its own ExecConfig).
 struct Path {
   const char* name;
-  CpuPrecision precision;
+  Precision precision;
   ConvAlgorithm algorithm;
 };
-constexpr Path kBf16Paths[] = {{"fp32 direct", CpuPrecision::kFp32, ConvAlgorithm::kDirect},
-                               {"bf16 direct", CpuPrecision::kBf16, ConvAlgorithm::kDirect},
-                               {"bf16 im2col", CpuPrecision::kBf16, ConvAlgorithm::kIm2col}};
+constexpr Path kBf16Paths[] = {{"fp32 direct", Precision::kFp32, ConvAlgorithm::kDirect},
+                               {"bf16 direct", Precision::kBf16, ConvAlgorithm::kDirect},
+                               {"bf16 im2col", Precision::kBf16, ConvAlgorithm::kIm2col}};
 
-void bf16_rows(const Args& a) {
+void bf16_rows(const Args& a, const ExecConfig& exec) {
   std::printf("threads %d, batch %d, median of %d (warmup %d); ms per call, forward / backward\n",
               num_threads(), a.batch, a.reps, a.warmup);
   std::printf("%-26s %7s", "layer", "GFLOP");
   for (const Path& p : kBf16Paths) std::printf(" %19s", p.name);
   std::printf(" %6s %6s\n", "x fwd", "x bwd");
-  const CpuPrecision precision_before = cpu_precision();
-  const ConvAlgorithm algorithm_before = conv_algorithm();
   std::vector<ConvShape> rows(std::begin(kResnet18Convs), std::end(kResnet18Convs));
   rows.insert(rows.end(), std::begin(kResnet50Convs), std::end(kResnet50Convs));
   for (const ConvShape& r : rows) {
@@ -100,14 +97,13 @@ void bf16_rows(const Args& a) {
     for (size_t i = 0; i < convs.size(); ++i) {
       Conv2d& c = *convs[i];
       c.reset_parameters(1);
-      set_cpu_precision(kBf16Paths[i].precision);
-      set_conv_algorithm(kBf16Paths[i].algorithm);
-      c.plan(in);
+      ExecConfig cfg = exec;
+      cfg.precision = kBf16Paths[i].precision;
+      cfg.conv = kBf16Paths[i].algorithm;
+      c.plan(in, cfg);
       fns.push_back([&] { c.forward(y, x); });
       fns.push_back([&] { c.backward(dx, dy, x, y); });
     }
-    set_cpu_precision(precision_before);
-    set_conv_algorithm(algorithm_before);
     const std::vector<double> t = median_seconds(a.warmup, a.reps, fns);
     const ConvGeometry& g = convs[0]->geometry();
     const double flop = 2.0 * a.batch * r.oc * double(g.out_plane()) * r.ic * r.k * r.k;
@@ -127,8 +123,10 @@ int main(int argc, char** argv) {
   try {
     Args a = parse_bench_args(argc, argv, 7, 2, true);
     set_num_threads(a.threads ? a.threads : default_num_threads());
+    // The environment's kernel overrides (MPICNN_CONV, MPICNN_CONV_ISA, MPICNN_BF16, ...).
+    const ExecConfig exec = exec_overrides(ExecConfig{});
     if (a.bf16) {
-      bf16_rows(a);
+      bf16_rows(a, exec);
       return 0;
     }
     const double peak = square_sgemm_gflops(a, 2048);
@@ -156,7 +154,7 @@ int main(int argc, char** argv) {
       conv.reset_parameters(1);
       const Shape in{a.batch, r.ic, r.hw, r.hw};
       const Shape out = conv.output_shape(in);
-      conv.plan(in);
+      conv.plan(in, exec);
       Tensor x = random(in, 2), y = Tensor::empty(out), dy = random(out, 3);
       Tensor dx = Tensor::empty(in);
 

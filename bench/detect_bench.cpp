@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
                          {1, 2, 3}});
     }
     const std::vector<detect::Size2> sizes(size_t(batch), detect::Size2{size, size});
-    model->plan(images.shape());
+    model->plan(images.shape(), exec_overrides(ExecConfig{}));
     const bool train = mode == "train";
     model->set_training(train);
     SGD sgd(model->params(), SgdOptions{.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-4});

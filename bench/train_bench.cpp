@@ -30,7 +30,6 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "core/timer.h"
-#include "layers/cpu_precision.h"
 #include "layers/softmax_xent.h"
 #include "models/aux_loss.h"
 #include "models/registry.h"
@@ -107,20 +106,20 @@ int main(int argc, char** argv) {
     CHECK(mode == "train" || mode == "infer", "--mode must be train or infer, got '", mode, "'");
     CHECK(steps >= 1 && warmup >= 0 && batch >= 1 && size >= 1, "bad --steps/--warmup/--batch/--size");
     set_num_threads(threads);
-    const DeviceChoice dc = choose_device(device, precision, false, 0, gpu_layout);
-    set_cpu_precision(dc.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);  // before plan()
-    const bool cuda = dc.device == Device::CUDA;
+    const ExecConfig exec =
+        make_exec_config({.device = device, .precision = precision, .gpu_layout = gpu_layout}, 0)
+            .for_inference(mode == "infer");
+    const bool cuda = exec.device == Device::CUDA;
     const int classes = 1000;
     auto model = build_model(model_name, {.num_classes = classes, .in_channels = 3}, 1);
-    model->to(dc.device);
+    model->to(exec.device);
     const Shape in{batch, 3, size, size};
-    const Shape out =
-        model->plan(in, mode == "train" ? PlanFor::kTraining : PlanFor::kInference);
+    const Shape out = model->plan(in, exec);
     model->set_training(mode == "train");
     Tensor host_x = Tensor::empty(in);
     Rng rng(7, 1);
     for (int64_t i = 0; i < host_x.numel(); ++i) host_x.data()[i] = rng.normal(uint64_t(i));
-    InputStage stage(dc.device, batch, Shape{3, size, size});  // in the model's format
+    InputStage stage(exec.device, batch, Shape{3, size, size}, exec.activations);
     const Tensor x = stage.put(host_x);
     std::vector<int32_t> targets;
     for (int n = 0; n < batch; ++n) targets.push_back(int32_t(rng.below(uint64_t(n), classes)));
@@ -132,10 +131,10 @@ int main(int argc, char** argv) {
     }
     SGD opt(model->params(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
     SoftmaxCrossEntropy loss;
-    loss.plan(batch, classes, dc.device);
+    loss.plan(batch, classes, exec.device);
     AuxLosses aux_losses;  // Inception v3's and GoogLeNet's heads, as the trainer's step
-    aux_losses.plan(*model, batch, 0, dc.device);
-    Tensor dlogits = Tensor::empty(out, dc.device);
+    aux_losses.plan(*model, batch, 0, exec.device);
+    Tensor dlogits = Tensor::empty(out, exec.device);
 
     // CPU time too: with --threads 1 it is a load-independent measure for A/B comparisons of
     // our own changes on a busy machine (wall time is what the comparison with PyTorch uses).
@@ -187,11 +186,12 @@ int main(int argc, char** argv) {
     const double median = times[times.size() / 2], cpu_median = cpu_times[cpu_times.size() / 2];
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    std::printf("engine=mpicnn model=%s mode=%s size=%d batch=%d threads=%d images_per_s=%.2f "
-                "peak_rss_mb=%.1f cpu_ms_per_step=%.1f gemm=%s device=%s frozen_backbone=%d\n",
-                model_name.c_str(), mode.c_str(), size, batch, threads, batch / median,
-                ru.ru_maxrss / 1024.0, cpu_median * 1e3,
-                gemm_backend_name(gemm_backend()), dc.description.c_str(), int(freeze_backbone));
+    std::printf(
+        "engine=mpicnn model=%s mode=%s size=%d batch=%d threads=%d images_per_s=%.2f "
+        "peak_rss_mb=%.1f cpu_ms_per_step=%.1f gemm=%s device=%s frozen_backbone=%d\n",
+        model_name.c_str(), mode.c_str(), size, batch, threads, batch / median,
+        ru.ru_maxrss / 1024.0, cpu_median * 1e3, gemm_backend_name(gemm_backend()),
+        describe_device(exec).c_str(), int(freeze_backbone));
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "train_bench: %s\n", e.message().c_str());

@@ -1,5 +1,5 @@
 // The CUDA backend's core: device selection, the process's stream and library handles,
-// precision settings, device and pinned memory, and copies. The kernels live in the other
+// device and pinned memory, and copies. The kernels live in the other
 // kernels/*.cu files (one per layer, listed in src/core/gpu.h); this file also defines
 // backend_instance(), which is what links a binary to the GPU (a CPU-only build links
 // src/core/gpu_absent.cpp instead).
@@ -107,10 +107,6 @@ std::string CudaBackend::device_uuid() const {
   }
   return s;
 }
-
-void CudaBackend::set_precision(Precision p) { ctx_.precision = p; }
-Precision CudaBackend::precision() const { return ctx_.precision; }
-void CudaBackend::set_deterministic(bool on) { ctx_.deterministic = on; }
 
 void CudaBackend::synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(ctx().stream));

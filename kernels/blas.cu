@@ -19,24 +19,24 @@ __global__ void scale_rows_kernel(float* C, float beta, int64_t M, int64_t N, in
   }
 }
 
-// cuBLAS compute type for the session's precision. FP32 is CUBLAS_COMPUTE_32F, which stays
+// cuBLAS compute type for the call's precision. fp32 is CUBLAS_COMPUTE_32F, which stays
 // plain fp32 because the backend leaves the handle in CUBLAS_DEFAULT_MATH (no TF32 opt-in);
 // the FAST types let cuBLAS convert the fp32 inputs to TF32 / bf16 / fp16 for tensor cores.
 cublasComputeType_t compute_type(Precision p) {
   switch (p) {
-    case Precision::FP32: return CUBLAS_COMPUTE_32F;
-    case Precision::TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case Precision::BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case Precision::FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
+    case Precision::kFp32: return CUBLAS_COMPUTE_32F;
+    case Precision::kTf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case Precision::kBf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case Precision::kFp16: return CUBLAS_COMPUTE_32F_FAST_16F;
   }
   return CUBLAS_COMPUTE_32F;
 }
 
 }  // namespace
 
-void CudaBackend::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                       const float* A, int lda, const float* B, int ldb, float beta, float* C,
-                       int ldc) {
+void CudaBackend::gemm(Precision precision, bool trans_a, bool trans_b, int M, int N, int K,
+                       float alpha, const float* A, int lda, const float* B, int ldb, float beta,
+                       float* C, int ldc) {
   if (M == 0 || N == 0) return;
   Context& c = ctx();
   if (K == 0) {  // op(A) * op(B) is all zeros; lda/ldb may be 0 here, which cuBLAS rejects
@@ -50,8 +50,8 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int M, int N, int K, float al
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasGemmEx(c.cublas, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
-                            CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
-                            compute_type(c.precision), CUBLAS_GEMM_DEFAULT));
+                            CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute_type(precision),
+                            CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace mpicnn::gpu

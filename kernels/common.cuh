@@ -1,6 +1,6 @@
 // What every kernels/*.cu file shares: the CUDA backend class (its methods are defined across
 // the .cu files, one per layer, as the table in src/core/gpu.h lists), the process's device
-// context (stream, cuDNN and cuBLAS handles, precision), the check macros and launch helpers.
+// context (stream, cuDNN and cuBLAS handles), the check macros and launch helpers.
 // Internal to kernels/: host code outside sees only src/core/gpu.h.
 #pragma once
 #include <cublas_v2.h>
@@ -78,8 +78,6 @@ struct Context {
   cudaStream_t copy_stream = nullptr;  // gradient copies to host, after compute events
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
-  Precision precision = Precision::TF32;
-  bool deterministic = false;
   int sm_count = 1;          // multiprocessors, for sizing reduction grids
   float* scratch = nullptr;  // small device scratch (reductions' partial sums and results)
   static constexpr size_t kScratchBytes = 1 << 20;
@@ -102,9 +100,6 @@ class CudaBackend final : public Backend {
   int device() const override;
   std::string device_name() const override;
   std::string device_uuid() const override;
-  void set_precision(Precision p) override;
-  Precision precision() const override;
-  void set_deterministic(bool on) override;
   void synchronize() override;
   int64_t allocation_count() const override;
 
@@ -147,8 +142,9 @@ class CudaBackend final : public Backend {
                     int W, const float* mean, const float* std) override;
 
   // kernels/blas.cu
-  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-            const float* B, int ldb, float beta, float* C, int ldc) override;
+  void gemm(Precision precision, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+            const float* A, int lda, const float* B, int ldb, float beta, float* C,
+            int ldc) override;
   // kernels/linear.cu
   void sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) override;
   void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
@@ -156,7 +152,8 @@ class CudaBackend final : public Backend {
   // kernels/conv2d.cu
   int64_t conv_searches() const override;
   std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n, int out_channels,
-                                      int groups, Format format) override;
+                                      int groups, Format format, Precision precision,
+                                      bool deterministic) override;
   void conv_forward(ConvPlan& plan, void* y, const void* x, const void* w, const void* bias,
                     int n) override;
   void conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias, const void* dy,

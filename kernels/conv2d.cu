@@ -59,7 +59,7 @@ struct ConvPlan {
 
   ConvDesc d;
   Format format;                          // of x, y, w, bias (core/format.h)
-  Precision precision = Precision::FP32;  // settings the algorithms were chosen under
+  Precision precision = Precision::kFp32;  // settings the algorithms were chosen under
   bool deterministic = false;
   cudnnFilterDescriptor_t w = nullptr;          // (oc, c / groups, kh, kw)
   cudnnConvolutionDescriptor_t conv = nullptr;  // padding, stride, dilation, groups
@@ -106,10 +106,10 @@ size_t search_workspace_cap() {
 cudnnMathType_t requested_math(Precision p, Elem t) {
   if (t != Elem::F32) return CUDNN_TENSOR_OP_MATH;  // 16-bit data: tensor cores, float sums
   switch (p) {
-    case Precision::FP32: return CUDNN_FMA_MATH;
-    case Precision::TF32: return CUDNN_DEFAULT_MATH;
-    case Precision::BF16: return CUDNN_DEFAULT_MATH;
-    case Precision::FP16: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    case Precision::kFp32: return CUDNN_FMA_MATH;
+    case Precision::kTf32: return CUDNN_DEFAULT_MATH;
+    case Precision::kBf16: return CUDNN_DEFAULT_MATH;
+    case Precision::kFp16: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
   }
   return CUDNN_FMA_MATH;
 }
@@ -121,7 +121,7 @@ template <typename Perf>
 bool acceptable(const Perf& r, const ConvPlan& p) {
   if (r.status != CUDNN_STATUS_SUCCESS) return false;
   if (p.deterministic && r.determinism != CUDNN_DETERMINISTIC) return false;
-  if (p.precision == Precision::FP32 && r.mathType != CUDNN_FMA_MATH &&
+  if (p.precision == Precision::kFp32 && r.mathType != CUDNN_FMA_MATH &&
       r.mathType != CUDNN_DEFAULT_MATH)
     return false;
   return true;
@@ -130,7 +130,7 @@ bool acceptable(const Perf& r, const ConvPlan& p) {
 // The math type a chosen result runs under: the one it reports, except that FP32 always runs
 // FMA (DEFAULT would permit TF32).
 cudnnMathType_t exec_math(const ConvPlan& p, cudnnMathType_t reported) {
-  return p.precision == Precision::FP32 ? CUDNN_FMA_MATH : reported;
+  return p.precision == Precision::kFp32 ? CUDNN_FMA_MATH : reported;
 }
 
 // The fastest acceptable measured result, or null.
@@ -343,13 +343,7 @@ size_t keep_measured(const ConvPlan& p, ConvPlan::Shape& s, const typename Dir::
 
 // The descriptors and algorithms for batch n: measured at d.n, made on first use below it.
 ConvPlan::Shape& shape_for(ConvPlan& p, int n) {
-  const Context& c = ctx();
   CHECK(n > 0 && n <= p.d.n, "conv: batch ", n, " outside the planned 1..", p.d.n);
-  CHECK(p.precision == c.precision && p.deterministic == c.deterministic,
-        "conv: plan made under precision ", precision_name(p.precision),
-        p.deterministic ? " (deterministic)" : "", ", used under ", precision_name(c.precision),
-        c.deterministic ? " (deterministic)" : "",
-        ": set precision and determinism before planning");
   auto it = p.shapes.find(n);
   if (it != p.shapes.end()) return it->second;
   ConvPlan::Shape& s = p.shapes[n];
@@ -478,8 +472,9 @@ std::map<ChoiceKey, Choice>& chosen() {
 
 }  // namespace
 
-std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t n,
-                                                  int out_channels, int groups, Format format) {
+std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t n, int out_channels,
+                                                 int groups, Format format, Precision precision,
+                                                 bool deterministic) {
   Context& c = ctx();
   ConvDesc d;  // g in the int sizes of cuDNN's descriptors
   d.n = int(n), d.c = int(g.channels), d.h = int(g.height), d.w = int(g.width);
@@ -497,8 +492,8 @@ std::shared_ptr<ConvPlan> CudaBackend::conv_plan(const ConvGeometry& g, int64_t 
   p.format = format;
   CHECK(format.plain() || format.order == Order::NHWC, "conv_plan: ", format_name(format),
         " tensors (plain or NHWC only)");
-  p.precision = c.precision;
-  p.deterministic = c.deterministic;
+  p.precision = precision;
+  p.deterministic = deterministic;
   make_descriptors(p);
   ConvPlan::Shape& s = p.shapes[d.n];
   make_tensors(p, s, d.n);

@@ -15,6 +15,9 @@
 #include "models/registry.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
+#if !(defined(MPICNN_F64) && MPICNN_F64)
+#include "testing.h"  // testing::exec(): the float32 engine plans as every test does
+#endif
 
 namespace mpicnn::parity_run {
 
@@ -30,7 +33,11 @@ struct CaseRun {
     const Tensor& values = model->params().values();
     init.assign(values.data(), values.data() + values.numel());
     const Shape in_shape{c.batch, c.in_channels, c.size, c.size};
-    dlogits = Tensor::empty(model->plan(in_shape));
+#if defined(MPICNN_F64) && MPICNN_F64
+    dlogits = Tensor::empty(model->plan(in_shape, ExecConfig{}));  // the float64 engine's one way
+#else
+    dlogits = Tensor::empty(model->plan(in_shape, testing::exec()));
+#endif
     model->set_training(true);
     x = Tensor::empty(in_shape);
     ref.read(x, "input");

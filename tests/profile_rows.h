@@ -14,7 +14,7 @@ namespace mpicnn::testing {
 
 // Every row is a layer of `m`, called once each way, or a residual block's `relu.` (its
 // unfused ReLUs and its residual add + ReLU: torchvision's one `relu` of the block, several
-// calls); every layer has its row but the ReLUs a BatchNorm applies (layers/fusion.h); the
+// calls); every layer has its row but the ReLUs a BatchNorm applies (ExecConfig::fusion); the
 // network's first layer comes first; no time is negative.
 inline void check_profile_rows(const std::vector<profile::Row>& rows, Model& m) {
   std::map<std::string, std::string> layers;  // name -> kind, of every layer the model has
@@ -26,7 +26,7 @@ inline void check_profile_rows(const std::vector<profile::Row>& rows, Model& m) 
     INFO(r.name, " (", r.kind, ")");
     profiled.insert(r.name);
     if (r.kind == "ReLU" && layers.count(r.name) == 0) {
-      // Fused (layers/fusion.h), the last BatchNorm applies the add and the ReLU forward, and
+      // Fused (ExecConfig::fusion), the last BatchNorm applies the add and the ReLU forward, and
       // only the backward's ReLU mask is the block's.
       CHECK(r.name.ends_with(".relu."));
       CHECK(r.backward_calls >= 1);

@@ -67,7 +67,15 @@ Vec conv_ref(const Vec& x, const Vec& w, const Vec& b, const Case& c) {
   return y;
 }
 
-// A Conv2d bound to its own slabs, with random weights, planned for the case.
+// The config the fixtures below plan with: the tests' (testing::exec()), changed for a scope by
+// the engine scopes further down.
+ExecConfig& fixture_cfg() {
+  static ExecConfig c = exec();
+  return c;
+}
+
+// A Conv2d bound to its own slabs, with random weights, planned for the case under
+// fixture_cfg().
 struct Fixture {
   Conv2d conv;
   ParamStore store;
@@ -78,7 +86,7 @@ struct Fixture {
     fill_uniform(conv.weight, seed);
     if (c.bias) fill_uniform(conv.bias, seed + 1);
     const Shape in{c.N, c.IC, c.H, c.W};
-    conv.plan({c.plan_n ? c.plan_n : c.N, c.IC, c.H, c.W});
+    conv.plan({c.plan_n ? c.plan_n : c.N, c.IC, c.H, c.W}, fixture_cfg());
     x = random_tensor(in, seed + 2);
     y = Tensor::empty(conv.output_shape(in));
   }
@@ -135,9 +143,9 @@ const Case& case_named(const std::string& name) {
 // small, so the tests below run them both ways: parallel chunks, and one chunk at a time (the
 // path every large layer takes).
 struct ParallelSmall {
-  bool old;
-  explicit ParallelSmall(bool on) : old(parallel_small_convs()) { set_parallel_small_convs(on); }
-  ~ParallelSmall() { set_parallel_small_convs(old); }
+  bool old = fixture_cfg().parallel_small_convs;
+  explicit ParallelSmall(bool on) { fixture_cfg().parallel_small_convs = on; }
+  ~ParallelSmall() { fixture_cfg().parallel_small_convs = old; }
 };
 
 // One way of running the CPU convolutions, set for one scope: im2col (small layers' chunks one
@@ -149,16 +157,16 @@ struct Engine {
   bool parallel;  // for kIm2col
 };
 struct EngineScope {
-  ConvAlgorithm old_algorithm = conv_algorithm();
-  DirectIsa old_isa = direct_isa();
+  ConvAlgorithm old_algorithm = fixture_cfg().conv;
+  DirectIsa old_isa = fixture_cfg().isa;
   ParallelSmall small;
   explicit EngineScope(const Engine& e) : small(e.parallel) {
-    set_conv_algorithm(e.algorithm);
-    if (e.algorithm == ConvAlgorithm::kDirect) set_direct_isa(e.isa);
+    fixture_cfg().conv = e.algorithm;
+    if (e.algorithm == ConvAlgorithm::kDirect) fixture_cfg().isa = e.isa;
   }
   ~EngineScope() {
-    set_conv_algorithm(old_algorithm);
-    set_direct_isa(old_isa);
+    fixture_cfg().conv = old_algorithm;
+    fixture_cfg().isa = old_isa;
   }
 };
 
@@ -409,7 +417,7 @@ TEST_CASE("Conv2d rejects bad options and shapes with clear errors") {
   CHECK_THROWS_WITH_AS(conv.forward(y, x), Contains("not allocated"), Error);
   store.allocate();
   CHECK_THROWS_WITH_AS(conv.forward(y, x), Contains("call plan()"), Error);
-  conv.plan({2, 3, 8, 8});
+  conv.plan({2, 3, 8, 8}, exec());
   conv.forward(y, x);
   Tensor y_bad = Tensor::empty({2, 4, 6, 5});
   CHECK_THROWS_AS(conv.forward(y_bad, x), Error);
@@ -587,11 +595,11 @@ TEST_CASE("Conv2d direct kernels: any thread count gives the same bits") {
 
 namespace {
 
-// Sets the process-wide convolution algorithm for one test, restoring the default afterwards.
+// Sets the fixtures' convolution algorithm for one scope.
 struct AlgorithmScope {
-  ConvAlgorithm old = conv_algorithm();
-  explicit AlgorithmScope(ConvAlgorithm a) { set_conv_algorithm(a); }
-  ~AlgorithmScope() { set_conv_algorithm(old); }
+  ConvAlgorithm old = fixture_cfg().conv;
+  explicit AlgorithmScope(ConvAlgorithm a) { fixture_cfg().conv = a; }
+  ~AlgorithmScope() { fixture_cfg().conv = old; }
 };
 
 // Shapes for Winograd F(2x2,3x3): every padding it takes, odd and tiny planes (a tile hanging
@@ -668,8 +676,17 @@ TEST_CASE("Conv2d algorithm choice: direct by default, im2col and Winograd when 
   CHECK(parse_direct_isa("avx2") == DirectIsa::kAvx2);
   CHECK(parse_direct_isa("avx512") == DirectIsa::kAvx512);
   CHECK_THROWS_WITH(parse_direct_isa("sse2"), doctest::Contains("unknown instruction set 'sse2'"));
-  if (best_direct_isa() != DirectIsa::kAvx512)
-    CHECK_THROWS_WITH(set_direct_isa(DirectIsa::kAvx512), doctest::Contains("has no avx512"));
+  if (best_direct_isa() != DirectIsa::kAvx512) {
+    const char* before = std::getenv("MPICNN_CONV_ISA");
+    const std::string saved = before ? before : "";
+    setenv("MPICNN_CONV_ISA", "avx512", 1);
+    CHECK_THROWS_WITH(exec_overrides({}),
+                      doctest::Contains("MPICNN_CONV_ISA: this CPU has no avx512"));
+    if (before)
+      setenv("MPICNN_CONV_ISA", saved.c_str(), 1);
+    else
+      unsetenv("MPICNN_CONV_ISA");
+  }
 }
 
 TEST_CASE("Winograd F(2x2,3x3) accuracy against float64, next to im2col's") {
@@ -693,4 +710,42 @@ TEST_CASE("Winograd F(2x2,3x3) accuracy against float64, next to im2col's") {
   // factor over direct convolution); well below the parity tests' 1e-4 on logits.
   CHECK(err[1] < 1e-5);
   CHECK(err[1] < 8 * err[0]);
+}
+
+// --explain-plan's words (Conv2d::plan_note, Model::explain_plan): what each convolution runs
+// and why not the direct kernels where it does not take them, as the planner decided it.
+TEST_CASE("conv2d: the plan says which implementation it chose and why") {
+  const auto note = [](Conv2dOptions o, const Shape& in, const ExecConfig& cfg) {
+    Conv2d conv(o);
+    ParamStore store;
+    conv.register_state(store, "c.");
+    store.allocate();
+    conv.plan(in, cfg);
+    return conv.plan_note();
+  };
+  const Conv2dOptions k3{.in_channels = 16, .out_channels = 16, .kernel = 3, .padding = 1};
+  const Shape in{4, 16, 12, 12};
+  const ExecConfig fp32 = testing::exec();
+  if (fp32.isa != DirectIsa::kNone)
+    CHECK(note(k3, in, fp32) == std::string("direct ") + direct_isa_name(fp32.isa) + " fp32");
+  ExecConfig im2col = fp32;
+  im2col.conv = ConvAlgorithm::kIm2col;
+  CHECK(note(k3, in, im2col).find("im2col + fp32 GEMM") == 0);
+  CHECK(note(k3, in, im2col).find("(not direct: another algorithm asked for (MPICNN_CONV))") !=
+        std::string::npos);
+  Conv2dOptions grouped = k3;
+  grouped.groups = 4;
+  CHECK(note(grouped, in, fp32).find("(not direct: a grouped convolution)") != std::string::npos);
+  ExecConfig wino = fp32;
+  wino.conv = ConvAlgorithm::kWinograd;
+  CHECK(note(k3, in, wino).find("winograd + im2col + fp32 GEMM") == 0);
+  // bf16 training: a 1x1 layer stays on the GEMMs where the bf16 direct kernels exist.
+  const ExecConfig bf16 = exec_in(Precision::kBf16);
+  const Conv2dOptions k1{.in_channels = 16, .out_channels = 32, .kernel = 1};
+  const std::string pointwise = note(k1, in, bf16);
+  CHECK(pointwise.find("im2col + bf16 GEMM") != std::string::npos);
+  if (DirectConv::supports(ConvGeometry{.channels = 16}, 1, true, bf16.isa))
+    CHECK(pointwise.find("(not direct: bf16 1x1 in training") != std::string::npos);
+  else
+    CHECK(pointwise.find("(not direct: no bf16 direct kernels here") != std::string::npos);
 }

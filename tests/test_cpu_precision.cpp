@@ -1,7 +1,7 @@
-// The CPU layers' bf16 GEMMs (layers/cpu_precision.h): Conv2d (im2col: forward, weight and input
-// gradients) and Linear under bf16 against double references on the same bf16-rounded inputs,
-// and a small network (conv -> ReLU -> linear) forward and backward in bf16 against fp32 within
-// a bound carried through the layers; fp32 stays the default and keeps the direct kernels.
+// The CPU layers' bf16 GEMMs (Precision::kBf16, core/precision.h): Conv2d (im2col: forward, weight
+// and input gradients) and Linear under bf16 against double references on the same bf16-rounded
+// inputs, and a small network (conv -> ReLU -> linear) forward and backward in bf16 against fp32
+// within a bound carried through the layers; fp32 stays the default and keeps the direct kernels.
 // Conv2d's direct kernels in bf16 (all three passes; layers/conv_direct.h) against the same
 // double references and against the im2col bf16 path, on a CPU with AVX-512 (native with
 // AVX512-BF16, else emulated in AVX-512F); the two copies against each other bit for bit where
@@ -20,13 +20,11 @@
 #include "core/threads.h"
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
-#include "layers/cpu_precision.h"
 #include "layers/linear.h"
 #include "layers/params.h"
-#include "layers/plan_mode.h"
+#include "model_step.h"
 #include "models/densenet.h"
 #include "models/registry.h"
-#include "model_step.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -42,9 +40,9 @@ double sum_error(double n) { return n * kU32 / (1 - n * kU32); }
 // One GEMM over K against the exact product of its unrounded inputs: fp32 sums only; bf16 also
 // rounds each input by at most u16, each product by 2 u16 + u16^2. The K block adds and the
 // epilogue's (beta, bias) are the few extra roundings.
-double gemm_error(CpuPrecision p, double K) {
+double gemm_error(Precision p, double K) {
   const double sum = sum_error(K + K / kBf16KC + 4);
-  return p == CpuPrecision::kBf16 ? 2 * kU16 + kU16 * kU16 + sum : sum;
+  return p == Precision::kBf16 ? 2 * kU16 + kU16 * kU16 + sum : sum;
 }
 
 double bf16_of(double x) {
@@ -71,19 +69,14 @@ Vec scaled(const Vec& a, double s) {
   return r;
 }
 
-// Sets the CPU precision for a scope.
-struct PrecisionScope {
-  CpuPrecision before = cpu_precision();
-  explicit PrecisionScope(CpuPrecision p) { set_cpu_precision(p); }
-  ~PrecisionScope() { set_cpu_precision(before); }
-};
-
-// Sets the convolution algorithm for a scope.
-struct AlgorithmScope {
-  ConvAlgorithm before = conv_algorithm();
-  explicit AlgorithmScope(ConvAlgorithm a) { set_conv_algorithm(a); }
-  ~AlgorithmScope() { set_conv_algorithm(before); }
-};
+// The tests' config (the environment's overrides applied) in precision p, with convolution
+// algorithm a, planning for training or inference.
+ExecConfig cfg_in(Precision p, ConvAlgorithm a = exec().conv, bool inference = false) {
+  ExecConfig c = exec_in(p);
+  c.conv = a;
+  c.inference = inference;
+  return c;
+}
 
 // A convolution's geometry (square kernel, stride and padding) and its three passes in double,
 // straight from the definition.
@@ -212,28 +205,32 @@ Conv2dOptions options_of(const ConvCase& c) {
 
 }  // namespace
 
-TEST_CASE("cpu precision: fp32 by default, parsed and named; fp32 keeps the direct kernels") {
-  CHECK(parse_cpu_precision("fp32") == CpuPrecision::kFp32);
-  CHECK(parse_cpu_precision("bf16") == CpuPrecision::kBf16);
-  CHECK(std::string(cpu_precision_name(CpuPrecision::kBf16)) == "bf16");
-  expect_error([] { parse_cpu_precision("fp16"); }, "CPU precision must be fp32 or bf16, got 'fp16'");
-  if (std::getenv("MPICNN_CPU_PRECISION") == nullptr) CHECK(cpu_precision() == CpuPrecision::kFp32);
-  for (CpuPrecision p : {CpuPrecision::kFp32, CpuPrecision::kBf16}) {
-    PrecisionScope scope(p);
+TEST_CASE(
+    "cpu precision: fp32 by default, named; the CPU takes fp32 and bf16; fp32 keeps the direct "
+    "kernels") {
+  CHECK(ExecConfig{}.precision == Precision::kFp32);
+  CHECK(std::string(precision_name(Precision::kBf16)) == "bf16");
+  CHECK(storage_elem(Precision::kFp16) == Elem::F16);
+  CHECK(make_exec_config({.device = "cpu", .precision = "bf16"}, 0).precision == Precision::kBf16);
+  CHECK(make_exec_config({.device = "cpu"}, 0).precision == Precision::kFp32);
+  expect_error([] { make_exec_config({.device = "cpu", .precision = "fp16"}, 0); },
+               "--precision fp16: the CPU computes in fp32 or bf16 (fp16 needs --device cuda)");
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    const ExecConfig cfg = exec_in(p);
     Conv2d conv({.in_channels = 4, .out_channels = 8, .kernel = 3, .padding = 1});
     ParamStore store;
     conv.register_state(store, "c.");
     store.allocate();
-    conv.plan({2, 4, 8, 8});
+    conv.plan({2, 4, 8, 8}, cfg);
     CHECK(conv.precision() == p);
-    const bool direct_ok = conv_algorithm() == ConvAlgorithm::kDirect &&
-                           DirectConv::fits(conv.geometry(), 1, p == CpuPrecision::kBf16);
+    const bool direct_ok = cfg.conv == ConvAlgorithm::kDirect &&
+                           DirectConv::fits(conv.geometry(), 1, p == Precision::kBf16, cfg);
     CHECK(conv.direct() == direct_ok);
-    if (p == CpuPrecision::kFp32 && conv_algorithm() == ConvAlgorithm::kDirect)
-      CHECK(conv.direct() == (direct_isa() != DirectIsa::kNone));
+    if (p == Precision::kFp32 && cfg.conv == ConvAlgorithm::kDirect)
+      CHECK(conv.direct() == (cfg.isa != DirectIsa::kNone));
     Linear lin(5, 3);
-    CHECK(lin.precision() == CpuPrecision::kFp32);  // unplanned
-    lin.plan({2, 5});
+    CHECK(lin.precision() == Precision::kFp32);  // unplanned
+    lin.plan({2, 5}, cfg);
     CHECK(lin.precision() == p);
   }
 }
@@ -255,8 +252,7 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
       {"1x1 per image, K = 600 over two K blocks", {3, 600, 8, 9, 20, 1}},
       {"1x1 per image, no bias", {4, 12, 9, 8, 10, 1}, false},
   };
-  PrecisionScope scope(CpuPrecision::kBf16);
-  AlgorithmScope im2col(ConvAlgorithm::kIm2col);
+  const ExecConfig cfg = cfg_in(Precision::kBf16, ConvAlgorithm::kIm2col);
   for (const ConvCase& c : cases) {
     CAPTURE(c.name);
     const Geo& g = c.g;
@@ -267,7 +263,7 @@ TEST_CASE("Conv2d in bf16: the three passes against double on the bf16-rounded i
     fill_uniform(conv.weight, 11);
     if (c.bias) fill_uniform(conv.bias, 12);
     const Shape in{g.N, g.IC, g.H, g.W};
-    conv.plan(in);
+    conv.plan(in, cfg);
     REQUIRE(!conv.direct());
     if (c.name == "small layer: chunks in parallel") CHECK(conv.parallel_chunks());
     CHECK(conv.per_image() == (std::string(c.name).rfind("1x1 per image", 0) == 0));
@@ -301,13 +297,11 @@ TEST_CASE("Conv2d in bf16, images or chunks side by side: any thread count gives
   // of images (2, 2, 2 and 3), side by side on 2 and 4 threads, else in turn. A 3x3/2 layer
   // in 3 chunks of 3 images: 3 groups of one chunk, side by side on 3 threads. Every mix gives
   // the 1-thread bits.
-  PrecisionScope scope(CpuPrecision::kBf16);
-  AlgorithmScope im2col(ConvAlgorithm::kIm2col);
-  struct Restore {  // layers this small would run their chunks in parallel instead
+  ExecConfig cfg = cfg_in(Precision::kBf16, ConvAlgorithm::kIm2col);
+  cfg.parallel_small_convs = false;  // layers this small would run their chunks in parallel
+  struct Restore {
     int threads = num_threads();
-    bool small = parallel_small_convs();
-    Restore() { set_parallel_small_convs(false); }
-    ~Restore() { set_num_threads(threads), set_parallel_small_convs(small); }
+    ~Restore() { set_num_threads(threads); }
   } restore;
   struct Layer {
     const char* name;
@@ -333,7 +327,7 @@ TEST_CASE("Conv2d in bf16, images or chunks side by side: any thread count gives
       store.allocate();
       fill_uniform(conv.weight, 21);
       if (l.o.bias) fill_uniform(conv.bias, 22);
-      conv.plan(l.in);
+      conv.plan(l.in, cfg);
       REQUIRE(conv.per_image() == l.per_image);
       REQUIRE(conv.grad_groups() == l.groups);
       Tensor x = random_tensor(l.in, 23), y = Tensor::empty(conv.output_shape(l.in));
@@ -390,12 +384,12 @@ std::vector<Tensor> forward_backward(Conv2d& conv, ParamStore& store, const Tens
 // Whether the bf16 direct kernels run here; if not, says why. A 1x1 layer planned for
 // inference (the plans where 1x1 layers take the kernels) is direct wherever they run.
 bool bf16_direct_kernels_here() {
-  const plan_mode::Scope inference(true);
-  if (DirectConv::fits(ConvGeometry{.channels = 64}, 1, true)) return true;
+  const ExecConfig cfg = cfg_in(Precision::kBf16, exec().conv, true);
+  if (DirectConv::fits(ConvGeometry{.channels = 64}, 1, true, cfg)) return true;
   skip_case("bf16 direct kernels", "none here (a CPU without AVX-512F, the avx2 kernels, "
             "MPICNN_BF16=reference or MPICNN_CONV_BF16=im2col)");
   // Only those reasons: a probe that misses the kernels where they run must not pass quietly.
-  CHECK_FALSE((bf16_avx512() && direct_isa() == DirectIsa::kAvx512 && direct_bf16()));
+  CHECK_FALSE((bf16_avx512() && cfg.isa == DirectIsa::kAvx512 && cfg.conv_bf16_direct));
   return false;
 }
 
@@ -431,7 +425,6 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
       {"5x5 pad 2, 16 -> 24, rows of 13", {3, 16, 4, 13, 24, 5, 1, 2}},
       {"3x3 pad 1, 40 -> 64, rows of 12 (four-block weight gradient)", {2, 40, 5, 12, 64, 3, 1, 1}},
   };
-  PrecisionScope scope(CpuPrecision::kBf16);
   for (const ConvCase& c : cases) {
     CAPTURE(c.name);
     const Geo& g = c.g;
@@ -446,15 +439,14 @@ TEST_CASE("Conv2d in bf16 on the direct kernels: the three passes against double
     // Forward and backward on one algorithm: y, dx and the weight gradient.
     bool direct_wgrad = false;  // of the direct run
     auto run = [&](ConvAlgorithm a) {
-      AlgorithmScope algorithm(a);
       // 1x1 layers take the direct kernels in inference plans only (a strided one never):
       // planned so here, to test their forward and input gradient. (On the emulated path a
       // layer of under 16 input channels stays on im2col: DirectConv::fits.)
-      const plan_mode::Scope mode(g.k == 1);
-      conv.plan(in);
+      const ExecConfig cfg = cfg_in(Precision::kBf16, a, g.k == 1);
+      conv.plan(in, cfg);
       const bool strided_pointwise = g.k == 1 && g.s > 1;
       REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect && !strided_pointwise &&
-                                DirectConv::fits(conv.geometry(), 1, true)));
+                                DirectConv::fits(conv.geometry(), 1, true, cfg)));
       const bool wgrad = conv.direct() && g.OW() >= 8 && g.k > 1 && g.s == 1;
       REQUIRE(conv.direct_weight_grad() == wgrad);
       if (a == ConvAlgorithm::kDirect) direct_wgrad = wgrad;
@@ -509,8 +501,6 @@ TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 layer has the reference GEMM's 
   // products near float32's smallest normal, 2^-126: many steps and sums subnormal, which the
   // native instruction flushes and the emulation must too (its DAZ and final flush).
   if (!bf16_direct_kernels_here()) return;
-  PrecisionScope scope(CpuPrecision::kBf16);
-  const plan_mode::Scope inference(true);
   for (const int ic : {40, 70}) {  // two and three pair blocks, an odd channel count
     CAPTURE(ic);
     Conv2d conv({.in_channels = ic, .out_channels = 20, .kernel = 1, .bias = false});
@@ -522,8 +512,7 @@ TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 layer has the reference GEMM's 
     const Tensor x = scaled_tensor(in, 52, -63);
     const Tensor dy = scaled_tensor(conv.output_shape(in), 53, -63);
     auto run = [&](ConvAlgorithm a) {
-      AlgorithmScope algorithm(a);
-      conv.plan(in);
+      conv.plan(in, cfg_in(Precision::kBf16, a, true));
       REQUIRE(conv.direct() == (a == ConvAlgorithm::kDirect));
       return forward_backward(conv, store, x, dy);
     };
@@ -554,10 +543,10 @@ TEST_CASE("Conv2d in bf16, direct kernels: a 1x1 layer has the reference GEMM's 
 // zero; otherwise an empty third tensor.
 std::vector<Tensor> direct_kernel_passes(Conv2d& conv, const Tensor& x, const Tensor& dy) {
   const Shape in = x.shape();
-  conv.note_input(in);
+  conv.note_input(in, exec_in(Precision::kBf16));
   const ConvGeometry g = conv.geometry();
-  REQUIRE(DirectConv::supports(g, 1, true));
-  const DirectConv dc(g, conv.options().out_channels, in[0], true);
+  REQUIRE(DirectConv::supports(g, 1, true, DirectIsa::kAvx512));
+  const DirectConv dc(g, conv.options().out_channels, in[0], true, DirectIsa::kAvx512);
   Tensor ws = Tensor::empty({std::max<int64_t>(dc.workspace_floats(), 1)});
   std::vector<Tensor> r{Tensor::empty(dy.shape()), Tensor::empty(in), Tensor()};
   r[0].fill(1e9f);  // forward and the input gradient write every element
@@ -591,7 +580,7 @@ const ConvCase kBf16KernelCases[] = {
 // empty, with a message saying why, where none runs.
 std::vector<Bf16Path> bf16_kernel_paths() {
   std::vector<Bf16Path> paths;
-  if (direct_isa() != DirectIsa::kAvx512) {
+  if (exec().isa != DirectIsa::kAvx512) {
     skip_case("bf16 direct kernels against the reference", "the avx2 kernel set (a CPU "
               "without AVX-512F, or MPICNN_CONV_ISA=avx2) has no bf16 copy");
     return paths;
@@ -612,7 +601,7 @@ TEST_CASE("Conv2d in bf16: the direct kernels emulated in AVX-512F give the nati
   // of ordinary size and on ones small enough for subnormal steps (flushed by both). Only a CPU
   // with AVX512-BF16 runs both; elsewhere the next case checks the emulated kernels against the
   // reference path.
-  if (best_bf16_path() != Bf16Path::kNative || direct_isa() != DirectIsa::kAvx512) {
+  if (best_bf16_path() != Bf16Path::kNative || exec().isa != DirectIsa::kAvx512) {
     skip_case("bf16 direct kernels, emulated against native", "no AVX512-BF16 here (or the "
               "avx2 kernels selected); the next case checks the emulated ones against the "
               "reference");
@@ -662,7 +651,7 @@ TEST_CASE("Conv2d in bf16: each path's direct kernels give the reference path's 
   // layer of few input channels: direct on the native kernels, im2col on the emulated ones.
   const std::vector<Bf16Path> paths = bf16_kernel_paths();
   if (paths.empty()) return;
-  const PrecisionScope bf16(CpuPrecision::kBf16);
+  const ExecConfig cfg = cfg_in(Precision::kBf16);
   for (const ConvCase& c : kBf16KernelCases) {
     CAPTURE(c.name);
     const Geo& g = c.g;
@@ -676,8 +665,7 @@ TEST_CASE("Conv2d in bf16: each path's direct kernels give the reference path's 
     const Tensor x = eighths(in, 73), dy = eighths(conv.output_shape(in), 74);
     const std::vector<Tensor> reference = [&] {
       const Bf16PathScope reference(Bf16Path::kReference);
-      const AlgorithmScope im2col(ConvAlgorithm::kIm2col);
-      conv.plan(in);
+      conv.plan(in, cfg_in(Precision::kBf16, ConvAlgorithm::kIm2col));
       REQUIRE_FALSE(conv.direct());
       return forward_backward(conv, store, x, dy);
     }();
@@ -689,14 +677,13 @@ TEST_CASE("Conv2d in bf16: each path's direct kernels give the reference path's 
       CHECK(same_bits(direct[1], reference[1]));
       if (direct[2].defined()) CHECK(same_bits(direct[2], reference[2]));
       const bool few_channels = g.IC < 16;
-      CHECK(DirectConv::fits(conv.geometry(), 1, true) ==
-            (direct_bf16() && (!few_channels || path == Bf16Path::kNative)));
+      CHECK(DirectConv::fits(conv.geometry(), 1, true, cfg) ==
+            (cfg.conv_bf16_direct && (!few_channels || path == Bf16Path::kNative)));
     }
   }
 }
 
 TEST_CASE("Linear in bf16: the three GEMMs against double on the bf16-rounded inputs") {
-  PrecisionScope scope(CpuPrecision::kBf16);
   const Lin l{6, 700, 37};  // I over a K block
   Linear lin(l.I, l.O);
   ParamStore store;
@@ -704,7 +691,7 @@ TEST_CASE("Linear in bf16: the three GEMMs against double on the bf16-rounded in
   store.allocate();
   fill_uniform(lin.weight, 21);
   fill_uniform(lin.bias, 22);
-  lin.plan({l.N, l.I});
+  lin.plan({l.N, l.I}, exec_in(Precision::kBf16));
   Tensor x = random_tensor({l.N, l.I}, 23), y = Tensor::empty({l.N, l.O});
   Tensor dy = random_tensor({l.N, l.O}, 24), dx = Tensor::empty({l.N, l.I});
   lin.forward(y, x);
@@ -747,10 +734,9 @@ TEST_CASE("a conv -> ReLU -> linear network: bf16 within its carried bound of fp
   struct Run {
     Tensor z1, z2, dh1, dx, gw1, gb1, gw2, gb2;
   };
-  auto run = [&](CpuPrecision p) {
-    PrecisionScope scope(p);
-    conv.plan(in);
-    fc.plan({g.N, F});
+  auto run = [&](Precision p) {
+    conv.plan(in, exec_in(p));
+    fc.plan({g.N, F}, exec_in(p));
     Run r;
     r.z1 = Tensor::empty(conv.output_shape(in));
     r.z2 = Tensor::empty({g.N, l.O});
@@ -774,7 +760,7 @@ TEST_CASE("a conv -> ReLU -> linear network: bf16 within its carried bound of fp
     }
     return r;
   };
-  const Run f32 = run(CpuPrecision::kFp32), b16 = run(CpuPrecision::kBf16);
+  const Run f32 = run(Precision::kFp32), b16 = run(Precision::kBf16);
 
   // The exact network, in double, and its magnitudes.
   const Vec xd = to_double(x), w1 = to_double(conv.weight), b1 = to_double(conv.bias);
@@ -790,7 +776,7 @@ TEST_CASE("a conv -> ReLU -> linear network: bf16 within its carried bound of fp
   struct Bound {
     Vec z1, z2, dh1, dz1, dx, gw1, gb1, gw2;
   };
-  auto bound = [&](CpuPrecision p) {
+  auto bound = [&](Precision p) {
     Bound e;
     e.z1 = scaled(g.add_bias(g.forward(absolute(xd), absolute(w1)), absolute(b1)), gemm_error(p, K1));
     const Vec h1_mag = plus(absolute(h1), e.z1);
@@ -812,7 +798,7 @@ TEST_CASE("a conv -> ReLU -> linear network: bf16 within its carried bound of fp
                  scaled(l.weight_grad(absolute(gd), h1_mag), gemm_error(p, g.N)));
     return e;
   };
-  const Bound e32 = bound(CpuPrecision::kFp32), e16 = bound(CpuPrecision::kBf16);
+  const Bound e32 = bound(Precision::kFp32), e16 = bound(Precision::kBf16);
   expect_within("conv output", b16.z1, to_double(f32.z1), plus(e16.z1, e32.z1));
   expect_within("logits", b16.z2, to_double(f32.z2), plus(e16.z2, e32.z2));
   expect_within("linear input gradient", b16.dh1, to_double(f32.dh1), plus(e16.dh1, e32.dh1));
@@ -834,7 +820,6 @@ TEST_CASE("DenseNet's 1x1 bottleneck GEMMs run in bf16 too") {
   // and BatchNorm only: far inside 1/16 of its distance to the exact one); with conv1 in
   // float32 it sits as far from both (measured: the check then fails).
   const int N = 2, IC = 8, G = 4, B = 16, H = 6, W = 6, HW = H * W;
-  PrecisionScope scope(CpuPrecision::kBf16);
   DenseBlock block(1, IC, G, B / G);
   ParamStore store;
   block.register_state(store, "b.");
@@ -849,7 +834,7 @@ TEST_CASE("DenseNet's 1x1 bottleneck GEMMs run in bf16 too") {
                                                                : e.name.find("conv"))] = e.value;
   }
   REQUIRE(p.size() == 6);
-  block.plan({N, IC, H, W});
+  block.plan({N, IC, H, W}, exec_in(Precision::kBf16));
   block.set_training(true);
   const Tensor x = random_tensor({N, IC, H, W}, 61);
   const Tensor& y = block.forward(x);
@@ -941,8 +926,8 @@ TEST_CASE("BatchNorm2d with bf16 input, in place: a float32 BatchNorm2d on the r
         bn->set_training(training);
       }
       ours.set_bf16_input(true);
-      ours.plan(s);
-      ref.plan(s);
+      ours.plan(s, exec());
+      ref.plan(s, exec());
       Tensor io = Tensor::empty(s), out = Tensor::empty(s);
       io.copy_from(x);
       if (mode == 2) {
@@ -977,33 +962,29 @@ TEST_CASE("bf16 training keeps the BatchNorm inputs after convolutions in bf16, 
     int size;
     int after_conv;  // BatchNorm2d layers right after a Conv2d; -1: all of them
   };
-  struct Sharing {
-    explicit Sharing(bool on) { set_bf16_batchnorm_sharing(on); }
-    ~Sharing() { set_bf16_batchnorm_sharing(true); }
-  };
   for (const Spec& spec : {Spec{"resnet20", 32, -1}, Spec{"resnet50", 64, -1},
                            Spec{"googlenet", 64, -1}, Spec{"densenet121", 32, 1 + 58}}) {
     CAPTURE(spec.name);
     const Shape in{2, 3, spec.size, spec.size};
     const Tensor x = random_tensor(in, 80);
     const std::vector<int32_t> targets{1, 3};
-    auto step = [&](CpuPrecision p, bool inference, bool sharing) {
-      PrecisionScope scope(p);
-      Sharing switch_(sharing);
+    auto step = [&](Precision p, bool inference, bool sharing) {
+      ExecConfig cfg = cfg_in(p, exec().conv, inference);
+      cfg.bf16_batchnorm_sharing = sharing;
       auto model = build_model(spec.name, {.num_classes = 5, .dropout = 0.f, .aux_dropout = 0.f}, 3);
-      const Shape out = model->plan(in, inference ? PlanFor::kInference : PlanFor::kTraining);
+      const Shape out = model->plan(in, cfg);
       int bns = 0, bf16_bns = 0;
       model->root().for_each_layer([&](Layer& l, const std::string&) {
         if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) ++bns, bf16_bns += bn->bf16_input();
       });
       const int after_conv = spec.after_conv < 0 ? bns : spec.after_conv;
       CHECK(after_conv > 0);
-      CHECK(bf16_bns == (p == CpuPrecision::kBf16 && !inference ? after_conv : 0));
+      CHECK(bf16_bns == (p == Precision::kBf16 && !inference ? after_conv : 0));
       return inference ? StepResult() : step_and_eval(*model, x, targets, out);
     };
-    step(CpuPrecision::kBf16, true, true);
-    step(CpuPrecision::kFp32, true, true);
-    step(CpuPrecision::kFp32, false, true);
-    check_same_step(step(CpuPrecision::kBf16, false, false), step(CpuPrecision::kBf16, false, true));
+    step(Precision::kBf16, true, true);
+    step(Precision::kFp32, true, true);
+    step(Precision::kFp32, false, true);
+    check_same_step(step(Precision::kBf16, false, false), step(Precision::kBf16, false, true));
   }
 }

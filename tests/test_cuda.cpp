@@ -14,9 +14,9 @@
 #include "core/device.h"
 #include "core/gpu.h"
 #include "core/profile.h"
+#include "core/rng.h"
 #include "core/timer.h"
 #include "data/transform.h"
-#include "core/rng.h"
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/add.h"
 #include "layers/avgpool2d.h"
@@ -26,7 +26,6 @@
 #include "layers/dropout.h"
 #include "layers/flatten.h"
 #include "layers/fold.h"
-#include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/maxpool2d.h"
 #include "layers/relu.h"
@@ -40,7 +39,6 @@
 #include "testing.h"
 
 using namespace mpicnn;
-using gpu::Precision;
 
 namespace {
 
@@ -85,10 +83,10 @@ void expect_near(const std::string& what, const Tensor& got, const Tensor& want,
 
 double tolerance(Precision p) {
   switch (p) {
-    case Precision::FP32: return 1e-4;
-    case Precision::TF32: return 2e-2;
-    case Precision::FP16: return 3e-2;
-    case Precision::BF16: return 6e-2;
+    case Precision::kFp32: return 1e-4;
+    case Precision::kTf32: return 2e-2;
+    case Precision::kFp16: return 3e-2;
+    case Precision::kBf16: return 6e-2;
   }
   return 0;
 }
@@ -161,10 +159,7 @@ Tensor nudged_up(const Tensor& x) {
 
 // ---- the channels-last typed path -----------------------------------------------------------
 // The activation format --gpu-layout nhwc gives under precision p.
-Format nhwc_format(Precision p) {
-  const Elem e = p == Precision::BF16 ? Elem::BF16 : p == Precision::FP16 ? Elem::F16 : Elem::F32;
-  return Format{e, Order::NHWC};
-}
+Format nhwc_format(Precision p) { return Format{storage_elem(p), Order::NHWC}; }
 // x as a GPU tensor in format f (rounded to its type on the host, as the GPU would).
 Tensor to_gpu_as(const Tensor& x, Format f) {
   const Tensor h = convert_host(x, f);
@@ -185,14 +180,36 @@ void fill_nan(Tensor& t) {
   t.copy_from(convert_host(h, t.format()));
 }
 
+// What the GPU side of a test plans with (core/exec.h): the tests' config (testing::exec())
+// on CUDA in precision p, 4-D activations in f (plain, or the channels-last typed path's), and
+// the GPU's opt-ins as the environment sets them (core/device.h's exec_overrides: fusion only
+// with MPICNN_GPU_FUSION=1, folding with MPICNN_GPU_FOLD=1). A test about fusion, folding or
+// deterministic algorithms sets that field itself.
+ExecConfig gpu_exec(Precision p, Format f = {}) {
+  static const ExecConfig base = [] {
+    ExecConfig c = testing::exec();
+    c.device = Device::CUDA;
+    c.deterministic = false;
+    return exec_overrides(c);
+  }();
+  ExecConfig c = base;
+  c.precision = p;
+  c.activations = f;
+  return c;
+}
+
 // One layer kind, built twice with the same parameters (random, keyed by seed), run on both
-// devices: forward output, input gradient and parameter gradients must agree. With a format
-// f (the channels-last typed path), the GPU layer is planned for 4-D activations in f and fed
-// the CPU's inputs rounded to f's type, and is held against the CPU layer in float32 on those
-// rounded inputs (the difference: f's rounding of each output, 16-bit weights in convolutions).
+// devices: forward output, input gradient and parameter gradients must agree. The GPU layer is
+// planned with `gpu` (its precision; by default fp32, plain activations); the CPU layer with
+// the tests' CPU config, in float32. With gpu.activations a typed format f (the channels-last
+// typed path), the GPU layer is planned for 4-D activations in f and fed the CPU's inputs
+// rounded to f's type, and is held against the CPU layer on those rounded inputs (the
+// difference: f's rounding of each output, 16-bit weights in convolutions).
 template <class L>
 void check_unary(const std::string& what, const std::function<std::unique_ptr<L>()>& make,
-                 const Shape& in_shape, double tol, bool training = true, Format f = {}) {
+                 const Shape& in_shape, double tol, bool training = true,
+                 const ExecConfig& gpu = gpu_exec(Precision::kFp32)) {
+  const Format f = gpu.activations;
   auto cpu = make(), dev = make();
   ParamStore sc, sg;
   cpu->register_state(sc, "l.");
@@ -206,14 +223,10 @@ void check_unary(const std::string& what, const std::function<std::unique_ptr<L>
   sg.to(Device::CUDA);
   cpu->set_training(training);
   dev->set_training(training);
-  cpu->plan(in_shape);
-  Format out_format;  // the output's: f when 4-D, else plain (Flatten)
-  {
-    const DeviceScope scope(Device::CUDA);
-    const ActivationScope typed(f);
-    dev->plan(in_shape);
-    out_format = Tensor::activation_format_for(cpu->output_shape(in_shape));
-  }
+  cpu->plan(in_shape, testing::exec());
+  dev->plan(in_shape, gpu);
+  // The output's format: f when 4-D, else plain (Flatten).
+  const Format out_format = gpu.format_for(cpu->output_shape(in_shape));
   // The planned batch, then one image less (convolutions make that shape's descriptors and
   // algorithms on first use, as the last batch of an evaluation does).
   for (const int64_t n : {in_shape[0], in_shape[0] - 1}) {
@@ -247,8 +260,6 @@ void check_unary(const std::string& what, const std::function<std::unique_ptr<L>
   }
 }
 
-void set_precision(Precision p) { gpu::backend().set_precision(p); }
-
 // Cosine of the angle between two slabs (either device): gradients of a deep model in 16-bit
 // differ element by element from float32's where ReLU and max-pool decisions flip, but point
 // the same way.
@@ -269,10 +280,11 @@ TEST_SUITE("cuda") {
 
 TEST_CASE("cuda: every layer matches the CPU, forward and backward (fp32 and tf32)") {
   REQUIRE_GPU("layers");
-  for (Precision p : {Precision::FP32, Precision::TF32}) {
-    set_precision(p);  // before planning: convolutions choose their algorithms per precision
+  for (Precision p : {Precision::kFp32, Precision::kTf32}) {
+    // The plan's precision: convolutions choose their algorithms per precision.
+    const ExecConfig gpu = gpu_exec(p);
     const double tol = tolerance(p);
-    const std::string tag = std::string(" [") + gpu::precision_name(p) + "]";
+    const std::string tag = std::string(" [") + precision_name(p) + "]";
     using C = Conv2dOptions;
     const std::vector<std::pair<std::string, C>> convs = {
         {"conv 3x3 s1 p1 bias", C{.in_channels = 8, .out_channels = 16, .kernel = 3, .padding = 1}},
@@ -282,12 +294,15 @@ TEST_CASE("cuda: every layer matches the CPU, forward and backward (fp32 and tf3
         {"conv dilated 5x3", C{.in_channels = 4, .out_channels = 6, .kernel = {5, 3}, .stride = {2, 1}, .padding = {4, 2}, .dilation = 2}},
     };
     for (const auto& [name, o] : convs)
-      check_unary<Conv2d>(name + tag, [o = o] { return std::make_unique<Conv2d>(o); },
-                          Shape{4, o.in_channels, 13, 11}, tol);
-    check_unary<Linear>("linear" + tag, [] { return std::make_unique<Linear>(40, 10); }, Shape{6, 40}, tol);
+      check_unary<Conv2d>(
+          name + tag, [o = o] { return std::make_unique<Conv2d>(o); },
+          Shape{4, o.in_channels, 13, 11}, tol, true, gpu);
+    check_unary<Linear>(
+        "linear" + tag, [] { return std::make_unique<Linear>(40, 10); }, Shape{6, 40}, tol, true,
+        gpu);
   }
-  set_precision(Precision::FP32);
-  const double tol = tolerance(Precision::FP32);
+  // The rest in fp32 (check_unary's default GPU config).
+  const double tol = tolerance(Precision::kFp32);
   check_unary<BatchNorm2d>("batchnorm train", [] { return std::make_unique<BatchNorm2d>(6); }, Shape{4, 6, 9, 7}, tol);
   check_unary<BatchNorm2d>("batchnorm eval", [] { return std::make_unique<BatchNorm2d>(6); }, Shape{4, 6, 9, 7}, tol, false);
   // Shapes that split a channel's sums over several blocks (N * HW >= 4096; the second with a
@@ -371,10 +386,10 @@ TEST_CASE("cuda: add, accumulate, concat and cross-entropy match the CPU") {
 // spread: the CPU fed one-ulp-nudged inputs, and the CPU on im2col (another summation order).
 TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp32, tf32)") {
   REQUIRE_GPU("models");
-  const ConvAlgorithm algorithm = conv_algorithm();
+  ExecConfig im2col = testing::exec();
+  im2col.conv = ConvAlgorithm::kIm2col;  // Conv2d::plan takes it from the config
   for (const ModelSpec& spec : model_specs()) {
-    for (Precision p : {Precision::FP32, Precision::TF32}) {
-      set_precision(p);
+    for (Precision p : {Precision::kFp32, Precision::kTf32}) {
       const double tol = 10 * tolerance(p);  // deep chains: errors compound layer by layer
       ModelOptions mo;
       mo.num_classes = 10;
@@ -387,12 +402,10 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
       dev->to(Device::CUDA);
       const int hw = std::max(spec.min_size, spec.name == "lenet" ? 28 : 32);
       const Shape in{2, mo.in_channels, hw, hw};
-      cpu->plan(in);
-      dev->plan(in);
-      nud->plan(in);
-      set_conv_algorithm(ConvAlgorithm::kIm2col);  // read by Conv2d::plan
-      alt->plan(in);
-      set_conv_algorithm(algorithm);
+      cpu->plan(in, testing::exec());
+      dev->plan(in, gpu_exec(p));
+      nud->plan(in, testing::exec());
+      alt->plan(in, im2col);
       Model* models[4] = {cpu.get(), dev.get(), nud.get(), alt.get()};
       const SgdOptions so{.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4};
       SGD opt[4] = {SGD(cpu->params(), so), SGD(dev->params(), so), SGD(nud->params(), so), SGD(alt->params(), so)};
@@ -406,7 +419,7 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
         dl[m] = Tensor::empty({2, 10}, d);
       }
       const int32_t labels[2] = {1, 7};
-      const std::string tag = spec.name + " [" + gpu::precision_name(p) + "]";
+      const std::string tag = spec.name + " [" + precision_name(p) + "]";
       for (int step = 0; step < 3; ++step) {
         for (int m = 1; m < 4; ++m) {  // this step from the CPU model's state
           models[m]->params().values().copy_from(cpu->params().values());
@@ -457,25 +470,25 @@ TEST_CASE("cuda: every model matches the CPU: forward, backward, 3 SGD steps (fp
       expect_near(tag + " eval logits, batch 1", dev->forward(on_gpu_copy(x1)), ec, en, tol, &ea);
     }
   }
-  set_precision(Precision::FP32);
 }
 
 TEST_CASE("cuda: BatchNorm fused with its ReLU and the residual add gives the unfused bits") {
   REQUIRE_GPU("fusion");
-  set_precision(Precision::FP32);
-  // A training step, then an evaluation forward (an inference plan: BatchNorm in place), of
-  // models with BatchNorm-ReLU pairs in a Sequential, residual blocks (BasicBlock, Bottleneck)
-  // and dense blocks: unfused, then fused (MPICNN_GPU_FUSION's switch).
+  // A training step, then an evaluation forward (an inference plan, as pipeline_eval's; a GPU
+  // model plans it as for training), of models with BatchNorm-ReLU pairs in a Sequential,
+  // residual blocks (BasicBlock, Bottleneck) and dense blocks, in fp32: unfused, then fused
+  // (ExecConfig::fusion, on the GPU opt-in with MPICNN_GPU_FUSION=1; set here both ways).
   for (const std::string name : {"resnet18", "resnet50", "densenet121"}) {
     const int hw = std::max(32, model_spec(name).min_size);
     std::vector<Tensor> got[2];  // logits, gradients, running stats, eval logits
     for (int fused = 0; fused < 2; ++fused) {
-      set_gpu_fusion(fused == 1);
+      ExecConfig cfg = gpu_exec(Precision::kFp32);
+      cfg.fusion = fused == 1;
       ModelOptions mo;
       mo.num_classes = 10;
       auto m = build_model(name, mo, 5);
       m->to(Device::CUDA);
-      m->plan({2, 3, hw, hw});
+      m->plan({2, 3, hw, hw}, cfg);
       m->set_training(true);
       const Tensor x = on_gpu_copy(testing::random_tensor({2, 3, hw, hw}, 11));
       const Tensor dl = on_gpu_copy(testing::random_tensor({2, 10}, 12));
@@ -486,11 +499,10 @@ TEST_CASE("cuda: BatchNorm fused with its ReLU and the residual add gives the un
       got[fused].push_back(host_copy(m->params().buffers()));
       auto e = build_model(name, mo, 5);
       e->to(Device::CUDA);
-      e->plan({2, 3, hw, hw}, PlanFor::kInference);
+      e->plan({2, 3, hw, hw}, cfg.for_inference());
       e->set_training(false);
       got[fused].push_back(host_copy(e->forward(x)));
     }
-    set_gpu_fusion(false);
     const char* what[] = {"logits", "gradients", "running stats", "eval logits"};
     for (size_t i = 0; i < got[0].size(); ++i) {
       INFO(name, " ", what[i]);
@@ -501,17 +513,17 @@ TEST_CASE("cuda: BatchNorm fused with its ReLU and the residual add gives the un
   }
 }
 
-// Folded inference (layers/fold.h, opt-in MPICNN_GPU_FOLD). One FoldedConv against the CPU's
-// Conv2d then eval BatchNorm2d (then ReLU, or + residual then ReLU), with and without a conv
-// bias, at the planned batch and one image less, into an output filled with NaN (cuDNN must not
-// read it when there is no residual). Then resnet18 in eval mode (a pipeline_eval plan), folded
-// against unfolded on the same GPU, in fp32 and tf32, with random BatchNorm parameters and
-// statistics (else the fold is the identity); its own weights unchanged by folding; back in
-// training mode (forward: the unfolded model's bits; backward); evaluated again after a training forward moved the running
-// statistics (the fold follows), and after new weights were loaded in eval mode. Tolerances: one
-// layer, the layer tolerance of the precision (the fold moves each output by a few roundings,
-// tests/test_fold.cpp's bound); the model, 10x that, as the model test above (deep chains
-// compound them).
+// Folded inference (layers/fold.h; ExecConfig::fold, opt-in MPICNN_GPU_FOLD). One FoldedConv
+// against the CPU's Conv2d then eval BatchNorm2d (then ReLU, or + residual then ReLU), with and
+// without a conv bias, at the planned batch and one image less, into an output filled with NaN
+// (cuDNN must not read it when there is no residual). Then resnet18 in eval mode (a pipeline_eval
+// plan), folded against unfolded on the same GPU, in fp32 and tf32, with random BatchNorm
+// parameters and statistics (else the fold is the identity); its own weights unchanged by folding;
+// back in training mode (forward: the unfolded model's bits; backward); evaluated again after a
+// training forward moved the running statistics (the fold follows), and after new weights were
+// loaded in eval mode. Tolerances: one layer, the layer tolerance of the precision (the fold moves
+// each output by a few roundings, tests/test_fold.cpp's bound); the model, 10x that, as the model
+// test above (deep chains compound them).
 // A Conv2d (5 -> 6 channels, 3x3) and an eval-mode BatchNorm2d after it, with the same random
 // parameters and statistics (BN gammas of both signs) wherever it is built.
 struct ConvBn {
@@ -530,25 +542,23 @@ struct ConvBn {
   }
 };
 
-// FoldedConv on the GPU, activations in format f (plain, or channels-last typed), against the
-// CPU's convolution then BatchNorm (then + residual, then ReLU) on the same inputs rounded to
-// f's type: with and without a convolution bias, each epilogue, the planned batch and one less.
-void check_folded_conv(Format f, double tol) {
+// FoldedConv on the GPU, planned with `gpu` (its precision; activations in f = gpu.activations:
+// plain, or channels-last typed), against the CPU's convolution then BatchNorm (then + residual,
+// then ReLU) on the same inputs rounded to f's type: with and without a convolution bias, each
+// epilogue, the planned batch and one less.
+void check_folded_conv(const ExecConfig& gpu, double tol) {
+  const Format f = gpu.activations;
   const Shape xs{3, 5, 8, 8}, ys{3, 6, 8, 8};
   for (const bool bias : {false, true}) {
     for (int mode = 0; mode < 3; ++mode) {  // plain, + ReLU, + residual + ReLU
       ConvBn cpu(bias), dev(bias);
       dev.store.to(Device::CUDA);
-      cpu.conv.plan(xs);
-      cpu.bn.plan(ys);
+      cpu.conv.plan(xs, testing::exec());
+      cpu.bn.plan(ys, testing::exec());
       FoldedConv fold;
-      {
-        const DeviceScope scope(Device::CUDA);
-        const ActivationScope typed(f);
-        dev.conv.plan(xs);
-        dev.bn.plan(ys);
-        fold.plan(dev.conv, dev.bn);
-      }
+      dev.conv.plan(xs, gpu);
+      dev.bn.plan(ys, gpu);
+      fold.plan(dev.conv, dev.bn);
       fold.refresh();
       for (const int64_t n : {xs[0], xs[0] - 1}) {
         const std::string tag = std::string("FoldedConv [") + format_name(f) + "] " +
@@ -576,8 +586,7 @@ void check_folded_conv(Format f, double tol) {
 
 TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unfolded eval") {
   REQUIRE_GPU("folded inference");
-  set_precision(Precision::FP32);
-  check_folded_conv(Format{}, tolerance(Precision::FP32));
+  check_folded_conv(gpu_exec(Precision::kFp32), tolerance(Precision::kFp32));
 
   ModelOptions mo;
   mo.num_classes = 10;
@@ -585,14 +594,13 @@ TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unf
   const Tensor x = on_gpu_copy(testing::random_tensor(in, 11));
   const Tensor x3 = x.slice0(0, 3);
   testing::TempDir dir;
-  struct Deterministic {  // the same algorithms in both models; off again however this ends
-    Deterministic() { gpu::backend().set_deterministic(true); }
-    ~Deterministic() { gpu::backend().set_deterministic(false); }
-  } deterministic;
-  for (const Precision p : {Precision::FP32, Precision::TF32}) {
-    set_precision(p);
+  for (const Precision p : {Precision::kFp32, Precision::kTf32}) {
+    // Deterministic algorithms: the same ones in both models. An inference plan (a
+    // pipeline_eval plan), folded or not as each model says.
+    ExecConfig cfg = gpu_exec(p).for_inference();
+    cfg.deterministic = true;
     const double tol = 10 * tolerance(p);
-    const std::string prec = std::string(" [") + gpu::precision_name(p) + "]";
+    const std::string prec = std::string(" [") + precision_name(p) + "]";
     auto make = [&](bool fold) {
       auto m = build_model("resnet18", mo, 5);
       m->root().for_each_layer([](Layer& l, const std::string&) {
@@ -605,9 +613,9 @@ TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unf
       });
       m->to(Device::CUDA);
       m->set_training(false);
-      set_gpu_fold(fold);  // read when the model plans
-      m->plan(in, PlanFor::kInference);
-      set_gpu_fold(false);
+      ExecConfig c = cfg;
+      c.fold = fold;  // taken when the model plans
+      m->plan(in, c);
       return m;
     };
     auto plain = make(false), folded = make(true);
@@ -646,7 +654,6 @@ TEST_CASE("cuda: folded inference equals conv then BatchNorm, and resnet18's unf
     expect_near("resnet18 folded eval logits after loading weights" + prec, folded->forward(x),
                 plain->forward(x), tol);
   }
-  set_precision(Precision::FP32);
 }
 
 // The channels-last typed path folded: FoldedConv in each type against the CPU, and resnet18's
@@ -657,11 +664,11 @@ TEST_CASE("cuda: folded inference on the channels-last typed path") {
   ModelOptions mo;
   mo.num_classes = 10;
   const Shape in{4, 3, 64, 64};
-  for (const Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
-    set_precision(p);
+  for (const Precision p : {Precision::kTf32, Precision::kBf16, Precision::kFp16}) {
     const Format f = nhwc_format(p);
-    check_folded_conv(f, tolerance(p));
-    set_gpu_activations(f);  // read when a model plans on the GPU
+    check_folded_conv(gpu_exec(p, f), tolerance(p));
+    // The models' inference plan on the typed path: precision p, 4-D activations in f.
+    const ExecConfig cfg = gpu_exec(p, f).for_inference();
     auto make = [&](bool fold) {
       auto m = build_model("resnet18", mo, 5);
       m->root().for_each_layer([](Layer& l, const std::string&) {
@@ -672,9 +679,9 @@ TEST_CASE("cuda: folded inference on the channels-last typed path") {
       });
       m->to(Device::CUDA);
       m->set_training(false);
-      set_gpu_fold(fold);
-      m->plan(in, PlanFor::kInference);
-      set_gpu_fold(false);
+      ExecConfig c = cfg;
+      c.fold = fold;
+      m->plan(in, c);
       return m;
     };
     auto plain = make(false), folded = make(true);
@@ -682,15 +689,13 @@ TEST_CASE("cuda: folded inference on the channels-last typed path") {
     expect_near(std::string("resnet18 folded eval logits [") + format_name(f) + "]",
                 folded->forward(x), plain->forward(x), 10 * tolerance(p));
   }
-  set_gpu_activations(Format{});
-  set_precision(Precision::FP32);
 }
 
 // conv_plan searches each distinct convolution once per process: ResNet-50's 53 convolutions
 // take fewer searches than convolutions, and a second model of the same shapes takes none.
 TEST_CASE("cuda: a convolution shape is searched once per process") {
   REQUIRE_GPU("conv plan cache");
-  set_precision(Precision::TF32);
+  const ExecConfig cfg = gpu_exec(Precision::kTf32);
   ModelOptions mo;
   mo.num_classes = 10;
   const Shape in{3, 3, 72, 72};  // a batch and size no other test plans ResNet-50 at
@@ -698,7 +703,7 @@ TEST_CASE("cuda: a convolution shape is searched once per process") {
   auto planned = [&] {
     auto m = build_model("resnet50", mo, 5);
     m->to(Device::CUDA);
-    m->plan(in);
+    m->plan(in, cfg);
     return m;
   };
   const int64_t before = g.conv_searches();
@@ -723,18 +728,16 @@ TEST_CASE("cuda: resnet18 in fp16 and bf16 stays near fp32") {
   ModelOptions mo;
   mo.num_classes = 10;
   auto cpu = build_model("resnet18", mo, 5);
-  cpu->plan({2, 3, 32, 32});
+  cpu->plan({2, 3, 32, 32}, testing::exec());
   const Tensor x = testing::random_tensor({2, 3, 32, 32}, 9);
   const Tensor want = cpu->forward(x);
-  for (Precision p : {Precision::FP16, Precision::BF16}) {
-    set_precision(p);
+  for (Precision p : {Precision::kFp16, Precision::kBf16}) {
     auto dev = build_model("resnet18", mo, 5);
     dev->to(Device::CUDA);
-    dev->plan({2, 3, 32, 32});
-    expect_near(std::string("resnet18 logits [") + gpu::precision_name(p) + "]",
+    dev->plan({2, 3, 32, 32}, gpu_exec(p));
+    expect_near(std::string("resnet18 logits [") + precision_name(p) + "]",
                 dev->forward(on_gpu_copy(x)), want, 10 * tolerance(p));
   }
-  set_precision(Precision::FP32);
 }
 
 TEST_CASE("cuda: fused SGD and AdamW over the slab match the CPU bit for bit") {
@@ -774,7 +777,7 @@ TEST_CASE("cuda: a training step allocates no device memory") {
   mo.num_classes = 10;
   auto m = build_model("resnet18", mo, 1);
   m->to(Device::CUDA);
-  m->plan({4, 3, 32, 32});
+  m->plan({4, 3, 32, 32}, gpu_exec(Precision::kFp32));
   SGD opt(m->params(), {.lr = 0.1, .momentum = 0.9});
   SoftmaxCrossEntropy xent;
   xent.plan(4, 10, Device::CUDA);
@@ -804,7 +807,7 @@ TEST_CASE("cuda: the per-layer profile times every layer's forward and backward 
   mo.num_classes = 10;
   auto m = build_model("resnet20", mo, 3);
   m->to(Device::CUDA);
-  m->plan({8, 3, 32, 32});
+  m->plan({8, 3, 32, 32}, gpu_exec(Precision::kFp32));
   m->set_training(true);
   const Tensor x = on_gpu_copy(testing::random_tensor({8, 3, 32, 32}, 8));
   const Tensor dl = on_gpu_copy(testing::random_tensor({8, 10}, 9));
@@ -897,7 +900,7 @@ TEST_CASE("cuda: channels-last conversions give the host's bits, and add into fl
   const Tensor x = testing::random_tensor(s, 31, -70000.f, 70000.f);
   const Tensor xg = on_gpu_copy(x);
   gpu::Backend& g = gpu::backend();
-  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+  for (Precision p : {Precision::kTf32, Precision::kBf16, Precision::kFp16}) {
     const Format f = nhwc_format(p);
     Tensor t = Tensor::empty(s, Device::CUDA, f);
     g.convert(t.raw(), f, xg.data(), Format{}, 3, 5, 7, 6, false);
@@ -932,10 +935,9 @@ TEST_CASE("cuda: the 8-bit input stage writes NHWC in the precision's type") {
   const std::vector<uint8_t> flips = {0, 1};
   InputStage plain(Device::CUDA, N, Shape{C, H, W});
   const Tensor want = to_host(plain.put_u8(pix.data(), flips, mean, stdv));
-  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+  for (Precision p : {Precision::kTf32, Precision::kBf16, Precision::kFp16}) {
     const Format f = nhwc_format(p);
-    set_gpu_activations(f);
-    InputStage typed(Device::CUDA, N, Shape{C, H, W});
+    InputStage typed(Device::CUDA, N, Shape{C, H, W}, f);
     const Tensor got = to_host(typed.put_u8(pix.data(), flips, mean, stdv));
     CHECK(got.format() == f);
     const Tensor w = convert_host(want, f);
@@ -943,14 +945,13 @@ TEST_CASE("cuda: the 8-bit input stage writes NHWC in the precision's type") {
     const Tensor again = to_host(typed.put(want));  // the float path: up, then converted
     CHECK(std::memcmp(again.raw(), w.raw(), w.bytes()) == 0);
   }
-  set_gpu_activations(Format{});
 }
 
 TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
   REQUIRE_GPU("nhwc layers");
-  for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
-    set_precision(p);
+  for (Precision p : {Precision::kTf32, Precision::kBf16, Precision::kFp16}) {
     const Format f = nhwc_format(p);
+    const ExecConfig gpu = gpu_exec(p, f);  // precision p, 4-D activations in f
     const double tol = tolerance(p);
     using C = Conv2dOptions;
     const std::vector<std::pair<std::string, C>> convs = {
@@ -963,36 +964,77 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
         {"conv 1x1 bias, 40 channels", C{.in_channels = 8, .out_channels = 40, .kernel = 1}},
     };
     for (const auto& [name, o] : convs)
-      check_unary<Conv2d>(name, [o = o] { return std::make_unique<Conv2d>(o); },
-                                Shape{4, o.in_channels, 13, 11}, tol, true, f);
+      check_unary<Conv2d>(
+          name, [o = o] { return std::make_unique<Conv2d>(o); }, Shape{4, o.in_channels, 13, 11},
+          tol, true, gpu);
     for (const Shape& s : {Shape{4, 6, 9, 7}, Shape{8, 3, 32, 32}, Shape{5, 2, 37, 41}, Shape{2, 4100, 2, 2}}) {
       const int64_t c = s[1];
-      check_unary<BatchNorm2d>("batchnorm train " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol, true, f);
-      check_unary<BatchNorm2d>("batchnorm eval " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol, false, f);
+      check_unary<BatchNorm2d>(
+          "batchnorm train " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol,
+          true, gpu);
+      check_unary<BatchNorm2d>(
+          "batchnorm eval " + s.str(), [c] { return std::make_unique<BatchNorm2d>(c); }, s, tol,
+          false, gpu);
     }
-    check_unary<ReLU>("relu", [] { return std::make_unique<ReLU>(); }, Shape{3, 5, 7, 7}, tol, true, f);
-    check_unary<MaxPool2d>("maxpool 3/2/1", [] { return std::make_unique<MaxPool2d>(3, 2, 1); }, Shape{2, 3, 11, 10}, tol, true, f);
-    check_unary<MaxPool2d>("maxpool ceil dilated", [] {
-      return std::make_unique<MaxPool2d>(MaxPool2dOptions{.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .dilation = {2, 1}, .ceil_mode = true});
-    }, Shape{2, 3, 12, 9}, tol, true, f);
-    check_unary<AvgPool2d>("avgpool 3/1/1 (Inception's branch pool)", [] {
-      return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}});
-    }, Shape{2, 5, 9, 8}, tol, true, f);
-    check_unary<AvgPool2d>("avgpool ceil no-pad-count", [] {
-      return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {3, 2}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true, .count_include_pad = false});
-    }, Shape{2, 3, 11, 10}, tol, true, f);
-    check_unary<AvgPool2d>("avgpool divisor", [] {
-      return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {2, 2}, .stride = {2, 2}, .divisor_override = 3});
-    }, Shape{2, 6, 8, 8}, tol, true, f);
-    check_unary<AdaptiveAvgPool2d>("adaptive 7->1", [] { return std::make_unique<AdaptiveAvgPool2d>(1); }, Shape{2, 64, 7, 7}, tol, true, f);
-    check_unary<AdaptiveAvgPool2d>("adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7}, tol, true, f);
-    check_unary<Flatten>("flatten 1x1", [] { return std::make_unique<Flatten>(); }, Shape{3, 40, 1, 1}, tol, true, f);
-    check_unary<Flatten>("flatten 3x2 (NCHW order out)", [] { return std::make_unique<Flatten>(); }, Shape{3, 4, 3, 2}, tol, true, f);
-    check_unary<Dropout>("dropout (the CPU's mask by NCHW index)", [] {
-      auto d = std::make_unique<Dropout>(0.3f);
-      d->set_draw(7, 3, 100);
-      return d;
-    }, Shape{4, 3, 5, 5}, tol, true, f);
+    check_unary<ReLU>(
+        "relu", [] { return std::make_unique<ReLU>(); }, Shape{3, 5, 7, 7}, tol, true, gpu);
+    check_unary<MaxPool2d>(
+        "maxpool 3/2/1", [] { return std::make_unique<MaxPool2d>(3, 2, 1); }, Shape{2, 3, 11, 10},
+        tol, true, gpu);
+    check_unary<MaxPool2d>(
+        "maxpool ceil dilated",
+        [] {
+          return std::make_unique<MaxPool2d>(MaxPool2dOptions{.kernel = {3, 2},
+                                                              .stride = {2, 2},
+                                                              .padding = {1, 1},
+                                                              .dilation = {2, 1},
+                                                              .ceil_mode = true});
+        },
+        Shape{2, 3, 12, 9}, tol, true, gpu);
+    check_unary<AvgPool2d>(
+        "avgpool 3/1/1 (Inception's branch pool)",
+        [] {
+          return std::make_unique<AvgPool2d>(
+              AvgPool2dOptions{.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}});
+        },
+        Shape{2, 5, 9, 8}, tol, true, gpu);
+    check_unary<AvgPool2d>(
+        "avgpool ceil no-pad-count",
+        [] {
+          return std::make_unique<AvgPool2d>(AvgPool2dOptions{.kernel = {3, 2},
+                                                              .stride = {2, 2},
+                                                              .padding = {1, 1},
+                                                              .ceil_mode = true,
+                                                              .count_include_pad = false});
+        },
+        Shape{2, 3, 11, 10}, tol, true, gpu);
+    check_unary<AvgPool2d>(
+        "avgpool divisor",
+        [] {
+          return std::make_unique<AvgPool2d>(
+              AvgPool2dOptions{.kernel = {2, 2}, .stride = {2, 2}, .divisor_override = 3});
+        },
+        Shape{2, 6, 8, 8}, tol, true, gpu);
+    check_unary<AdaptiveAvgPool2d>(
+        "adaptive 7->1", [] { return std::make_unique<AdaptiveAvgPool2d>(1); }, Shape{2, 64, 7, 7},
+        tol, true, gpu);
+    check_unary<AdaptiveAvgPool2d>(
+        "adaptive 7->3", [] { return std::make_unique<AdaptiveAvgPool2d>(3); }, Shape{2, 4, 7, 7},
+        tol, true, gpu);
+    check_unary<Flatten>(
+        "flatten 1x1", [] { return std::make_unique<Flatten>(); }, Shape{3, 40, 1, 1}, tol, true,
+        gpu);
+    check_unary<Flatten>(
+        "flatten 3x2 (NCHW order out)", [] { return std::make_unique<Flatten>(); },
+        Shape{3, 4, 3, 2}, tol, true, gpu);
+    check_unary<Dropout>(
+        "dropout (the CPU's mask by NCHW index)",
+        [] {
+          auto d = std::make_unique<Dropout>(0.3f);
+          d->set_draw(7, 3, 100);
+          return d;
+        },
+        Shape{4, 3, 5, 5}, tol, true, gpu);
     {  // Concat of three parts along the channels, and its backward
       const Shape sa{3, 4, 5, 5}, sb{3, 2, 5, 5}, sc{3, 6, 5, 5}, so{3, 12, 5, 5};
       const Tensor a = rounded_to(testing::random_tensor(sa, 51), f), b = rounded_to(testing::random_tensor(sb, 52), f),
@@ -1026,11 +1068,8 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
     sg.to(Device::CUDA);
     bc.set_fused_relu(true);
     bg.set_fused_relu(true);
-    bc.plan(s);
-    {
-      const DeviceScope scope(Device::CUDA);
-      bg.plan(s);
-    }
+    bc.plan(s, testing::exec());
+    bg.plan(s, gpu);
     const Tensor x = rounded_to(testing::random_tensor(s, 41), f), r = rounded_to(testing::random_tensor(s, 42), f);
     Tensor y = Tensor::empty(s), yg = Tensor::empty(s, Device::CUDA, f);
     bc.forward(y, x, r);
@@ -1044,7 +1083,6 @@ TEST_CASE("cuda: every layer of the channels-last typed path matches the CPU") {
     expect_near_typed("batchnorm + add + relu backward", dxg, dx, tol);
     expect_near_entries("batchnorm + add + relu parameter gradients", sc, sg.grads(), sc.grads(), tol);
   }
-  set_precision(Precision::FP32);
 }
 
 // Whole models on the typed path: logits near the CPU's float32 ones (as the fp16/bf16 test
@@ -1060,16 +1098,14 @@ TEST_CASE("cuda: every model the channels-last typed path covers trains on it") 
     mo.aux_dropout = 0.f;
     const int hw = std::max(32, model_spec(name).min_size);
     const Shape in{4, 3, hw, hw};
-    for (Precision p : {Precision::TF32, Precision::BF16, Precision::FP16}) {
+    for (Precision p : {Precision::kTf32, Precision::kBf16, Precision::kFp16}) {
       auto cpu = build_model(name, mo, 5);  // fresh running statistics, as dev's
-      cpu->plan(in);
-      set_precision(p);
+      cpu->plan(in, testing::exec());
       const Format f = nhwc_format(p);
-      set_gpu_activations(f);
       const std::string tag = std::string(name) + " [" + format_name(f) + "]";
       auto dev = build_model(name, mo, 5);
       dev->to(Device::CUDA);
-      dev->plan(in);
+      dev->plan(in, gpu_exec(p, f));  // precision p, 4-D activations in f
       const Tensor x = rounded_to(testing::random_tensor(in, 9), f);
       const Tensor xg = to_gpu_as(x, f);
       dev->set_training(false);  // eval logits first (no batch statistics, no auxiliary heads)
@@ -1116,8 +1152,6 @@ TEST_CASE("cuda: every model the channels-last typed path covers trains on it") 
       CHECK(losses.back() < losses.front());
     }
   }
-  set_gpu_activations(Format{});
-  set_precision(Precision::FP32);
 }
 
 }  // TEST_SUITE

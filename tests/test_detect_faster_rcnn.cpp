@@ -78,7 +78,7 @@ TEST_CASE("Faster R-CNN (ResNet-18 FPN) matches torchvision: losses, gradients, 
     t.labels = ref.read_i64("labels." + std::to_string(k));
     targets.push_back(t);
   }
-  model->plan(b.images.shape());
+  model->plan(b.images.shape(), exec());
 
   // Training: losses and gradients.
   model->set_training(true);

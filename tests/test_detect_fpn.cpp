@@ -49,7 +49,7 @@ void check_fpn(const std::string& body, int trainable, int64_t n, int64_t h, int
   for (const TensorInfo& t : ref.tensors()) expected += t.name.starts_with("grad.") ? 1 : 0;
 
   const Shape in_shape{n, 3, h, w};
-  const std::vector<Shape> shapes = net.plan(in_shape);
+  const std::vector<Shape> shapes = net.plan(in_shape, exec());
   REQUIRE(shapes.size() == 5u);
   net.set_training(true);
   Tensor x = Tensor::empty(in_shape);
@@ -163,7 +163,7 @@ TEST_CASE("RPN head: one set of parameters over five levels matches torchvision'
     ref.read(feats.back(), "feature." + std::to_string(l));
     dfeat.push_back(Tensor::empty(shapes.back()));
   }
-  head.plan(shapes);
+  head.plan(shapes, exec());
   head.set_training(true);
   head.forward(feats);
   for (size_t l = 0; l < sizes.size(); ++l) {

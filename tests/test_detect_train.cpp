@@ -53,7 +53,7 @@ std::vector<std::array<double, 4>> train(const data::DetectionSet& set, int step
     const std::vector<int64_t> idx = {(2 * step) % n, (2 * step + 1) % n};
     detect::make_detection_batch(batch, set, idx, {step % 2 == 1, false}, o.transform);
     if (batch.images.shape() != planned) {
-      model->plan(batch.images.shape());
+      model->plan(batch.images.shape(), exec());
       planned = batch.images.shape();
     }
     model->set_training(true);

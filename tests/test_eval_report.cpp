@@ -262,7 +262,7 @@ TEST_CASE("eval report: JSON keys and values") {
   std::set<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.insert(it.key());
   CHECK(keys == std::set<std::string>{"mode", "ranks", "layout", "stage_ranks", "model", "weights", "dataset", "batch_size",
-                                      "threads", "device", "node_cpus", "node_ranks", "classes", "evaluated", "skipped",
+                                      "threads", "device", "execution", "node_cpus", "node_ranks", "classes", "evaluated", "skipped",
                                       "top1", "top5", "confusion",
                                       "per_class", "wall_s", "images_per_s", "latency_s", "stages",
                                       "baseline", "sequential_images_per_s", "speedup", "mismatches_vs_sequential",

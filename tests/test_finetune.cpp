@@ -39,7 +39,7 @@ std::unique_ptr<Model> resnet20(int classes, uint64_t seed, int in_channels = 3)
 // One forward and backward of a random batch (N, C, 8, 8), gradients zeroed first.
 void forward_backward(Model& m, uint64_t seed, int n = 4) {
   const int c = m.options().in_channels;
-  if (m.planned_input().ndim == 0) m.plan(Shape{n, c, 8, 8});
+  if (m.planned_input().ndim == 0) m.plan(Shape{n, c, 8, 8}, testing::exec());
   const Tensor x = testing::random_tensor(Shape{n, c, 8, 8}, seed);
   const Tensor& logits = m.forward(x);
   SoftmaxCrossEntropy xent;
@@ -189,7 +189,7 @@ TEST_CASE("finetune: backward stops below the lowest trainable layer; a frozen l
   for (Layer* l : {static_cast<Layer*>(&a), static_cast<Layer*>(&b), static_cast<Layer*>(&c)})
     l->reset_parameters(1);
   counter.set_param_state(false, false);
-  seq.plan(Shape{2, 4});
+  seq.plan(Shape{2, 4}, testing::exec());
   const Tensor x = testing::random_tensor(Shape{2, 4}, 3);
   const Tensor dy = testing::random_tensor(Shape{2, 3}, 4);
   auto step = [&] {
@@ -283,7 +283,7 @@ TEST_CASE("finetune: --freeze-backbone, --freeze-bn, and nothing left to train")
 
   // The same input in eval mode gives the same logits: BatchNorm normalised with running stats.
   const auto e = resnet20(10, 3);
-  e->plan(Shape{4, 3, 8, 8});
+  e->plan(Shape{4, 3, 8, 8}, testing::exec());
   e->set_training(false);
   const Tensor x = testing::random_tensor(Shape{4, 3, 8, 8}, 9);
   CHECK(bit_equal(e->forward(x), m->forward(x)));
@@ -333,7 +333,7 @@ TEST_CASE("finetune: with auxiliary heads, backward also stops below the lowest 
   store.allocate();
   for (Linear* l : {&a, &b, &h}) l->reset_parameters(1);
   for (CountingLayer* c : {&c0, &c1, &ch}) c->set_param_state(false, false);
-  net.plan(Shape{2, 4});
+  net.plan(Shape{2, 4}, testing::exec());
   const Tensor x = testing::random_tensor(Shape{2, 4}, 3);
   const Tensor dy = testing::random_tensor(Shape{2, 3}, 4), dh = testing::random_tensor(Shape{2, 3}, 5);
   const std::vector<const Tensor*> dheads = {&dh};

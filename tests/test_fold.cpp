@@ -1,14 +1,14 @@
 // Folding an eval-mode BatchNorm2d into the Conv2d before it (layers/fold_math.h, the per-element
 // math kernels/fold.cu runs for GPU inference), checked on the host without a GPU: the CPU
 // Conv2d run on the folded w', b' against conv-then-BatchNorm computed in double, within a
-// float32 bound derived below; and the opt-in switch (layers/fusion.h), which never changes a CPU
-// model. The GPU path itself (FoldedConv, the fused cuDNN call) is tests/test_cuda.cpp's.
+// float32 bound derived below; and the opt-in switch (ExecConfig::fold, core/exec.h), which never
+// changes a CPU model. The GPU path itself (FoldedConv, the fused cuDNN call) is
+// tests/test_cuda.cpp's.
 #include <cmath>
 #include <cstring>
 
 #include "layers/conv2d.h"
 #include "layers/fold_math.h"
-#include "layers/fusion.h"
 #include "models/registry.h"
 #include "testing.h"
 
@@ -27,7 +27,7 @@ struct Conv {
                            .bias = bias}) {
     conv.register_state(store, "conv.");
     store.allocate();
-    conv.plan(x);
+    conv.plan(x, testing::exec());
   }
 };
 
@@ -155,15 +155,14 @@ TEST_CASE("fold: a bias-less convolution's folded bias is BatchNorm's own shift,
 }
 
 TEST_CASE("fold: the switch is GPU-only, and a CPU model with it on computes the same bits") {
-  set_gpu_fold(false);
-  CHECK(!fold_enabled());
-  {
-    const DeviceScope gpu(Device::CUDA);
-    CHECK(!fold_enabled());  // opt-in: off by default
-    set_gpu_fold(true);
-    CHECK(fold_enabled());
-  }
-  CHECK(!fold_enabled());  // never on the CPU
+  ExecConfig gpu = testing::exec();
+  gpu.device = Device::CUDA;
+  CHECK(!gpu.folds());  // opt-in: off by default
+  gpu.fold = true;
+  CHECK(gpu.folds());
+  ExecConfig cpu = testing::exec();
+  cpu.fold = true;
+  CHECK(!cpu.folds());  // never on the CPU
 
   // resnet18 (stem and downsample Sequentials, residual blocks) in eval mode with non-trivial
   // BatchNorm statistics: the same logits and the same state with the switch on and off.
@@ -172,17 +171,16 @@ TEST_CASE("fold: the switch is GPU-only, and a CPU model with it on computes the
   const Tensor x = random_tensor({2, 3, 32, 32}, 9);
   std::vector<float> logits[2], state[2];
   for (const bool on : {false, true}) {
-    set_gpu_fold(on);
+    cpu.fold = on;
     auto m = build_model("resnet18", mo, 5);
     fill_uniform(m->params().buffers(), 12, 0.5f, 1.5f);  // running means and variances
     m->set_training(false);
-    m->plan({2, 3, 32, 32});
+    m->plan({2, 3, 32, 32}, cpu);
     const Tensor& y = m->forward(x);
     logits[on].assign(y.data(), y.data() + y.numel());
     const Tensor& v = m->params().values();
     state[on].assign(v.data(), v.data() + v.numel());
   }
-  set_gpu_fold(false);
   CHECK(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)) == 0);
   CHECK(state[0] == state[1]);
 }

@@ -118,27 +118,26 @@ TEST_CASE("format: a typed tensor refuses data(), and its views count bytes") {
             .find("copy_from: bf16 NHWC into f32 NCHW") != std::string::npos);
 }
 
-TEST_CASE("format: an activation scope types 4-D activations only, and block buffers follow it") {
-  CHECK(activation_format().plain());
+TEST_CASE("format: a config's activation format types 4-D activations only") {
+  CHECK(ExecConfig{}.activations.plain());
   const Format f{Elem::F16, Order::NHWC};
-  {
-    const ActivationScope scope(f);
-    CHECK(Tensor::activation({2, 3, 4, 4}).format() == f);
-    CHECK(Tensor::activation({2, 48}).format().plain());  // logits, the classifier head
-    CHECK(Tensor::activation_format_for({1, 2, 3}).plain());
-  }
-  CHECK(activation_format().plain());
-  CHECK(Tensor::activation({2, 3, 4, 4}).format().plain());
+  ExecConfig cfg;
+  cfg.activations = f;
+  CHECK(cfg.activation({2, 3, 4, 4}).format() == f);
+  CHECK(cfg.activation({2, 48}).format().plain());  // logits, the classifier head
+  CHECK(cfg.format_for({1, 2, 3}).plain());
+  CHECK(ExecConfig{}.activation({2, 3, 4, 4}).format().plain());
 }
 
 TEST_CASE("format: --gpu-layout nhwc off the GPU, and a layer without the path, refuse by name") {
-  std::string e = error_of([] { (void)choose_device("cpu", "fp32", false, 0, "nhwc"); });
+  std::string e = error_of([] {
+    (void)make_exec_config({.device = "cpu", .precision = "fp32", .gpu_layout = "nhwc"}, 0);
+  });
   CHECK(e.find("--gpu-layout nhwc: the model runs on the CPU (--device cpu)") == 0);
-  e = error_of([] { (void)choose_device("cpu", "fp32", false, 0, "chw"); });
+  e = error_of([] { (void)make_exec_config({.device = "cpu", .gpu_layout = "chw"}, 0); });
   CHECK(e == "--gpu-layout: 'chw' is not a layout (accepted: nchw, nhwc)");
-  const DeviceChoice c = choose_device("cpu", "fp32", false, 0, "nchw");
+  const ExecConfig c = make_exec_config({.device = "cpu", .precision = "fp32"}, 0);
   CHECK(c.activations.plain());
-  CHECK(gpu_activations().plain());
   // A CPU layer given a typed tensor: the element type is refused before any arithmetic.
   const Format f{Elem::BF16, Order::NHWC};
   Tensor x = Tensor::empty({2, 3, 1, 1}, Device::CPU, f), y = Tensor::empty({2, 3});

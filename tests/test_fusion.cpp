@@ -1,15 +1,14 @@
-// Fusion (layers/fusion.h) changes passes, never numbers: BatchNorm with its ReLU, and with a
-// residual add and ReLU, against the separate layers, and whole models fused against unfused,
-// compared bit for bit (forward, backward, running statistics, eval mode).
+// Fusion (ExecConfig::fusion, core/exec.h) changes passes, never numbers: BatchNorm with its ReLU,
+// and with a residual add and ReLU, against the separate layers, and whole models fused against
+// unfused, compared bit for bit (forward, backward, running statistics, eval mode).
 #include <string>
 #include <vector>
 
 #include "layers/add.h"
 #include "layers/batchnorm.h"
-#include "layers/fusion.h"
 #include "layers/relu.h"
-#include "models/registry.h"
 #include "model_step.h"
+#include "models/registry.h"
 #include "testing.h"
 
 using namespace mpicnn;
@@ -17,12 +16,6 @@ using mpicnn::testing::random_tensor;
 using mpicnn::testing::same_bits;
 
 namespace {
-
-// Restores the switch however the test case ends.
-struct FusionSwitch {
-  explicit FusionSwitch(bool on) { set_fusion(on); }
-  ~FusionSwitch() { set_fusion(true); }
-};
 
 struct BnSetup {
   ParamStore store;
@@ -102,14 +95,15 @@ TEST_CASE("fusion: fused and unfused models train and evaluate to the same bits"
     const Tensor x = random_tensor(in, 7);
     const std::vector<int32_t> targets{1, 3};
     auto run = [&](bool fused) {
-      FusionSwitch sw(fused);
+      ExecConfig cfg = testing::exec();
+      cfg.fusion = fused;
       auto model = build_model(spec.name, {.num_classes = 5, .dropout = 0.f, .aux_dropout = 0.f}, 3);
-      const Shape out = model->plan(in);
+      const Shape out = model->plan(in, cfg);
       int fused_bns = 0;
       model->root().for_each_layer([&](Layer& l, const std::string&) {
         if (auto* bn = dynamic_cast<BatchNorm2d*>(&l)) fused_bns += bn->fused_relu();
       });
-      CHECK((fused_bns > 0) == fused);  // the switch reaches every model
+      CHECK((fused_bns > 0) == fused);  // the config reaches every model
       return testing::step_and_eval(*model, x, targets, out);
     };
     testing::check_same_step(run(false), run(true));

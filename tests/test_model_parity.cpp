@@ -31,9 +31,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,8 +45,8 @@
 #include <sstream>
 #include <thread>
 
-#include "models/registry.h"
 #include "model_parity.h"
+#include "models/registry.h"
 #include "parity_run.h"
 #include "testing.h"
 

@@ -131,7 +131,7 @@ bool all_finite(const Tensor& t) {
 
 // Plans for n images of size s and runs a training-mode forward (zero input).
 void run_one_image(Model& m, int s, int64_t n = 1) {
-  m.plan({n, kInChannels, s, s});
+  m.plan({n, kInChannels, s, s}, exec());
   m.set_training(true);
   Tensor x = Tensor::zeros({n, kInChannels, s, s});
   const Tensor& y = m.forward(x);
@@ -428,7 +428,7 @@ TEST_CASE("auxiliary outputs: training mode only, in order, gradients through he
                          .aux_dropout = 0.f};
   auto m = build_model("googlenet", opt, 17);
   const int s = model_spec("googlenet").min_size;
-  m->plan({2, 3, s, s});
+  m->plan({2, 3, s, s}, exec());
   REQUIRE(m->aux_heads().size() == 2);
   CHECK(m->aux_heads()[0].name == "aux1");
   CHECK(m->aux_heads()[1].name == "aux2");
@@ -483,7 +483,7 @@ TEST_CASE("auxiliary heads: the gradient-ready hook reports only finished gradie
   // a head's parameters before the head's backward ran.
   auto m = build_model("googlenet", {.num_classes = kClasses, .in_channels = 3}, 19);
   const int s = model_spec("googlenet").min_size;
-  m->plan({2, 3, s, s});
+  m->plan({2, 3, s, s}, exec());
   const Tensor x = random_tensor({2, 3, s, s}, 8);
   const Tensor dl = random_tensor({2, kClasses}, 9);
   const Tensor da1 = random_tensor({2, kClasses}, 10), da2 = random_tensor({2, kClasses}, 11);
@@ -542,7 +542,7 @@ TEST_CASE("forward and backward at the smallest input: finite, shaped, allocatio
     }
     const int s = spec.min_size;
     const Shape in{2, 3, s, s};
-    CHECK(m->plan(in) == Shape{2, kClasses});
+    CHECK(m->plan(in, exec()) == Shape{2, kClasses});
     Tensor x = random_tensor(in, 1);
     Tensor dlogits = random_tensor({2, kClasses}, 2);
     // One gradient per auxiliary head (GoogLeNet's two), in training mode.
@@ -618,8 +618,8 @@ TEST_CASE("inference-only plans: the same logits, bit for bit, as a training pla
     const Shape in{3, 3, s, s};
     Tensor x = random_tensor(in, 5);
     auto trained = make(name), inferred = make(name);
-    REQUIRE(trained->plan(in) == Shape{3, kClasses});
-    REQUIRE(inferred->plan(in, PlanFor::kInference) == Shape{3, kClasses});
+    REQUIRE(trained->plan(in, exec()) == Shape{3, kClasses});
+    REQUIRE(inferred->plan(in, exec().for_inference()) == Shape{3, kClasses});
     Tensor want = Tensor::empty({3, kClasses});
     want.copy_from(trained->forward(x));
     for (int pass = 0; pass < 2; ++pass) {  // the second reads buffers the first left behind
@@ -643,7 +643,7 @@ TEST_CASE("lenet and resnet20 take 28x28x1 (Fashion-MNIST) and 32x32x3 (CIFAR)")
   for (const char* name : {"lenet", "resnet20"}) {
     for (auto [c, s] : {std::pair{1, 28}, std::pair{3, 32}}) {
       auto m = build_model(name, {.num_classes = 10, .in_channels = c}, 1);
-      CHECK(m->plan({4, c, s, s}) == Shape{4, 10});
+      CHECK(m->plan({4, c, s, s}, exec()) == Shape{4, 10});
       Tensor x = random_tensor({4, c, s, s}, 3);
       CHECK(all_finite(m->forward(x)));
     }
@@ -662,7 +662,7 @@ namespace {
 // inputs and run on the first n of them.
 void check_block_gradients(const std::string& what, Module& block, ParamStore& store,
                            const Shape& planned, int64_t n) {
-  const Shape out_shape = block.plan(planned);
+  const Shape out_shape = block.plan(planned, exec());
   Shape in_shape = planned, w_shape = out_shape;
   in_shape.d[0] = n, w_shape.d[0] = n;
   block.set_training(true);
@@ -731,7 +731,7 @@ TEST_CASE("DenseBlock: gradients match finite differences (shared feature buffer
 
 TEST_CASE("per-layer profile: every layer of a forward and backward, once each, by its name") {
   auto m = build_model("resnet20", {.num_classes = kClasses, .in_channels = 3}, 3);
-  m->plan({2, 3, 32, 32});
+  m->plan({2, 3, 32, 32}, exec());
   m->set_training(true);
   const Tensor x = random_tensor({2, 3, 32, 32}, 8), dl = random_tensor({2, kClasses}, 9);
   profile::reset();
@@ -771,7 +771,7 @@ TEST_CASE("Sequential backward_over: the last BatchNorm's gradient over dout, th
     uint64_t seed = 62;
     for (const StateEntry& e : store.entries())
       if (e.kind == StateKind::Param) fill_uniform(*e.value, ++seed, 0.5f, 1.5f);
-    const Shape out = s->plan(in);
+    const Shape out = s->plan(in, exec());
     s->set_training(true);
     s->forward(x);
     const Tensor dy = random_tensor(out, 70);
@@ -796,4 +796,43 @@ TEST_CASE("Sequential backward_over: the last BatchNorm's gradient over dout, th
   for (size_t i = 0; i < half; ++i)
     CHECK(std::memcmp(got[i].data(), got[half + i].data(),
                       size_t(got[i].numel()) * sizeof(real)) == 0);
+}
+
+// Model::explain_plan: one aligned line per layer with a choice (convolutions, linear layers),
+// under the layer's torchvision name; DenseNet's bottleneck convolutions say that their block
+// runs them.
+TEST_CASE("models: explain_plan lists each convolution's and linear layer's implementation") {
+  // The words after the layer's name and kind on its line ("" when it has no line).
+  const auto note_of = [](const std::string& plan, const std::string& name,
+                          const std::string& kind) {
+    for (size_t at = 0; at < plan.size();) {
+      const size_t end = plan.find('\n', at);
+      const std::string line = plan.substr(at, end - at);
+      at = end + 1;
+      if (line.rfind(name + " ", 0) != 0) continue;
+      const size_t k = line.find("  " + kind + "  ");
+      return k == std::string::npos ? std::string("(no ") + kind + ")" : line.substr(k + kind.size() + 4);
+    }
+    return std::string();
+  };
+  ModelOptions mo;
+  mo.num_classes = 10;
+  auto r = build_model("resnet18", mo, 1);
+  r->plan({2, 3, 40, 40}, exec());
+  const std::string plan = r->explain_plan();
+  INFO(plan);
+  int convs = 0, lines = 0;
+  for (size_t at = 0; (at = plan.find('\n', at)) != std::string::npos; ++at) ++lines;
+  for (size_t at = 0; (at = plan.find("  Conv2d  ", at)) != std::string::npos; ++at) ++convs;
+  CHECK(convs == 20);  // stem, 16 in the blocks, 3 downsamples
+  CHECK(lines == 21);  // and fc
+  const std::string direct = exec().isa == DirectIsa::kNone
+                                 ? std::string("im2col")
+                                 : std::string("direct ") + direct_isa_name(exec().isa);
+  CHECK(note_of(plan, "layer2.0.downsample.0", "Conv2d").rfind(direct, 0) == 0);
+  CHECK(note_of(plan, "fc", "Linear") == "fp32 GEMM");
+  auto d = build_model("densenet121", mo, 1);
+  d->plan({1, 3, 32, 32}, exec());
+  CHECK(note_of(d->explain_plan(), "features.denseblock1.denselayer1.conv1", "Conv2d") ==
+        "fp32 GEMM run by its block");
 }

@@ -305,13 +305,19 @@ TEST_CASE("pipeline eval: --stages auto measures the stages, picks a layout, pre
 TEST_CASE("pipeline eval: --precision bf16 on the CPU: bf16 GEMMs, the same predictions on every layout") {
   Fixture& f = fixture();
   const auto fp32 = run_program("pipeline_eval", eval_args(f.dir / "fp32-seq", {"--limit", "40", "--sequential"}));
-  const auto bf16 = run_program("pipeline_eval", eval_args(f.dir / "bf16-seq", {"--limit", "40", "--sequential", "--precision", "bf16"}));
+  const auto bf16 = run_program("pipeline_eval", eval_args(f.dir / "bf16-seq", {"--limit", "40", "--sequential", "--precision", "bf16",
+                                                                              "--explain-plan"}));
   REQUIRE_MESSAGE(fp32.rc == 0, fp32.output);
   REQUIRE_MESSAGE(bf16.rc == 0, bf16.output);
   const json a = read_json(f.dir / "fp32-seq/report.json"), b = read_json(f.dir / "bf16-seq/report.json");
   CHECK(a["device"] == "cpu");
   CHECK(b["device"].get<std::string>().rfind("cpu, bf16 GEMMs", 0) == 0);
   CHECK(bf16.output.find("per predictor, cpu, bf16 GEMMs") != std::string::npos);
+  // The predicting rank's execution config (an inference plan), and its plan per layer when asked.
+  CHECK(b["execution"].get<std::string>().rfind("cpu bf16, inference, ", 0) == 0);
+  CHECK(bf16.output.find("  plan, per layer:\n    ") != std::string::npos);
+  CHECK(bf16.output.find("  Conv2d  ") != std::string::npos);
+  CHECK(fp32.output.find("plan, per layer") == std::string::npos);
   // bf16 ran: the scores moved (inputs and weights rounded to 8 bits of mantissa), the
   // predictions barely (accuracy within 5 points on 40 images).
   const std::string want = read_text(f.dir / "bf16-seq/predictions.csv");

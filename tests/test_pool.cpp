@@ -151,7 +151,7 @@ TEST_CASE("MaxPool2d forward matches reference and gradient checks") {
     const std::string tag = "maxpool case " + std::to_string(&c - cfgs) + " " + c.in.str();
     MaxPool2d pool(c.options());
     REQUIRE(pool.output_shape(c.in) == c.out());
-    pool.plan(c.in);
+    pool.plan(c.in, exec());
     Tensor x = random_tensor(c.in, 11), y = poisoned(c.out());
     pool.forward(y, x);
     expect_close(tag + " forward", y, max_ref(to_double(x), c), 0, 0);
@@ -172,7 +172,7 @@ TEST_CASE("MaxPool2d default stride, square form and a batch below the planned o
   CHECK(square.options().padding == std::array<int, 2>{1, 1});
 
   const MaxCfg c{{4, 32, 17, 17}, 3, 3, 2, 2, 1, 1, 1, 1, false};  // 2 of 4: OpenMP path
-  square.plan(c.in);
+  square.plan(c.in, exec());
   Tensor x_all = random_tensor(c.in, 21);
   Tensor x = x_all.slice0(0, 2);
   MaxCfg small = c;
@@ -190,7 +190,7 @@ TEST_CASE("MaxPool2d default stride, square form and a batch below the planned o
 TEST_CASE("MaxPool2d follows PyTorch on ties, NaN and -inf") {
   MaxPool2d pool(MaxPool2dOptions{.kernel = {2, 2}, .stride = {1, 1}});
   const Shape s{1, 3, 3, 3};
-  pool.plan(s);
+  pool.plan(s, exec());
   Tensor x = Tensor::empty(s), y = Tensor::empty({1, 3, 2, 2}), dx = Tensor::empty(s);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
@@ -223,7 +223,7 @@ TEST_CASE("MaxPool2d window with no input cell gives -inf and no gradient") {
                                   .dilation = {3, 1}});
   const Shape s{1, 1, 2, 4};
   REQUIRE(pool.output_shape(s) == Shape{1, 1, 1, 4});
-  pool.plan(s);
+  pool.plan(s, exec());
   Tensor x = random_tensor(s, 5), y = Tensor::empty({1, 1, 1, 4}), dx = poisoned(s);
   pool.forward(y, x);
   Tensor dy = Tensor::empty(y.shape());
@@ -306,9 +306,9 @@ TEST_CASE("Pooling layers reject bad configurations and shapes with clear errors
     expect_error_labelled("max no plan", [&] { p.forward(y, x); }, "forward before plan()");
     Tensor dx = Tensor::empty(x.shape());
     expect_error_labelled("max no forward", [&] { p.backward(dx, y, x, y); }, "backward before forward");
-    p.plan({1, 1, 4, 4});
+    p.plan({1, 1, 4, 4}, exec());
     expect_error_labelled("max over plan", [&] { p.forward(y, x); }, "does not fit the planned");
-    p.plan({2, 1, 4, 4});
+    p.plan({2, 1, 4, 4}, exec());
     Tensor bad = Tensor::empty({2, 1, 3, 3});
     expect_error_labelled("max out shape", [&] { p.forward(bad, x); }, "out has shape (2, 1, 3, 3)");
   }
@@ -449,7 +449,7 @@ TEST_CASE("Pooling layers match PyTorch forward and backward") {
     const ParityCase& c = cases[k];
     auto layer = make_layer(c);
     const Shape os = layer->output_shape(c.in);
-    layer->plan(c.in);
+    layer->plan(c.in, exec());
     Tensor x = parity_input(c, 100 + k), dy = random_tensor(os, 200 + k);
     Tensor y = poisoned(os), dx = poisoned(c.in);
     layer->forward(y, x);

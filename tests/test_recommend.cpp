@@ -31,7 +31,7 @@ RunConfig synthetic_config(const std::string& model, int ranks, int threads, int
     ModelOptions mo;
     mo.num_classes = 10;
     auto m = build_model(model, mo, 0);
-    m->plan(Shape{2, 3, 32, 32});
+    m->plan(Shape{2, 3, 32, 32}, testing::exec());
     facts[model] = {double(m->forward_macs()), double(m->params().num_params())};
   }
   RunConfig c;

@@ -77,7 +77,7 @@ struct TinyNet {
 
     x = random_tensor({N, 3, 16, 16}, 1);
     auto plan = [](UnaryLayer& l, const Tensor& in, Tensor& out, Tensor& dout) {
-      l.plan(in.shape());
+      l.plan(in.shape(), exec());
       out = Tensor::empty(l.output_shape(in.shape()));
       dout = Tensor::empty(out.shape());
     };

@@ -148,19 +148,31 @@ TEST_CASE("train CLI: --progress none prints no epoch lines, but the closing lin
 }
 
 // --precision bf16 on the CPU: the convolutions and linear layers multiply bf16-rounded inputs
-// (layers/cpu_precision.h), the header says which path, the checkpoint records the precision
+// (core/precision.h), the header says which path, the checkpoint records the precision
 // (a resume keeps it), and the weights differ from an fp32 run's (bf16 ran, not fp32 under its
 // name). Precisions the CPU has not are one line.
 TEST_CASE("train CLI: --precision bf16 on the CPU") {
   TempDir dir;
-  const auto bf = run_program("train", with(kSmall, {"--epochs", "1", "--precision", "bf16", "-s", dir / "bf"}));
+  const auto bf = run_program("train", with(kSmall, {"--epochs", "1", "--precision", "bf16",
+                                                     "--explain-plan", "-s", dir / "bf"}));
   INFO(bf.output);
   REQUIRE(bf.rc == 0);
   CHECK(bf.output.find("device cpu, bf16 GEMMs ") != std::string::npos);  // native or emulated
+  CHECK(bf.output.find("execution: cpu bf16, training, ") != std::string::npos);
   CHECK(read_json(dir / "bf/summary.json")["params"]["precision"] == "bf16");
+  // The plan as the run took it: in its header per layer (LeNet's convolutions and linear
+  // layers), and in trainer.json.
+  CHECK(bf.output.find("plan, per layer:\n    conv1  Conv2d  ") != std::string::npos);
+  CHECK(bf.output.find("  Linear  bf16 GEMM\n") != std::string::npos);
+  const json exec = read_json(dir / "bf/latest/trainer.json")["execution"];
+  CHECK(exec["precision"] == "bf16");
+  CHECK(exec["device"] == "cpu");
+  CHECK(exec["inference"] == false);
   const auto fp = run_program("train", with(kSmall, {"--epochs", "1", "-s", dir / "fp"}));
   REQUIRE(fp.rc == 0);
   CHECK(fp.output.find("device cpu\n") != std::string::npos);
+  CHECK(fp.output.find("execution: cpu fp32, training, ") != std::string::npos);
+  CHECK(fp.output.find("plan, per layer") == std::string::npos);  // only when asked
   std::ifstream a(dir / "bf/latest/model.safetensors", std::ios::binary), b(dir / "fp/latest/model.safetensors", std::ios::binary);
   const std::string wa{std::istreambuf_iterator<char>(a), {}}, wb{std::istreambuf_iterator<char>(b), {}};
   CHECK(wa.size() == wb.size());

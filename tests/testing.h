@@ -9,9 +9,11 @@
 // Include this header after engine headers: it replaces the engine's CHECK and FAIL with
 // doctest's (the engine's stay available as MPICNN_CHECK and MPICNN_FAIL).
 #pragma once
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include <sys/wait.h>
-
 #include "core/common_flags.h"
+#include "core/device.h"
+#include "core/exec.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -30,6 +32,20 @@
 #include <doctest/doctest.h>
 
 namespace mpicnn::testing {
+
+// The execution config tests plan with (core/exec.h): the CPU, fp32, a training plan, with the
+// environment's overrides applied once (core/device.h's exec_overrides: `MPICNN_CONV_ISA=avx2
+// make test` runs every test on the AVX2 kernels, `MPICNN_BF16=emulated` every bf16 one on the
+// emulated kernels). A test that needs another precision or plan copies it and changes that.
+inline const ExecConfig& exec() {
+  static const ExecConfig c = exec_overrides(ExecConfig{});
+  return c;
+}
+inline ExecConfig exec_in(Precision p) {
+  ExecConfig c = exec();
+  c.precision = p;
+  return c;
+}
 
 // For a case that cannot run here and returns early: prints "SKIP: what: why", which
 // tests/run_all.sh counts as skipped rather than passed (tests/README.md lists, per CPU kind,

@@ -18,20 +18,15 @@
 #include <cstdlib>
 
 #include "core/check.h"
+#include "core/gemm_bf16.h"
 #include "core/gpu.h"
 
 namespace mpicnn {
 
 namespace {
 
-GemmBackend initial_backend() {
-  const char* env = std::getenv("MPICNN_GEMM");
-  if (env && *env) return parse_gemm_backend(env);
-  return GemmBackend::kOpenBlas;
-}
-
 std::atomic<GemmBackend>& backend_slot() {
-  static std::atomic<GemmBackend> slot{initial_backend()};
+  static std::atomic<GemmBackend> slot{GemmBackend::kOpenBlas};
   return slot;
 }
 
@@ -106,10 +101,18 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, real alpha, const rea
              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm(Device device, bool trans_a, bool trans_b, int M, int N, int K, real alpha,
-          const real* A, int lda, const real* B, int ldb, real beta, real* C, int ldc) {
+void gemm_in(Device device, Precision precision, bool trans_a, bool trans_b, int M, int N, int K,
+             real alpha, const real* A, int lda, const real* B, int ldb, real beta, real* C,
+             int ldc) {
   if (device == Device::CUDA)
-    return gpu::backend().gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gpu::backend().gemm(precision, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                               ldc);
+#if !(defined(MPICNN_F64) && MPICNN_F64)
+  if (precision == Precision::kBf16)
+    return gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+  CHECK(precision == Precision::kFp32, "gemm_in: ", precision_name(precision),
+        " on the CPU (fp32, or bf16 in the float build)");
   gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

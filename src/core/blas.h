@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 
+#include "core/precision.h"
 #include "core/real.h"
 #include "core/tensor.h"
 
@@ -15,7 +16,7 @@ namespace mpicnn {
 // older set (AVX2). bench/RESULTS.md measures both on the convolution shapes.
 enum class GemmBackend { kEigen, kOpenBlas };
 
-// Process-wide; the default comes from MPICNN_GEMM=eigen|openblas, else kOpenBlas. Both give
+// Process-wide; kOpenBlas unless set_gemm_backend (core/device.h: MPICNN_GEMM=eigen). Both give
 // deterministic results for a fixed thread count, but not the same bits as each other.
 // Both pass the PyTorch parity suite (tests/README.md: its float32 tolerances follow PyTorch's
 // own rounding spread). OpenBLAS stays the default until the CPU speed work measures which is
@@ -29,10 +30,13 @@ const char* gemm_backend_name(GemmBackend backend);
 // (untransposed) matrices. Threads: the OpenMP pool (set_num_threads).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, real alpha, const real* A, int lda,
            const real* B, int ldb, real beta, real* C, int ldc);
-// The same GEMM on `device`, where A, B and C all live: the one above on the CPU, the GPU
-// backend's on CUDA (kernels/blas.cu: cuBLAS under the session's precision; float builds only,
-// the f64 test build has no GPU backend). For code whose buffers follow the model's device.
-void gemm(Device device, bool trans_a, bool trans_b, int M, int N, int K, real alpha,
-          const real* A, int lda, const real* B, int ldb, real beta, real* C, int ldc);
+// The same GEMM on `device`, where A, B and C all live, in `precision` (core/precision.h): on the
+// CPU the one above (fp32) or core/gemm_bf16.h's (bf16: inputs rounded to bfloat16, float32
+// sums; the float build only); on CUDA the GPU backend's (kernels/blas.cu: cuBLAS in that
+// precision; float builds only, the f64 test build has no GPU backend). For the layers that call
+// GEMMs themselves (Linear, Conv2d's im2col path, DenseNet's 1x1 convolutions).
+void gemm_in(Device device, Precision precision, bool trans_a, bool trans_b, int M, int N, int K,
+             real alpha, const real* A, int lda, const real* B, int ldb, real beta, real* C,
+             int ldc);
 
 }  // namespace mpicnn

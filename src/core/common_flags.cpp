@@ -76,4 +76,11 @@ Shared<std::string> gpu_layout(const std::string& help_suffix) {
           [](const Given& g) { return to_choice(g, {"nchw", "nhwc"}); }};
 }
 
+Shared<bool> explain_plan(const std::string& help_suffix) {
+  return {{"explain-plan", "", "[=BOOL]", Kind::Switch,
+           "print, per layer, the implementation the plan chose and why (convolution kernels: "
+           "direct AVX-512/AVX2, im2col, Winograd, cuDNN; GEMM precision)" + help_suffix},
+          to_bool};
+}
+
 }  // namespace mpicnn::cli::common

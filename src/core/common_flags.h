@@ -19,5 +19,6 @@ Shared<double> timeout(const std::string& help_suffix = "");
 Shared<std::string> device(const std::string& help_suffix = "");
 Shared<std::string> precision(const std::string& help_suffix = "");
 Shared<std::string> gpu_layout(const std::string& help_suffix = "");
+Shared<bool> explain_plan(const std::string& help_suffix = "");
 
 }  // namespace mpicnn::cli::common

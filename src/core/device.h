@@ -1,44 +1,56 @@
-// Choosing the device a process computes on, once, from the --device and --precision flags:
-// auto takes the GPU when this build has the CUDA backend and a GPU is visible, else the CPU;
-// cuda without either is an error naming the flag (never a silent CPU run). Not the backend
-// itself (core/gpu.h) and not a per-layer choice: the whole model runs where this says.
+// The one place a process decides how it executes (core/exec.h): the device, from the --device
+// and --precision flags and the probe (auto takes the GPU when this build has the CUDA backend
+// and a GPU is visible, else the CPU; cuda without either is an error naming the flag, never a
+// silent CPU run), the precision and activations' layout, and the environment's overrides of
+// the kernels (for benchmarks and tests; nothing below the programs reads the environment).
+// Not the backend itself (core/gpu.h) and not a per-layer choice: the whole model runs where
+// this says, and its layers choose their kernels from the ExecConfig it returns.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
+#include "core/exec.h"
 #include "core/gpu.h"
 #include "core/tensor.h"
 
 namespace mpicnn {
 
-struct DeviceChoice {
-  Device device = Device::CPU;
-  gpu::Precision precision = gpu::Precision::FP32;
-  // On the CPU, --precision bf16: the convolutions' and linear layers' GEMMs multiply
-  // bf16-rounded inputs with float32 sums (layers/cpu_precision.h, which the caller sets before
-  // planning the model).
-  bool cpu_bf16 = false;
-  // On the GPU with --gpu-layout nhwc: the format of the model's 4-D activations (NHWC, in
-  // the precision's storage type); plain otherwise. Also set process-wide (gpu_activations).
-  Format activations;
-  std::string description;  // "cpu", "cpu, bf16 GEMMs (AVX512-BF16)" or "cuda: NVIDIA H100 ..., tf32"
+// What the programs' flags say about execution.
+struct ExecFlags {
+  std::string device = "auto";      // auto | cpu | cuda
+  std::string precision = "auto";   // auto | fp32 | tf32 | bf16 | fp16
+  std::string gpu_layout = "nchw";  // nchw | nhwc (nhwc needs the GPU)
+  bool deterministic = false;       // GPU: cuDNN's deterministic algorithms only
+  // The option names errors give.
+  std::string device_flag = "--device", precision_flag = "--precision";
 };
 
-// device: auto | cpu | cuda; precision: auto | fp32 | tf32 | bf16 | fp16 (auto: tf32 on the
-// GPU, fp32 on the CPU; the CPU takes fp32 and bf16, the latter on AVX512-BF16 where the CPU has
-// it, else emulated in float32 with the same bits, slower); deterministic: cuDNN's deterministic
-// algorithms only. On the GPU, selects device local_rank % visible GPUs (one GPU per rank on
-// a node) and applies the settings. `device_flag` / `precision_flag` name the options in errors.
-// gpu_layout: nchw | nhwc (--gpu-layout; nhwc needs the GPU).
-DeviceChoice choose_device(const std::string& device, const std::string& precision,
-                           bool deterministic, int local_rank,
-                           const std::string& gpu_layout = "nchw",
-                           const std::string& device_flag = "--device",
-                           const std::string& precision_flag = "--precision");
+// The process's ExecConfig: auto precision is tf32 on the GPU and fp32 on the CPU; the CPU
+// takes fp32 and bf16 (the latter on AVX512-BF16 where the CPU has it, else emulated in float32
+// with the same bits, slower). On the GPU it selects device local_rank % visible GPUs (one GPU
+// per rank on a node). Reads, once, the overrides: MPICNN_CONV (direct | im2col | winograd),
+// MPICNN_CONV_ISA (avx2 | avx512), MPICNN_CONV_BF16 (direct | im2col), MPICNN_CONV_PARALLEL
+// (1 | 0), MPICNN_FUSION (0 turns fusion off), MPICNN_GPU_FUSION=1 and MPICNN_GPU_FOLD=1 (the
+// GPU's opt-ins), and for the CPU's kernel libraries, which it sets for the process, MPICNN_BF16
+// (native | emulated | reference) and MPICNN_GEMM (openblas | eigen); a value it does not know,
+// or a kernel set this CPU lacks, is an error naming the variable.
+ExecConfig make_exec_config(const ExecFlags& flags, int local_rank);
+// cfg with the environment's overrides above applied, the kernel libraries set for the process:
+// make_exec_config's last step, and what test and benchmark mains call on the config they plan
+// with (so that MPICNN_CONV_ISA=avx2 make test runs every test on the AVX2 kernels).
+ExecConfig exec_overrides(ExecConfig cfg);
 
-// choose_device also sets gpu_activations() (core/format.h) to the choice's activations.
+// The device part of a run's header and summary: "cpu", "cpu, bf16 GEMMs (AVX512-BF16)",
+// "cuda: NVIDIA H100 ... (device 0, sm_90), tf32, activations bf16 NHWC".
+std::string describe_device(const ExecConfig& cfg);
+// The whole config in one line, printed once at start: device, precision, layout, what the
+// plan serves, fusion and folding, the convolution algorithm and the CPU's kernel libraries.
+std::string describe_exec(const ExecConfig& cfg);
+// The same as JSON, for trainer.json and reports.
+nlohmann::json exec_json(const ExecConfig& cfg);
 
 // The model's input batches on its device: on a GPU, buffers for the largest batch allocated
 // once (so no step allocates) that each batch is copied into; on the CPU, batches pass
@@ -46,13 +58,13 @@ DeviceChoice choose_device(const std::string& device, const std::string& precisi
 class InputStage {
  public:
   InputStage() = default;  // the CPU
-  // sample: (C, H, W).
-  InputStage(Device device, int64_t max_batch, const Shape& sample);
+  // sample: (C, H, W); format: the model's activations' (ExecConfig::activations).
+  InputStage(Device device, int64_t max_batch, const Shape& sample, Format format = {});
 
   Device device() const { return images_.defined() ? images_.device() : Device::CPU; }
 
-  // (n, C, H, W) on the device in gpu_activations()' format: `images` itself on the CPU, else
-  // its one host -> device copy (converted on the device when the format is not plain).
+  // (n, C, H, W) on the device in the stage's format: `images` itself on the CPU, else its one
+  // host -> device copy (converted on the device when the format is not plain).
   Tensor put(const Tensor& images);
   // GPU only: (n, H, W, C) 8-bit pixels, copied up (a quarter of the floats' bytes) and
   // turned there into (n, C, H, W) values (pixels / 255 - mean[c]) / stddev[c], mirrored

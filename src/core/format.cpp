@@ -1,8 +1,6 @@
 // Format names and the host's format conversion (core/format.h).
 #include "core/format.h"
 
-#include <atomic>
-
 #include "core/half.h"
 #include "core/tensor.h"
 
@@ -24,18 +22,6 @@ const char* format_name(Format f) {
   if (sizeof(real) != 4 && f.elem == Elem::F32)
     return f.order == Order::NCHW ? "f64 NCHW" : "f64 NHWC";
   return names[int(f.elem)][int(f.order)];
-}
-
-namespace {
-std::atomic<uint16_t> g_gpu_activations{0};  // Format's two bytes
-}  // namespace
-
-Format gpu_activations() {
-  const uint16_t v = g_gpu_activations.load();
-  return Format{Elem(v & 0xFF), Order(v >> 8)};
-}
-void set_gpu_activations(Format f) {
-  g_gpu_activations.store(uint16_t(uint16_t(f.elem) | uint16_t(f.order) << 8));
 }
 
 namespace {

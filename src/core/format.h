@@ -30,10 +30,4 @@ constexpr size_t elem_bytes(Elem t) { return t == Elem::F32 ? sizeof(real) : 2; 
 const char* elem_name(Elem t);  // "f32", "bf16", "f16"
 const char* format_name(Format f);  // "f32 NCHW", "bf16 NHWC", ...
 
-// The format GPU models keep their 4-D activations in (Model::plan, InputStage): plain unless
-// choose_device (core/device.h) chose --gpu-layout nhwc. Process-wide, as the backend's
-// precision.
-Format gpu_activations();
-void set_gpu_activations(Format f);
-
 }  // namespace mpicnn

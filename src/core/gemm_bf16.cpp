@@ -41,14 +41,7 @@ bool cpu_has_avx512() {
 bool cpu_has_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
 std::atomic<Bf16Path>& path_slot() {
-  static std::atomic<Bf16Path> slot{[] {
-    const char* v = std::getenv("MPICNN_BF16");
-    if (!v || !*v) return best_bf16_path();
-    const Bf16Path path = parse_bf16_path(v);
-    CHECK(path != Bf16Path::kNative || cpu_has_bf16(), "MPICNN_BF16=native: this CPU has no ",
-          "AVX512-BF16 (avx512_bf16 in /proc/cpuinfo)");
-    return path;
-  }()};
+  static std::atomic<Bf16Path> slot{best_bf16_path()};
   return slot;
 }
 

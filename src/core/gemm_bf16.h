@@ -26,8 +26,8 @@ using bf16_t = uint16_t;  // the bits of a bfloat16 (sign, 8 exponent, 7 mantiss
 
 // Which path gemm_bf16 runs, process-wide: native where the CPU has AVX512-BF16, else
 // emulated (in AVX-512F where the CPU has AVX-512, else the reference's scalar code), unless
-// MPICNN_BF16=native|emulated|reference (or set_bf16_path) says otherwise. The reference is
-// the definition in plain scalar float32, on any CPU: the bits every path must give.
+// set_bf16_path says otherwise (core/device.h: MPICNN_BF16=native|emulated|reference). The
+// reference is the definition in plain scalar float32, on any CPU: the bits every path must give.
 enum class Bf16Path { kReference, kEmulated, kNative };
 Bf16Path bf16_path();
 void set_bf16_path(Bf16Path path);  // a path this CPU cannot run is an Error naming it

@@ -42,6 +42,7 @@
 #include <string>
 
 #include "core/format.h"
+#include "core/precision.h"
 #include "core/real.h"
 
 namespace mpicnn {
@@ -50,12 +51,11 @@ struct ConvGeometry;  // layers/im2col.h: a convolution's planes, kernel, stride
 
 namespace mpicnn::gpu {
 
-// Math of convolutions and GEMMs. Storage stays float32 everywhere; fp16 runs tensor-core math
-// on fp16 conversions of the fp32 data (cuDNN ALLOW_CONVERSION, cuBLAS 32F_FAST_16F) and needs
-// loss scaling; bf16 likewise with bf16 (cuBLAS 32F_FAST_16BF; cuDNN has no bf16 conversion
-// mode for fp32 tensors, so convolutions run TF32 there).
-enum class Precision { FP32, TF32, BF16, FP16 };
-const char* precision_name(Precision p);
+// Math of convolutions and GEMMs (core/precision.h), per call: storage stays float32 unless the
+// tensors are typed; fp16 runs tensor-core math on fp16 conversions of the fp32 data (cuDNN
+// ALLOW_CONVERSION, cuBLAS 32F_FAST_16F) and needs loss scaling; bf16 likewise with bf16
+// (cuBLAS 32F_FAST_16BF; cuDNN has no bf16 conversion mode for fp32 tensors, so convolutions
+// of float32 tensors run TF32 there).
 
 // Pooling geometry (PyTorch's MaxPool2d / AvgPool2d): window, stride, padding, dilation, and
 // the output size the caller computed (ceil_mode is already in oh/ow).
@@ -108,11 +108,6 @@ class Backend {
   // The selected GPU's UUID ("GPU-8f3a0c1e-..."), as nvidia-smi -L shows it: the same on ranks
   // that share a GPU, whatever number CUDA_VISIBLE_DEVICES gives it in each.
   virtual std::string device_uuid() const = 0;
-  virtual void set_precision(Precision p) = 0;
-  virtual Precision precision() const = 0;
-  // Deterministic algorithms only (convolution backward, no atomics in reductions), chosen by
-  // cuDNN's fixed heuristic order rather than by timing, so reruns give the same bits.
-  virtual void set_deterministic(bool on) = 0;
   // Waits for all work on the compute stream; throws on a pending asynchronous error.
   virtual void synchronize() = 0;
   // Device and page-locked host allocations made so far (tests prove a step allocates
@@ -198,9 +193,10 @@ class Backend {
 
   // ---- GEMM (kernels/blas.cu, cuBLAS): core/blas.h's gemm on the GPU --------------------------
   // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, as core/blas.h gemm.
-  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                    const real* A, int lda, const real* B, int ldb, float beta, real* C,
-                    int ldc) = 0;
+  // The math in `precision` (fp32 plain, tf32/bf16/fp16 on tensor cores from fp32 data).
+  virtual void gemm(Precision precision, bool trans_a, bool trans_b, int M, int N, int K,
+                    float alpha, const real* A, int lda, const real* B, int ldb, float beta,
+                    real* C, int ldc) = 0;
 
   // ---- Linear's bias (kernels/linear.cu) ------------------------------------------------------
   // db (cols) += sum over rows of dy (rows, cols): bias gradients of Linear.
@@ -218,9 +214,12 @@ class Backend {
   // (oc, kh, kw, c / groups) and the bias (oc) in that type, math in float with tensor cores).
   // Algorithm searches conv_plan has run in this process (one per distinct convolution).
   virtual int64_t conv_searches() const = 0;
-  virtual std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n,
-                                              int out_channels, int groups,
-                                              Format format = {}) = 0;
+  // Its math in `precision`; deterministic: cuDNN's deterministic algorithms only (no atomics
+  // in reductions), chosen by its fixed heuristic order rather than by timing, so reruns give
+  // the same bits.
+  virtual std::shared_ptr<ConvPlan> conv_plan(const ConvGeometry& g, int64_t n, int out_channels,
+                                              int groups, Format format, Precision precision,
+                                              bool deterministic) = 0;
   // y (n, oc, oh, ow) '=' conv(x (n, c, h, w), w) + bias (oc) when bias is non-null; n at most
   // the planned batch.
   virtual void conv_forward(ConvPlan& plan, void* y, const void* x, const void* w,
@@ -246,7 +245,7 @@ class Backend {
   // Training: batch statistics (biased variance to normalise), running_mean/var updated with
   // momentum and the unbiased variance; save_mean/save_invstd (C) keep the batch's mean and
   // 1/sqrt(var + eps). Eval: running statistics, and save_* get them for backward. Fused
-  // (layers/fusion.h), in the same pass: + residual (when non-null), then relu.
+  // (ExecConfig::fusion), in the same pass: + residual (when non-null), then relu.
   virtual void batchnorm_forward(real* y, real* save_mean, real* save_invstd,
                                  real* running_mean, real* running_var, const real* x,
                                  const real* weight, const real* bias, const real* residual,

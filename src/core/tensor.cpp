@@ -20,13 +20,6 @@ Device default_device() { return g_default_device; }
 DeviceScope::DeviceScope(Device d) : saved_(g_default_device) { g_default_device = d; }
 DeviceScope::~DeviceScope() { g_default_device = saved_; }
 
-static thread_local Format g_activation_format;
-Format activation_format() { return g_activation_format; }
-ActivationScope::ActivationScope(Format f) : saved_(g_activation_format) {
-  g_activation_format = f;
-}
-ActivationScope::~ActivationScope() { g_activation_format = saved_; }
-
 Shape::Shape(std::initializer_list<int64_t> dims) {
   CHECK(dims.size() <= size_t(kMaxDims), "shape has ", dims.size(), " dims, at most ", kMaxDims);
   for (int64_t v : dims) {
@@ -113,14 +106,6 @@ Tensor Tensor::empty(const Shape& shape, Device device, Format format) {
   t.device_ = device;
   t.format_ = format;
   return t;
-}
-
-Format Tensor::activation_format_for(const Shape& shape) {
-  return shape.ndim == 4 ? activation_format() : Format{};
-}
-
-Tensor Tensor::activation(const Shape& shape) {
-  return empty(shape, default_device(), activation_format_for(shape));
 }
 
 void Tensor::fail_not_real() const {

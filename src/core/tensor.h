@@ -48,20 +48,6 @@ struct Shape {
   std::string str() const;  // "(2, 3, 4)"
 };
 
-// The format Tensor::activation gives 4-D activations: plain, except inside an
-// ActivationScope (Model::plan on the GPU with --gpu-layout nhwc). Per thread.
-Format activation_format();
-class ActivationScope {
- public:
-  explicit ActivationScope(Format f);
-  ~ActivationScope();
-  ActivationScope(const ActivationScope&) = delete;
-  ActivationScope& operator=(const ActivationScope&) = delete;
-
- private:
-  Format saved_;
-};
-
 class Tensor {
  public:
   Tensor() = default;  // empty: no data, ndim 0, numel 0
@@ -73,10 +59,6 @@ class Tensor {
   static Tensor zeros(const Shape& shape, Device device = default_device());
   // Non-owning view of memory someone else keeps alive (a slab, a workspace).
   static Tensor view(real* data, const Shape& shape, Device device = Device::CPU);
-  // A module's activation (or activation gradient) buffer: empty() on the default device, in
-  // activation_format() when the shape is 4-D, else plain.
-  static Tensor activation(const Shape& shape);
-  static Format activation_format_for(const Shape& shape);
 
   bool defined() const { return shape_.ndim > 0; }
   // The elements as `real`: an error for a 16-bit tensor. A plain tensor's are in NCHW order;

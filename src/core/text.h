@@ -1,5 +1,5 @@
 // The one string join of src/: every list of names in a message, a config value or a report
-// line is made with it.
+// line is made with it; and indent, for a block of lines inside a report.
 #pragma once
 #include <string>
 #include <string_view>
@@ -13,6 +13,18 @@ inline std::string join(const std::vector<std::string>& parts, std::string_view 
   for (size_t i = 0; i < parts.size(); ++i) {
     if (i > 0) s += sep;
     s += parts[i];
+  }
+  return s;
+}
+
+// Every line of `text` with `prefix` before it: indent("a\nb\n", "  ") == "  a\n  b\n".
+inline std::string indent(std::string_view text, std::string_view prefix) {
+  std::string s;
+  bool line_start = true;
+  for (const char c : text) {
+    if (line_start) s += prefix;
+    s += c;
+    line_start = c == '\n';
   }
   return s;
 }

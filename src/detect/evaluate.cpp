@@ -18,7 +18,7 @@ std::vector<Detections> predict_batch(Model& model, const Tensor& images, const 
   model.set_training(false);
   const Shape& planned = model.planned_input();
   if (planned.ndim != 4 || planned[0] < n || planned[2] != images.size(2) || planned[3] != images.size(3))
-    model.plan({std::max(plan_batch, n), 3, images.size(2), images.size(3)});
+    model.plan({std::max(plan_batch, n), 3, images.size(2), images.size(3)}, model.exec());
   net.set_batch(resized);
   model.forward(images);
   std::vector<Detections> out;

@@ -62,13 +62,14 @@ void FasterRcnnNet::init(uint64_t seed) {
   roi_heads_.init(seed);
 }
 
-Shape FasterRcnnNet::plan(const Shape& in) {
-  // Inference-only plans share block outputs between stages (module.h, plan_mode); the FPN
+Shape FasterRcnnNet::plan(const Shape& in, const ExecConfig& cfg) {
+  // Inference-only plans share block outputs between stages (ExecConfig::inference); the FPN
   // reads every stage's output after the last stage has run.
-  CHECK(!plan_mode::inference(), "Faster R-CNN: no inference-only plan yet (plan it for training "
+  CHECK(!cfg.inference,
+        "Faster R-CNN: no inference-only plan yet (plan it for training "
         "and call set_training(false))");
-  const std::vector<Shape> levels = backbone_.plan(in);
-  rpn_head_.plan(levels);
+  const std::vector<Shape> levels = backbone_.plan(in, cfg);
+  rpn_head_.plan(levels, cfg);
   const int64_t N = in[0];
   // The box head sees the sampled rois in training (at most batch_size_per_image an image) and
   // every proposal in eval (at most post_nms_top_n_test an image).

@@ -53,7 +53,7 @@ class FasterRcnnNet : public Module {
   void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
   void set_training(bool training) override;
   // in: the padded batch (N, 3, H, W). Returns (kLosses).
-  Shape plan(const Shape& in) override;
+  Shape plan(const Shape& in, const ExecConfig& cfg) override;
   const Tensor& forward(const Tensor& in) override;
   // dout (kLosses): the weight of each loss. din is never computed (images get no gradient).
   void backward(Tensor& din, const Tensor& dout) override;

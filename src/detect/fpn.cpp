@@ -178,23 +178,23 @@ void ResNetFpn::set_training(bool training) {
   pool_->set_training(training);
 }
 
-std::vector<Shape> ResNetFpn::plan(const Shape& in) {
+std::vector<Shape> ResNetFpn::plan(const Shape& in, const ExecConfig& cfg) {
   CHECK(in.ndim == 4 && in[1] == 3, "ResNetFpn: input must be (N, 3, H, W), got ", in.str());
-  Shape s = stem_->plan(in);
+  Shape s = stem_->plan(in, cfg);
   std::vector<Shape> levels;
   dmerged_.clear();
   dc_.clear();
   dx_.clear();
   for (size_t i = 0; i < stages_.size(); ++i) {
     dx_.push_back(Tensor::empty(s));
-    s = stages_[i]->plan(s);
+    s = stages_[i]->plan(s, cfg);
     dc_.push_back(Tensor::empty(s));
-    const Shape lateral = inner_[i]->plan(s);
+    const Shape lateral = inner_[i]->plan(s, cfg);
     dmerged_.push_back(Tensor::empty(lateral));
-    levels.push_back(outer_[i]->plan(lateral));
+    levels.push_back(outer_[i]->plan(lateral, cfg));
   }
   dlast_ = Tensor::empty(levels.back());
-  levels.push_back(pool_->plan(levels.back()));
+  levels.push_back(pool_->plan(levels.back(), cfg));
   return levels;
 }
 

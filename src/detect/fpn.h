@@ -38,7 +38,7 @@ class ResNetFpn {
   void set_training(bool training);
 
   // Sizes every buffer for images up to `in` (N, 3, H, W); returns the levels' shapes.
-  std::vector<Shape> plan(const Shape& in);
+  std::vector<Shape> plan(const Shape& in, const ExecConfig& cfg);
   // The five levels (N, out_channels, H_l, W_l) of `in`; views valid until the next forward.
   const std::vector<Tensor>& forward(const Tensor& in);
   // dlevels: the gradient of each level of the last forward. Parameter gradients '+=', din '='

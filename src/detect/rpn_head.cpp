@@ -71,15 +71,15 @@ void RpnHead::set_training(bool training) {
   }
 }
 
-void RpnHead::plan(const std::vector<Shape>& shapes) {
+void RpnHead::plan(const std::vector<Shape>& shapes, const ExecConfig& cfg) {
   CHECK(shapes.size() == levels_.size(), "RpnHead: ", shapes.size(), " levels planned, built for ",
         levels_.size());
   for (size_t l = 0; l < levels_.size(); ++l) {
     Level& v = levels_[l];
-    const Shape t = v.conv->plan(shapes[l]);
-    v.relu->plan(t);
-    v.cls->plan(t);
-    v.bbox->plan(t);
+    const Shape t = v.conv->plan(shapes[l], cfg);
+    v.relu->plan(t, cfg);
+    v.cls->plan(t, cfg);
+    v.bbox->plan(t, cfg);
     v.dt = Tensor::empty(t);
     v.dt2 = Tensor::empty(t);
   }

@@ -30,7 +30,7 @@ class RpnHead {
   void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn);
   void set_training(bool training);
 
-  void plan(const std::vector<Shape>& levels);
+  void plan(const std::vector<Shape>& levels, const ExecConfig& cfg);
   // Per level: objectness (N, A, H, W) and box deltas (N, 4A, H, W); views until the next call.
   void forward(const std::vector<Tensor>& features);
   const std::vector<Tensor>& objectness() const { return objectness_; }

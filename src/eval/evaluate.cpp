@@ -23,13 +23,12 @@
 #include "core/threads.h"
 #include "data/holdout.h"
 #include "detect/evaluate.h"
-#include "eval/detect_stages.h"
 #include "dist/messenger.h"
 #include "dist/watchdog.h"
+#include "eval/detect_stages.h"
 #include "eval/pipeline.h"
 #include "eval/setup.h"
 #include "io/checkpoint.h"
-#include "layers/cpu_precision.h"
 
 namespace mpicnn::eval {
 
@@ -116,13 +115,12 @@ void on_root_napping(const dist::Comm& comm, const std::function<void()>& fn) {
   });
 }
 
-// Where a predicting rank computes, in what math (--device, --precision). The CPU's GEMM
-// precision is process-wide and taken when the model is planned: set here, before.
-DeviceChoice predict_device(const EvalOptions& o, const dist::Comm& comm) {
-  const DeviceChoice d =
-      choose_device(o.device, o.precision, false, comm.local_rank(), o.gpu_layout);
-  set_cpu_precision(d.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);
-  return d;
+// How a predicting rank computes (--device, --precision, --gpu-layout): core/device.h, once.
+ExecConfig predict_exec(const EvalOptions& o, const dist::Comm& comm) {
+  return make_exec_config(
+             {.device = o.device, .precision = o.precision, .gpu_layout = o.gpu_layout},
+             comm.local_rank())
+      .for_inference();
 }
 
 // --stages auto, collective: the first images through every stage on rank 0 alone, with one
@@ -136,13 +134,13 @@ Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Datas
   on_root_napping(comm, [&] {
     EvalSetup few = setup;
     few.count = std::min<uint64_t>(setup.count, uint64_t(std::max<int64_t>(2 * setup.batch_size, 16)));
-    const Device device = setup.task == Task::Detection ? Device::CPU : predict_device(o, comm).device;
+    const ExecConfig exec = setup.task == Task::Detection ? ExecConfig{} : predict_exec(o, comm);
     std::unique_ptr<DetectionPredictor> detector;
     std::unique_ptr<Predictor> predictor;
     if (setup.task == Task::Detection)
       detector = std::make_unique<DetectionPredictor>(few);
     else
-      predictor = std::make_unique<Predictor>(few, device);
+      predictor = std::make_unique<Predictor>(few, exec);
     const auto run = [&](const EvalSetup& s) {
       return detector ? run_sequential(s, boxes, *detector, po) : run_sequential(s, *dataset, *predictor, po);
     };
@@ -164,7 +162,7 @@ Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Datas
     const StageCosts cost = measure(1);
     NodeModel node;
     node.cpus = comm.node_cpus();
-    node.predict_on_cpu = device != Device::CUDA;
+    node.predict_on_cpu = exec.device != Device::CUDA;
     node.predict_threads = [&](int predictors) {
       return dist::threads_per_rank(o.threads, comm.node_cpus(), predictors, comm.own_cpus());
     };
@@ -278,15 +276,18 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
                                              comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
   std::unique_ptr<DetectionPredictor> detector;  // detection plans: the CPU (make_detection_setup refuses cuda)
-  std::string device;  // a predicting rank's DeviceChoice::description
+  // A predicting rank's describe_device, describe_exec and (--explain-plan) model plan.
+  std::string device, execution, plan;
   comm.on_all([&] {
     if (predicts && detection) {
       detector = std::make_unique<DetectionPredictor>(setup);
       device = "cpu";
     } else if (predicts) {
-      const DeviceChoice d = predict_device(o, comm);
-      predictor = std::make_unique<Predictor>(setup, d.device);
-      device = d.description;
+      const ExecConfig exec = predict_exec(o, comm);
+      predictor = std::make_unique<Predictor>(setup, exec);
+      device = describe_device(exec);
+      execution = describe_exec(exec);
+      if (o.explain_plan) plan = predictor->explain_plan();
     }
   });
 
@@ -303,6 +304,10 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   rep.threads = threads;
   for (const std::string& d : comm.allgather(device))  // the first predicting rank's
     if (rep.device.empty()) rep.device = d;
+  for (const std::string& e : comm.allgather(execution))
+    if (rep.execution.empty()) rep.execution = e;
+  for (const std::string& p : comm.allgather(plan))
+    if (rep.plan.empty()) rep.plan = p;
   rep.node_cpus = comm.node_cpus();
   rep.node_ranks = comm.local_size();
   rep.class_names = setup.class_names;

@@ -151,6 +151,7 @@ const std::vector<Flag>& eval_flags() {
       {common::device("; the predict stage runs there"), &O::device},
       {common::precision("; detection evaluates in fp32 on the CPU"), &O::precision},
       {common::gpu_layout(), &O::gpu_layout},
+      {common::explain_plan(), &O::explain_plan},
       {common::timeout(), &O::timeout},
       {{"help", "h", "", Help, "print this help and exit"}},
   };
@@ -299,8 +300,8 @@ std::string eval_help() {
   out << cli::format_options(program(), defaults);
   out << "\nModels (--model, with --weights):\n";
   out << model_list();
-  out << "\nSwitches (--skip-bad, --sequential, --compare, --json) alone mean true; a value sets\n"
-         "them: --skip-bad=false, --json=on (true/on/yes/1, false/off/no/0).\n"
+  out << "\nSwitches (--skip-bad, --sequential, --compare, --json, --explain-plan) alone mean\n"
+         "true; a value sets them: --skip-bad=false, --json=on (true/on/yes/1, false/off/no/0).\n"
          "\nStages on K ranks (mpiexec -n K):\n"
          "  K >= 4   rank 0 reads the files (raw bytes) | rank 1 decodes and resizes | rank 2\n"
          "           normalises and batches | ranks 3..K-1 predict (each batch goes to whichever\n"

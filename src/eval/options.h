@@ -48,6 +48,7 @@ struct EvalOptions {
   bool json = false;        // print the JSON report on stdout instead of the text report
   std::string device = "auto";  // auto | cpu | cuda: where the predict stage runs
   std::string precision = "auto";  // auto | fp32 | tf32 | bf16 | fp16: its math (core/device.h)
+  bool explain_plan = false;          // report each layer's chosen implementation
   std::string gpu_layout = "nchw";  // nchw | nhwc: the GPU's activations (core/device.h)
   double timeout = 1800;        // seconds a rank may wait on another before the job ends; 0 = never
 

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "data/tools.h"
 #include "io/atomic_file.h"
 
@@ -145,6 +146,8 @@ std::string header_section(const Report& r) {
   o += ": " + plural(uint64_t(r.ranks), "rank") + " (" + r.mode + "), batch " + std::to_string(r.batch_size) +
        ", " + plural(uint64_t(r.threads), "thread") + " per predictor" +
        (r.device.empty() ? "" : ", " + r.device) + "\n";
+  if (!r.execution.empty()) o += "  execution: " + r.execution + "\n";
+  if (!r.plan.empty()) o += "  plan, per layer:\n" + indent(r.plan, "    ");
   if (!r.dataset.empty()) o += "  data: " + r.dataset + "\n";
   if (!r.layout.empty()) o += "  layout: " + r.layout + (r.stage_ranks.empty() ? "" : " (--stages " + r.stage_ranks + ")") + "\n";
   if (r.task == Task::Detection) {
@@ -366,6 +369,7 @@ std::string report_json(const Report& r) {
   j["batch_size"] = r.batch_size;
   j["threads"] = r.threads;
   j["device"] = r.device;
+  j["execution"] = r.execution;
   j["node_cpus"] = r.node_cpus;
   j["node_ranks"] = r.node_ranks;
   j["classes"] = r.class_names;

@@ -100,8 +100,10 @@ struct Report {
   std::string model, weights;  // model name; the checkpoint directory or weights file
   std::string dataset;         // Dataset::describe()
   int batch_size = 0, threads = 0;  // threads per predicting rank
-  std::string device;           // where and in what math the predicting ranks computed
-                                // (DeviceChoice::description: "cpu", "cuda: NVIDIA H100..., tf32")
+  std::string device;               // where and in what math the predicting ranks computed
+  std::string execution;            // their execution config (describe_exec), empty for detection
+  std::string plan;                 // with --explain-plan: their model's plan per layer
+                                    // (describe_device: "cpu", "cuda: NVIDIA H100..., tf32")
   int node_cpus = 0, node_ranks = 0;  // on rank 0's node: CPUs the job's ranks may use, and those ranks
   std::vector<std::string> class_names;  // detection: without the background (label k: [k - 1])
   std::vector<std::string> sources;  // Dataset::source(i) for every evaluated index (path column)

@@ -257,7 +257,9 @@ void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index
   batch.labels.push_back(label);
 }
 
-Predictor::Predictor(const EvalSetup& setup, Device device) : batch_size_(setup.batch_size) {
+Predictor::Predictor(const EvalSetup& setup, const ExecConfig& exec)
+    : batch_size_(setup.batch_size) {
+  const Device device = exec.device;
   ModelOptions mo;
   mo.num_classes = setup.num_classes;
   mo.in_channels = setup.in_channels;
@@ -267,9 +269,10 @@ Predictor::Predictor(const EvalSetup& setup, Device device) : batch_size_(setup.
   const data::Preprocess& pre = setup.preprocess;
   shape_ = {pre.channels, pre.height, pre.width};
   model_->to(device);
-  model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]}, PlanFor::kInference);
+  model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]}, exec.for_inference());
   softmax_.plan(batch_size_, setup.num_classes, device);
-  input_ = InputStage(device, batch_size_, Shape{shape_[0], shape_[1], shape_[2]});
+  input_ =
+      InputStage(device, batch_size_, Shape{shape_[0], shape_[1], shape_[2]}, exec.activations);
 }
 
 void Predictor::warm_up() {

@@ -84,12 +84,15 @@ void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index
 // size) and the top-5 of each sample of a batch.
 class Predictor {
  public:
-  // Builds and loads (errors name the weights file), then places the model on `device`.
-  Predictor(const EvalSetup& setup, Device device = Device::CPU);
+  // Builds and loads (errors name the weights file), then places the model on exec's device and
+  // plans it for inference as exec says.
+  explicit Predictor(const EvalSetup& setup, const ExecConfig& exec = ExecConfig{});
   std::vector<Prediction> predict(const InputBatch& batch);
   // One full batch of zeros through the model, so that neither timed run pays for first-touch
   // memory and thread-pool start-up (the baseline, which runs first, otherwise would).
   void warm_up();
+  // The model's plan, per layer (Model::explain_plan): --explain-plan.
+  std::string explain_plan() const { return model_->explain_plan(); }
 
  private:
   std::unique_ptr<Model> model_;

@@ -62,6 +62,10 @@ struct TrainerState {
   // family records them (detect::options_record); null when the name says it all (classifiers)
   // and in checkpoints before version 3.
   nlohmann::json model_options;
+  // How the run's steps executed (core/device.h's exec_json: device, precision, layout, fusion,
+  // kernels): a record for whoever reads the checkpoint; a resume plans from its own flags and
+  // machine. Null in checkpoints that lack it.
+  nlohmann::json execution;
   // fp16 dynamic loss scaling (optional; absent, loss_scale = 0, outside fp16 runs): the
   // scale, the clean steps since it last changed and the steps skipped so far.
   double loss_scale = 0;

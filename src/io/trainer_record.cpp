@@ -109,6 +109,7 @@ json to_json(const TrainerState& s) {
                   {"std", in.stddev},        {"classes", in.class_names}};
   }
   if (!s.model_options.is_null()) j["model_options"] = s.model_options;
+  if (!s.execution.is_null()) j["execution"] = s.execution;
   if (s.loss_scale > 0)
     j["loss_scale"] = {{"scale", s.loss_scale},
                        {"clean_steps", s.scale_clean_steps},
@@ -197,6 +198,10 @@ std::pair<TrainerState, json> parse(const std::string& path) {
   if (j.contains("model_options")) {
     s.model_options = field<json>(j, "model_options", path);
     CHECK(s.model_options.is_object(), path, ": field 'model_options' is not an object");
+  }
+  if (j.contains("execution")) {
+    s.execution = field<json>(j, "execution", path);
+    CHECK(s.execution.is_object(), path, ": field 'execution' is not an object");
   }
   if (j.contains("loss_scale")) {
     const json ls = field<json>(j, "loss_scale", path);

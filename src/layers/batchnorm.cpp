@@ -23,14 +23,14 @@ BatchNorm2d::BatchNorm2d(int channels, real eps, real momentum)
   saved_invstd_ = Tensor::zeros({channels});
 }
 
-void BatchNorm2d::plan(const Shape& in) {
+void BatchNorm2d::plan(const Shape& in, const ExecConfig& cfg) {
   // Saved statistics live where the activations do (the model's device).
-  saved_mean_ = Tensor::zeros({channels_});
-  saved_invstd_ = Tensor::zeros({channels_});
+  saved_mean_ = Tensor::zeros({channels_}, cfg.device);
+  saved_invstd_ = Tensor::zeros({channels_}, cfg.device);
   x16_.reset();
   x16_numel_ = 0;
   if (bf16_input_) {
-    CHECK(default_device() == Device::CPU, "BatchNorm2d: bf16 input is for the CPU");
+    CHECK(cfg.device == Device::CPU, "BatchNorm2d: bf16 input is for the CPU");
     x16_numel_ = in.numel();
     x16_ = alloc_host(size_t(x16_numel_) * sizeof(uint16_t));
   }

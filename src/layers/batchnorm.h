@@ -20,10 +20,11 @@ class BatchNorm2d : public UnaryLayer {
   void register_state(ParamStore& store, const std::string& prefix) override;
   void reset_parameters(uint64_t seed) override;  // weight 1, bias 0, mean 0, var 1, count 0
   Shape output_shape(const Shape& in) const override { return in; }
-  void plan(const Shape& in) override;  // places the saved statistics on the model's device
+  // Places the saved statistics on the model's device.
+  void plan(const Shape& in, const ExecConfig& cfg) override;
   void forward(Tensor& out, const Tensor& in) override;  // (N, C, H, W) -> (N, C, H, W)
   // out = relu(bn(in) + residual), in one pass: a residual block's last BatchNorm, its add and
-  // its ReLU fused (layers/fusion.h). backward stays the plain BatchNorm's: the block masks
+  // its ReLU fused (ExecConfig::fusion). backward stays the plain BatchNorm's: the block masks
   // the gradient itself, since the residual branch needs the masked gradient too.
   void forward(Tensor& out, const Tensor& in, const Tensor& residual);
   // din '=' (may alias dout), grad_weight and grad_bias '+='. With a fused ReLU, dout is the
@@ -34,7 +35,7 @@ class BatchNorm2d : public UnaryLayer {
   // and an accumulate. DenseNet sums its layers' input gradients so.
   void backward_add(Tensor& dacc, Tensor& dout, const Tensor& in, const Tensor& out);
 
-  // Fusion (layers/fusion.h): forward applies the ReLU that follows this layer (out =
+  // Fusion (ExecConfig::fusion): forward applies the ReLU that follows this layer (out =
   // relu(bn(in))) and backward takes that ReLU's output gradient, so the ReLU layer itself is
   // skipped.
   void set_fused_relu(bool on) { fused_relu_ = on; }

@@ -9,7 +9,7 @@
 // into one GEMM keeps the GEMMs wide for deep layers with tiny planes (7x7); the rows buffer
 // converts between the GEMM's (OC, B*P) layout and NCHW. OpenMP parallelises the loops here,
 // OpenBLAS the GEMMs; small layers instead run their chunks side by side, one thread per chunk
-// (Conv2d::parallel_chunks). Under bf16 (layers/cpu_precision.h) an ungrouped layer on a CPU
+// (Conv2d::parallel_chunks). Under bf16 (core/precision.h) an ungrouped layer on a CPU
 // with AVX512-BF16 runs forward and the input gradient on the direct kernels in bf16
 // (vdpbf16ps; layers/conv_direct.h), and the weight gradient there too where
 // DirectConv::bf16_weight_grad() (stride 1, rows of 8+), else on this path's bf16 GEMMs; 1x1
@@ -24,16 +24,15 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/blas.h"
-#include "core/rng.h"
 #include "core/gpu.h"
 #include "core/mutant.h"
+#include "core/rng.h"
 
 namespace mpicnn {
 
@@ -73,14 +72,6 @@ real* group_grads(int64_t floats) {
   return t_group_grads.data();
 }
 
-std::atomic<ConvAlgorithm>& algorithm_slot() {
-  static std::atomic<ConvAlgorithm> slot{[] {
-    const char* v = std::getenv("MPICNN_CONV");
-    return v && *v ? parse_conv_algorithm(v) : ConvAlgorithm::kDirect;
-  }()};
-  return slot;
-}
-
 // Small layers: at most this many multiply-adds per image (OC * IC/groups * live taps * OH*OW)
 // run their chunks in parallel, each chunk at least kParallelColumns GEMM columns wide, while
 // the chunks' weight gradients fit kChunkGradBudget floats. Measured on 2 cores (bench/RESULTS.md,
@@ -90,16 +81,6 @@ std::atomic<ConvAlgorithm>& algorithm_slot() {
 constexpr int64_t kSmallImageMacs = int64_t(1) << 25;
 constexpr int64_t kParallelColumns = 256;
 constexpr int64_t kChunkGradBudget = int64_t(4) << 20;
-
-std::atomic<bool>& parallel_small_slot() {
-  static std::atomic<bool> slot{[] {
-    const char* v = std::getenv("MPICNN_CONV_PARALLEL");
-    if (!v || !*v || std::strcmp(v, "1") == 0) return true;
-    if (std::strcmp(v, "0") == 0) return false;
-    FAIL("MPICNN_CONV_PARALLEL: expected 0 or 1, got '", v, "'");
-  }()};
-  return slot;
-}
 
 // Floats Winograd's chunks may take (its weights included): 32 MiB.
 constexpr int64_t kWinogradBudget = int64_t(8) << 20;
@@ -148,17 +129,6 @@ void fill_bias(real* y, const real* b, int64_t OC, int64_t P) {
 }
 
 }  // namespace
-
-ConvAlgorithm conv_algorithm() { return algorithm_slot().load(); }
-void set_conv_algorithm(ConvAlgorithm algorithm) { algorithm_slot().store(algorithm); }
-bool parallel_small_convs() { return parallel_small_slot().load(); }
-void set_parallel_small_convs(bool on) { parallel_small_slot().store(on); }
-ConvAlgorithm parse_conv_algorithm(const std::string& name) {
-  if (name == "direct") return ConvAlgorithm::kDirect;
-  if (name == "im2col") return ConvAlgorithm::kIm2col;
-  if (name == "winograd") return ConvAlgorithm::kWinograd;
-  FAIL("MPICNN_CONV: unknown convolution algorithm '", name, "' (direct, im2col, winograd)");
-}
 
 real* Conv2d::workspace_base() { return workspace(workspace_floats_); }
 
@@ -231,7 +201,7 @@ Shape Conv2d::output_shape(const Shape& in) const {
   return {in[0], opt_.out_channels, g.out_h, g.out_w};
 }
 
-void Conv2d::plan(const Shape& in) {
+void Conv2d::plan(const Shape& in, const ExecConfig& cfg) {
   const ConvGeometry g = geometry_for(in);
   CHECK(in[0] >= 1, "Conv2d: plan needs a batch of at least 1, got ", in.str());
   ColumnPlan cols(g);
@@ -247,9 +217,12 @@ void Conv2d::plan(const Shape& in) {
   cols_ = std::move(cols);
   planned_ = in;
   chunk_ = chunk;
-  if (default_device() == Device::CUDA) {
-    gpu_format_ = Tensor::activation_format_for(in);
-    gpu_plan_ = gpu::backend().conv_plan(g, N, opt_.out_channels, opt_.groups, gpu_format_);
+  precision_ = cfg.precision;
+  computed_by_owner_ = false;
+  if (cfg.device == Device::CUDA) {
+    gpu_format_ = cfg.format_for(in);
+    gpu_plan_ = gpu::backend().conv_plan(g, N, opt_.out_channels, opt_.groups, gpu_format_,
+                                         cfg.precision, cfg.deterministic);
     col_floats_ = rows_floats_ = 0;
     live_weight_ = live_grad_ = Tensor();
     gpu_weight_ = gpu_grad_weight_ = Tensor();
@@ -261,12 +234,14 @@ void Conv2d::plan(const Shape& in) {
     return;
   }
   gpu_plan_.reset();
-  precision_ = cpu_precision();
-  const bool fp32 = precision_ == CpuPrecision::kFp32;
+  const bool fp32 = precision_ == Precision::kFp32;
+  CHECK(fp32 || precision_ == Precision::kBf16, "Conv2d: ", precision_name(precision_),
+        " on the CPU (fp32 or bf16)");
   direct_ = DirectConv();
   per_image_ = false;
-  if (conv_algorithm() == ConvAlgorithm::kDirect && DirectConv::fits(g, opt_.groups, !fp32)) {
-    direct_ = DirectConv(g, opt_.out_channels, N, !fp32);
+  why_not_direct_ = DirectConv::why_not(g, opt_.groups, !fp32, cfg);
+  if (!why_not_direct_) {
+    direct_ = DirectConv(g, opt_.out_channels, N, !fp32, cfg.isa);
     if (direct_weight_grad()) {
       // The direct kernels take all three passes: no columns, rows or chunks of images.
       use_winograd_ = parallel_chunks_ = false;
@@ -280,15 +255,14 @@ void Conv2d::plan(const Shape& in) {
     // the direct kernels, the weight gradient on im2col's bf16 GEMMs, planned below as for the
     // im2col path (the direct kernels pair pixels of a row only).
   }
-  use_winograd_ =
-      fp32 && conv_algorithm() == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
+  use_winograd_ = fp32 && cfg.conv == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
   // Small layers run their chunks in parallel (parallel_chunks_), in chunks of at least
   // kParallelColumns columns: a rule on the geometry alone, never on the thread count, so that
   // the weight gradient's summation order, and with it every bit, is the same for any threads.
   const int64_t WG = opt_.out_channels * (rows / opt_.groups);
   const int64_t small_chunk = std::min<int64_t>(N, (kParallelColumns + P - 1) / P);
   const int64_t small_chunks = (N + small_chunk - 1) / small_chunk;
-  parallel_chunks_ = parallel_small_convs() && WG * P <= kSmallImageMacs && small_chunks >= 2 &&
+  parallel_chunks_ = cfg.parallel_small_convs && WG * P <= kSmallImageMacs && small_chunks >= 2 &&
                      small_chunks * WG <= kChunkGradBudget && !use_winograd_;
   if (parallel_chunks_) {
     chunk = (N + small_chunks - 1) / small_chunks;
@@ -343,6 +317,30 @@ void Conv2d::plan(const Shape& in) {
     live_weight_ = Tensor::empty(live);
     live_grad_ = Tensor::empty(live);
   }
+}
+
+std::string Conv2d::plan_note() const {
+  const std::string precision = precision_name(precision_);
+  if (computed_by_owner_) return precision + " GEMM run by its block";
+  if (planned_.ndim == 0) return "not planned";
+  if (gpu_plan_) return "cuDNN " + std::string(format_name(gpu_format_)) + ", " + precision;
+  const std::string isa = direct_.isa();
+  if (direct_weight_grad()) return "direct " + isa + " " + precision;
+  std::string s;
+  if (direct_.planned())
+    s = "direct " + isa + " " + precision + " forward and input gradient, weight gradient on ";
+  s += use_winograd_ ? "winograd + im2col" : "im2col";
+  s += " + " + precision + " GEMM";
+  if (per_image_) s += ", one GEMM per image";
+  if (parallel_chunks_)
+    s += ", " + std::to_string((planned_[0] + chunk_ - 1) / chunk_) + " chunks side by side";
+  else if (grad_groups_)
+    s += ", chunks in " + std::to_string(grad_groups_) + " groups side by side";
+  else if (chunk_ > 1)
+    s += ", " + std::to_string(chunk_) + " images per GEMM";
+  if (direct_.planned()) s += " (the direct bf16 weight gradient needs stride 1, rows of 8+)";
+  else if (why_not_direct_) s += std::string(" (not direct: ") + why_not_direct_ + ")";
+  return s;
 }
 
 const real* Conv2d::gemm_weight() {
@@ -436,8 +434,8 @@ void Conv2d::forward_chunk(Tensor& out, const Tensor& in, const real* w, const r
   real* rows = B == 1 ? y : rows_buf;  // (OC, B*P)
   if (B == 1 && b) fill_bias(y, b, OC, P);
   for (int64_t gi = 0; gi < G; ++gi)
-    gemm_in(precision_, false, false, int(OCg), int(BP), int(Kg), 1.f, w + gi * OCg * Kg,
-            int(Kg), cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f,
+    gemm_in(Device::CPU, precision_, false, false, int(OCg), int(BP), int(Kg), 1.f,
+            w + gi * OCg * Kg, int(Kg), cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f,
             rows + gi * OCg * BP, int(BP));
   if (B > 1) {
 #pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
@@ -661,16 +659,18 @@ void Conv2d::backward_chunk(Tensor& din, const Tensor& dout, const Tensor& in, c
     }
     const real alpha = MUTANT(1) && weight_name_ == "conv1.weight" ? real(1.001) : real(1);
     for (int64_t gi = 0; gi < G; ++gi)
-      gemm_in(precision_, false, true, int(OCg), int(Kg), int(BP), alpha, rows + gi * OCg * BP,
-              int(BP), cols + gi * Kg * BP, int(BP), beta, gw + gi * OCg * Kg, int(Kg));
+      gemm_in(Device::CPU, precision_, false, true, int(OCg), int(Kg), int(BP), alpha,
+              rows + gi * OCg * BP, int(BP), cols + gi * Kg * BP, int(BP), beta, gw + gi * OCg * Kg,
+              int(Kg));
   }
   if (!data) return;
   // The columns are spent: their buffer takes the column gradient (pointwise: din itself).
   real* dx = din.data() + x_off;            // (B, IC, H, W)
   real* dcol = direct ? dx : col;           // (IC*T, B*P)
   for (int64_t gi = 0; gi < G; ++gi)
-    gemm_in(precision_, true, false, int(Kg), int(BP), int(OCg), 1.f, w + gi * OCg * Kg,
-            int(Kg), rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP, int(BP));
+    gemm_in(Device::CPU, precision_, true, false, int(Kg), int(BP), int(OCg), 1.f,
+            w + gi * OCg * Kg, int(Kg), rows + gi * OCg * BP, int(BP), 0.f, dcol + gi * Kg * BP,
+            int(BP));
   if (!direct) cols_.col2im(dx, dcol, B);
 }
 

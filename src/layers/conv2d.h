@@ -8,30 +8,11 @@
 
 #include "core/gpu.h"
 #include "layers/conv_direct.h"
-#include "layers/cpu_precision.h"
 #include "layers/im2col.h"
 #include "layers/layer.h"
 #include "layers/winograd.h"
 
 namespace mpicnn {
-
-// How CPU convolutions compute, process-wide, read by Conv2d::plan: kDirect (the default)
-// runs the blocked direct kernels (layers/conv_direct.h) on every ungrouped layer, im2col on
-// grouped ones and where the CPU has no AVX2; kIm2col is im2col + GEMM everywhere (the
-// reference path); kWinograd takes Winograd F(2x2,3x3) (layers/winograd.h) for forward and the
-// input gradient of every 3x3 stride-1 layer it fits, im2col elsewhere and for the weight
-// gradient (opt-in: it measured on par with im2col, bench/RESULTS.md). The default comes from
-// MPICNN_CONV=direct|im2col|winograd, else kDirect.
-enum class ConvAlgorithm { kDirect, kIm2col, kWinograd };
-ConvAlgorithm conv_algorithm();
-void set_conv_algorithm(ConvAlgorithm algorithm);
-ConvAlgorithm parse_conv_algorithm(const std::string& name);  // else an Error naming it
-
-// Whether Conv2d::plan lets small layers run their chunks of images in parallel, one thread per
-// chunk (see Conv2d::parallel_chunks), process-wide; on unless MPICNN_CONV_PARALLEL=0. Off, every
-// layer runs one chunk at a time on multi-threaded GEMMs (the path large layers always take).
-bool parallel_small_convs();
-void set_parallel_small_convs(bool on);
 
 struct Conv2dOptions {
   // (height, width) pair; a single number means both, as in PyTorch.
@@ -65,7 +46,10 @@ class Conv2d : public UnaryLayer {
   Shape output_shape(const Shape& in) const override;  // (N, IC, H, W) -> (N, OC, OH, OW)
   // Sizes the column workspace for inputs of this shape; forward/backward then accept any
   // batch up to in[0] of the same (IC, H, W) and allocate nothing.
-  void plan(const Shape& in) override;
+  // Chooses how each pass runs from cfg (core/exec.h): on the GPU a cuDNN plan in cfg's
+  // precision and format; on the CPU the direct kernels, Winograd or im2col (cfg.conv and the
+  // layer's geometry; see the top of conv2d.cpp), in fp32 or bf16.
+  void plan(const Shape& in, const ExecConfig& cfg) override;
   void forward(Tensor& out, const Tensor& in) override;  // out (N, OC, OH, OW), in (N, IC, H, W)
   // din '=' (skipped when undefined); grad_weight and grad_bias '+='. Recomputes the columns
   // of `in` rather than keeping those of forward.
@@ -81,22 +65,28 @@ class Conv2d : public UnaryLayer {
   // im2col's bf16 GEMMs).
   bool direct() const { return direct_.planned(); }
   bool direct_weight_grad() const {
-    return direct_.planned() && (precision_ == CpuPrecision::kFp32 || direct_.bf16_weight_grad());
+    return direct_.planned() && (precision_ == Precision::kFp32 || direct_.bf16_weight_grad());
   }
   // Whether plan() chose to run the chunks in parallel (a small layer).
   bool parallel_chunks() const { return parallel_chunks_; }
   bool per_image() const { return per_image_; }  // bf16 1x1: one GEMM per image (see below)
   int64_t grad_groups() const { return grad_groups_; }  // bf16 chunks side by side (see below)
-  // The precision read by plan() (layers/cpu_precision.h): bf16 runs the direct kernels' bf16
-  // forward and input gradient where DirectConv::fits(g, groups, true), else im2col's bf16
-  // GEMMs.
-  CpuPrecision precision() const { return precision_; }
+  // The implementation plan() chose, and why not the direct kernels where it did not take them.
+  std::string plan_note() const override;
+  // The precision plan() took from its config: on the CPU, bf16 runs the direct kernels' bf16
+  // forward and input gradient where DirectConv::fits, else im2col's bf16 GEMMs.
+  Precision precision() const { return precision_; }
   // Geometry of the planned input (valid after plan() or note_input()).
   const ConvGeometry& geometry() const { return geo_; }
-  // Records the geometry of inputs of this shape without planning anything: for a convolution
-  // its owner computes itself (DenseBlock's 1x1 bottleneck is one GEMM over the concatenated
-  // features), so that geometry() and Model::forward_macs describe it. forward still needs plan().
-  void note_input(const Shape& in) { geo_ = geometry_for(in); }
+  // Records the geometry of inputs of this shape and the precision its GEMMs take under cfg,
+  // without planning anything: for a convolution its owner computes itself (DenseBlock's 1x1
+  // bottleneck is one GEMM over the concatenated features), so that geometry(), precision() and
+  // Model::forward_macs describe it. forward still needs plan().
+  void note_input(const Shape& in, const ExecConfig& cfg) {
+    geo_ = geometry_for(in);
+    precision_ = cfg.precision;
+    computed_by_owner_ = true;
+  }
   // How the planned input is unfolded (valid after plan()).
   const ColumnPlan& columns() const { return cols_; }
   // The cuDNN plan made by plan() on the GPU (null on the CPU): folded inference (layers/fold.h)
@@ -134,7 +124,9 @@ class Conv2d : public UnaryLayer {
   int64_t workspace_floats_ = 0;  // the largest of the columns + rows and Winograd's needs
   real* workspace_base();         // this thread's workspace, at least workspace_floats_
   bool use_winograd_ = false;
-  CpuPrecision precision_ = CpuPrecision::kFp32;
+  Precision precision_ = Precision::kFp32;
+  const char* why_not_direct_ = nullptr;  // DirectConv::why_not at plan (nullptr: direct)
+  bool computed_by_owner_ = false;        // note_input(), not plan()
   // Small layers (plan's rule): the chunks run in parallel, one thread each, rather than one
   // chunk at a time on multi-threaded GEMMs; chunk_grads_ (chunks, OC, IC/groups * live taps)
   // holds each chunk's weight gradient until they are summed in chunk order.

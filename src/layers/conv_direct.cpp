@@ -9,34 +9,14 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
-#include "layers/plan_mode.h"
 
 namespace mpicnn {
 
 namespace {
-
-bool cpu_has(DirectIsa isa) {
-#if defined(MPICNN_F64) && MPICNN_F64
-  (void)isa;
-  return false;
-#else
-  __builtin_cpu_init();
-  switch (isa) {
-    case DirectIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f");
-    case DirectIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case DirectIsa::kNone:
-      return true;
-  }
-  return false;
-#endif
-}
 
 const direct::Kernels* kernels_of(DirectIsa isa) {
 #if defined(MPICNN_F64) && MPICNN_F64
@@ -65,100 +45,54 @@ const direct::Kernels* bf16_kernels() {
 }
 #endif
 
-std::atomic<DirectIsa>& isa_slot() {
-  static std::atomic<DirectIsa> slot{[] {
-#if defined(MPICNN_F64) && MPICNN_F64
-    return DirectIsa::kNone;
-#endif
-    const char* v = std::getenv("MPICNN_CONV_ISA");
-    if (!v || !*v) return best_direct_isa();
-    const DirectIsa isa = parse_direct_isa(v);
-    CHECK(cpu_has(isa), "MPICNN_CONV_ISA: this CPU has no ", v);
-    return isa;
-  }()};
-  return slot;
-}
-
 }  // namespace
 
-DirectIsa best_direct_isa() {
-  if (cpu_has(DirectIsa::kAvx512)) return DirectIsa::kAvx512;
-  if (cpu_has(DirectIsa::kAvx2)) return DirectIsa::kAvx2;
-  return DirectIsa::kNone;
-}
-DirectIsa direct_isa() { return isa_slot().load(); }
-void set_direct_isa(DirectIsa isa) {
-  CHECK(cpu_has(isa), "direct convolution: this CPU has no ", direct_isa_name(isa));
-  isa_slot().store(isa);
-}
-DirectIsa parse_direct_isa(const std::string& name) {
-  if (name == "avx512") return DirectIsa::kAvx512;
-  if (name == "avx2") return DirectIsa::kAvx2;
-  FAIL("MPICNN_CONV_ISA: unknown instruction set '", name, "' (avx2, avx512)");
-}
-const char* direct_isa_name(DirectIsa isa) {
-  switch (isa) {
-    case DirectIsa::kAvx512:
-      return "avx512";
-    case DirectIsa::kAvx2:
-      return "avx2";
-    case DirectIsa::kNone:
-      return "none";
-  }
-  return "none";
-}
-
-namespace {
-std::atomic<bool>& bf16_slot() {
-  static std::atomic<bool> slot{[] {
-    const char* v = std::getenv("MPICNN_CONV_BF16");
-    if (!v || !*v || std::strcmp(v, "direct") == 0) return true;
-    if (std::strcmp(v, "im2col") == 0) return false;
-    FAIL("MPICNN_CONV_BF16: expected direct or im2col, got '", v, "'");
-  }()};
-  return slot;
-}
-}  // namespace
-
-bool direct_bf16() { return bf16_slot().load(); }
-void set_direct_bf16(bool on) { bf16_slot().store(on); }
-
-bool DirectConv::supports(const ConvGeometry& g, int groups, bool bf16) {
+bool DirectConv::supports(const ConvGeometry& g, int groups, bool bf16, DirectIsa isa) {
   (void)g;
-  if (groups != 1 || kernels_of(direct_isa()) == nullptr) return false;
+  if (groups != 1 || kernels_of(isa) == nullptr) return false;
 #if defined(MPICNN_F64) && MPICNN_F64
   return !bf16;
 #else
-  return !bf16 || (direct_isa() == DirectIsa::kAvx512 && bf16_kernels());
+  return !bf16 || (isa == DirectIsa::kAvx512 && bf16_kernels());
 #endif
 }
 
-bool DirectConv::fits(const ConvGeometry& g, int groups, bool bf16) {
-  if (!supports(g, groups, bf16)) return false;
+const char* DirectConv::why_not(const ConvGeometry& g, int groups, bool bf16,
+                                const ExecConfig& cfg) {
+  if (cfg.conv != ConvAlgorithm::kDirect) return "another algorithm asked for (MPICNN_CONV)";
+  if (groups != 1) return "a grouped convolution";
+  if (!supports(g, groups, bf16, cfg.isa)) {
+    if (!supports(g, groups, false, cfg.isa)) return "no direct kernels for this CPU or build";
+    return "no bf16 direct kernels here: they need AVX-512";
+  }
 #if defined(MPICNN_F64) && MPICNN_F64
-  return true;
+  return nullptr;
 #else
   // A 1x1 layer's input is already im2col's column matrix, which the bf16 GEMM reads where it
   // is; the bf16 kernels first repack it as channel pairs. At ResNet-50's 1x1 shapes the GEMMs
   // measured faster for forward and backward together (resnet50 training 2-3% faster end to
   // end), the kernels for forward alone (inference 4%): so in bf16 a 1x1 layer runs direct in
-  // inference plans only (layers/plan_mode.h), and a strided one (whose packing would convert
+  // inference plans only (ExecConfig::inference), and a strided one (whose packing would convert
   // every pixel for a quarter of them) never (bench/conv_bench --bf16 1, bench/RESULTS.md).
   // The emulated copy (a CPU without AVX512-BF16) splits each weight pair it loads into two
   // floats, which a layer of few input channels pays for on every tap: at ResNet-18's 3-channel
   // stem it took 71 ms a forward against im2col's 44 (train_bench --profile 1), and with its
   // inputs packed split still 84-88 against 56-60 (conv_bench --bf16 1; the native copy is the
   // faster there), so such layers stay on im2col (bench/RESULTS.md).
-  if (!bf16) return true;
+  if (!bf16) return nullptr;
   const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 && g.pad_w == 0;
   const bool strided = g.stride_h > 1 || g.stride_w > 1;
-  const bool few_channels = g.channels < 16 && !bf16_native();
-  return (!pointwise || (plan_mode::inference() && !strided)) && !few_channels && direct_bf16();
+  if (pointwise && strided) return "bf16 1x1 strided: the GEMM reads the pixels it needs";
+  if (pointwise && !cfg.inference) return "bf16 1x1 in training: the GEMMs measured faster";
+  if (g.channels < 16 && !bf16_native())
+    return "bf16 emulated, under 16 input channels: im2col measured faster";
+  if (!cfg.conv_bf16_direct) return "bf16 convolutions kept on im2col (MPICNN_CONV_BF16)";
+  return nullptr;
 #endif
 }
 
 #if defined(MPICNN_F64) && MPICNN_F64
-DirectConv::DirectConv(const ConvGeometry&, int64_t, int64_t, bool) {
+DirectConv::DirectConv(const ConvGeometry&, int64_t, int64_t, bool, DirectIsa) {
   FAIL("DirectConv: float32 only (the float64 build runs im2col)");
 }
 int64_t DirectConv::workspace_floats() const { return 0; }
@@ -233,11 +167,11 @@ int64_t single_tap(int64_t kernel, int64_t in, int64_t out, int64_t stride, int6
 
 }  // namespace
 
-DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t max_batch,
-                       bool bf16)
-    : k_(kernels_of(direct_isa())), g_(full), oc_(out_channels) {
+DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t max_batch, bool bf16,
+                       DirectIsa isa)
+    : k_(kernels_of(isa)), g_(full), oc_(out_channels) {
   CHECK(k_, "DirectConv: no direct kernels for this CPU or build");
-  CHECK(!bf16 || supports(full, 1, true), "DirectConv: no bf16 direct kernels for this CPU (",
+  CHECK(!bf16 || supports(full, 1, true, isa), "DirectConv: no bf16 direct kernels for this CPU (",
         "the avx512 kernels and the bf16 GEMM's native or AVX-512F path needed)");
   src_taps_ = full.taps(), src_kw_ = full.kernel_w;
   const int64_t kh0 = single_tap(full.kernel_h, full.height, full.out_h, full.stride_h,

@@ -8,7 +8,7 @@
 // weight gradient per (output block, input block, tap), summed over images in image order, so
 // every thread count gives the same bits. Not for grouped convolutions (Conv2d keeps im2col),
 // nor the float64 test build (real = double), where fits() is false.
-// In bf16 (Conv2d under CpuPrecision::kBf16, on a CPU with AVX512-BF16) forward runs the
+// In bf16 (Conv2d planned in Precision::kBf16, on a CPU with AVX512-BF16) forward runs the
 // same passes on the bf16 kernels (layers/cpu/conv_direct_avx512bf16.cpp): the input packed as
 // bf16 pairs, 32 channels a block ([C/32][H+2p][W+2p][16 pairs][2]), the weights as
 // [out block][pair block][tap][16 pairs][16 out][2], both rounded to nearest even exactly as
@@ -27,46 +27,37 @@
 #include <string>
 #include <vector>
 
-#include "layers/cpu/conv_direct_kernels.h"
+#include "core/exec.h"
 #include "core/gemm_bf16.h"
 #include "core/real.h"
+#include "layers/cpu/conv_direct_kernels.h"
 #include "layers/im2col.h"
 
 namespace mpicnn {
-
-// Which instruction set the direct kernels use, process-wide: the best this CPU has, unless
-// MPICNN_CONV_ISA=avx2|avx512 (or set_direct_isa) says otherwise. kNone: a CPU without AVX2
-// and FMA (or the float64 test build), where Conv2d stays on im2col.
-enum class DirectIsa { kNone, kAvx2, kAvx512 };
-DirectIsa direct_isa();
-// Selects an instruction set; one this CPU lacks is an Error naming it.
-void set_direct_isa(DirectIsa isa);
-DirectIsa best_direct_isa();                          // of this CPU
-DirectIsa parse_direct_isa(const std::string& name);  // "avx2", "avx512", else an Error
-const char* direct_isa_name(DirectIsa isa);
-
-// Whether bf16 layers may take the direct kernels (forward and input gradient), process-wide:
-// yes unless MPICNN_CONV_BF16=im2col (or set_direct_bf16(false)); MPICNN_CONV_BF16=direct
-// says yes. DirectConv::fits(g, groups, true) adds what the CPU must have.
-bool direct_bf16();
-void set_direct_bf16(bool on);
 
 class DirectConv {
  public:
   DirectConv() = default;
   // Whether the direct kernels can compute this geometry with `groups` groups on this CPU
-  // and build (groups 1, kernels for the selected instruction set); with bf16, also forward in
-  // bf16: the AVX-512 kernels selected and a bf16 path with AVX-512 kernels (core/gemm_bf16.h's
+  // and build with instruction set `isa` (groups 1, kernels for it); with bf16, also forward in
+  // bf16: the AVX-512 kernels and a bf16 path with AVX-512 kernels (core/gemm_bf16.h's
   // bf16_avx512: native, or emulated on AVX-512F; not MPICNN_BF16=reference).
-  static bool supports(const ConvGeometry& g, int groups, bool bf16 = false);
-  // Whether Conv2d takes them: supports(), and with bf16 direct_bf16() and where they measured
-  // faster than im2col's bf16 GEMMs: no 1x1 layer but, in an inference plan
-  // (layers/plan_mode.h), an unstrided one; on the emulated path, 16 input channels or more.
-  static bool fits(const ConvGeometry& g, int groups, bool bf16 = false);
-  // Plans geometry g with out_channels outputs for batches of up to max_batch images, with the
-  // instruction set selected now; forward and the input gradient in bf16 when bf16
-  // (supports(g, 1, true) must hold).
-  DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch, bool bf16 = false);
+  static bool supports(const ConvGeometry& g, int groups, bool bf16, DirectIsa isa);
+  // Whether Conv2d takes them under cfg: supports(g, groups, bf16, cfg.isa), and with bf16
+  // cfg.conv_bf16_direct and where they measured faster than im2col's bf16 GEMMs: no 1x1
+  // layer but, in an inference plan, an unstrided one; on the emulated path, 16 input
+  // channels or more.
+  static bool fits(const ConvGeometry& g, int groups, bool bf16, const ExecConfig& cfg) {
+    return why_not(g, groups, bf16, cfg) == nullptr;
+  }
+  // Why Conv2d does not take them under cfg (cfg.conv another algorithm included), in a few
+  // words for --explain-plan; nullptr when it does.
+  static const char* why_not(const ConvGeometry& g, int groups, bool bf16, const ExecConfig& cfg);
+  // Plans geometry g with out_channels outputs for batches of up to max_batch images, on the
+  // kernels of instruction set isa; forward and the input gradient in bf16 when bf16
+  // (supports(g, 1, true, isa) must hold).
+  DirectConv(const ConvGeometry& g, int64_t out_channels, int64_t max_batch, bool bf16,
+             DirectIsa isa);
   bool planned() const { return k_ != nullptr; }
   // Whether backward computes the weight gradient in bf16 (planned with bf16; stride 1, not
   // 1x1, rows of 8+); with bf16 planned and not this, backward must be given no gw.

@@ -1,5 +1,5 @@
 // A Conv2d and the eval-mode BatchNorm2d right after it, folded into one convolution for GPU
-// inference (opt-in: layers/fusion.h's fold_enabled): with s = gamma / sqrt(var + eps) per output
+// inference (opt-in: ExecConfig::fold, core/exec.h): with s = gamma / sqrt(var + eps) per output
 // channel, w' = w * s and b' = (b - mean) * s + beta (layers/fold_math.h), then convolution +
 // bias (+ a residual) (+ ReLU) in one cuDNN call (kernels/conv2d.cu). The folded weights are a
 // copy owned here, made when the model plans or enters eval mode: the model's own weights (its

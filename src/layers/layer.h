@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/exec.h"
 #include "core/tensor.h"
 #include "layers/params.h"
 
@@ -39,6 +40,9 @@ class Layer {
   }
   bool frozen() const { return frozen_; }
   bool trainable() const { return has_params_ && !frozen_; }
+  // What the last plan chose to run and, where there was a choice, why, in a few words for
+  // --explain-plan ("direct avx512 fp32"); empty for a layer with one way to run.
+  virtual std::string plan_note() const { return {}; }
 
  protected:
   bool training_ = true;
@@ -49,9 +53,10 @@ class Layer {
 class UnaryLayer : public Layer {
  public:
   virtual Shape output_shape(const Shape& in) const = 0;
-  // Size internal workspaces for inputs of this shape; forward then accepts any batch size up
-  // to in[0] without allocating. Called outside the training step.
-  virtual void plan(const Shape& /*in*/) {}
+  // Size internal workspaces for inputs of this shape, and choose how to run from cfg (device,
+  // precision, kernels); forward then accepts any batch size up to in[0] without allocating.
+  // Called outside the training step.
+  virtual void plan(const Shape& /*in*/, const ExecConfig& /*cfg*/) {}
   virtual void forward(Tensor& out, const Tensor& in) = 0;
   // `in` and `out` are the tensors of the matching forward call, unchanged since.
   virtual void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) = 0;

@@ -1,6 +1,6 @@
-// Linear: three GEMM calls (forward, backward data, backward weight; core/blas.h, on the CPU or
-// the GPU; on the CPU in the precision plan() read, layers/cpu_precision.h) and the bias, a
-// loop on the CPU and kernels/linear.cu on CUDA tensors.
+// Linear: three GEMM calls (forward, backward data, backward weight; core/blas.h's gemm_in, on
+// the CPU or the GPU, in the precision plan() took) and the bias, a loop on the CPU and
+// kernels/linear.cu on CUDA tensors.
 #include "layers/linear.h"
 
 #include <cmath>
@@ -42,7 +42,15 @@ Shape Linear::output_shape(const Shape& in) const {
   return {in[0], out_};
 }
 
-void Linear::plan(const Shape& /*in*/) { precision_ = cpu_precision(); }
+void Linear::plan(const Shape& /*in*/, const ExecConfig& cfg) {
+  precision_ = cfg.precision;
+  device_ = cfg.device;
+}
+
+std::string Linear::plan_note() const {
+  return std::string(device_ == Device::CUDA ? "cuBLAS " : "") + precision_name(precision_) +
+         " GEMM";
+}
 
 void Linear::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == output_shape(in.shape()), "Linear: out ", out.shape().str(),
@@ -51,8 +59,8 @@ void Linear::forward(Tensor& out, const Tensor& in) {
   const int N = int(in.size(0));
   real* y = out.data();
   if (on_gpu("Linear", {&out, &in, &weight})) {
-    gemm(Device::CUDA, false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_, 0.f,
-         y, out_);
+    gemm_in(Device::CUDA, precision_, false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(),
+            in_, 0.f, y, out_);
     if (has_bias_) gpu::backend().add_bias_rows(y, bias.data(), N, out_);
     return;
   }
@@ -63,8 +71,8 @@ void Linear::forward(Tensor& out, const Tensor& in) {
       for (int j = 0; j < out_; ++j) y[int64_t(n) * out_ + j] = b[j];
   }
   // y (N, out) = x (N, in) * W^T (in, out) [+ y]
-  gemm_in(precision_, false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(), in_,
-          has_bias_ ? 1.f : 0.f, y, out_);
+  gemm_in(Device::CPU, precision_, false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(),
+          in_, has_bias_ ? 1.f : 0.f, y, out_);
 }
 
 void Linear::add_param_grads(Device dev, const Tensor& dout, const Tensor& in) {

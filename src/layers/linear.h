@@ -1,10 +1,9 @@
 // Linear (fully connected) as torch.nn.Linear: out = in * weight^T + bias, on (N, in_features)
 // inputs; flatten 4-D activations first (Flatten or Tensor::reshape). GEMMs through OpenBLAS,
-// or in bf16 on the CPU when planned under it (layers/cpu_precision.h).
+// or in bf16 on the CPU when planned so (core/precision.h).
 #pragma once
 #include <string>
 
-#include "layers/cpu_precision.h"
 #include "layers/layer.h"
 
 namespace mpicnn {
@@ -17,8 +16,9 @@ class Linear : public UnaryLayer {
   // PyTorch's default: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
   void reset_parameters(uint64_t seed) override;
   Shape output_shape(const Shape& in) const override;
-  // Reads the GEMMs' CPU precision (layers/cpu_precision.h); unplanned, a Linear runs fp32.
-  void plan(const Shape& in) override;
+  // Takes the GEMMs' precision from cfg (core/precision.h: fp32 or bf16 on the CPU, the GPU's
+  // math on CUDA); unplanned, a Linear runs fp32.
+  void plan(const Shape& in, const ExecConfig& cfg) override;
   void forward(Tensor& out, const Tensor& in) override;  // (N, in) -> (N, out)
   // din '=', grad_weight and grad_bias '+='.
   void backward(Tensor& din, const Tensor& dout, const Tensor& in, const Tensor& out) override;
@@ -26,7 +26,8 @@ class Linear : public UnaryLayer {
   int in_features() const { return in_; }
   int out_features() const { return out_; }
   bool has_bias() const { return has_bias_; }
-  CpuPrecision precision() const { return precision_; }
+  Precision precision() const { return precision_; }
+  std::string plan_note() const override;  // its GEMMs: precision, and cuBLAS on the GPU
 
   Tensor weight, grad_weight;  // (out, in)
   Tensor bias, grad_bias;      // (out), undefined without bias
@@ -36,7 +37,8 @@ class Linear : public UnaryLayer {
   void add_param_grads(Device dev, const Tensor& dout, const Tensor& in);
   int in_, out_;
   bool has_bias_;
-  CpuPrecision precision_ = CpuPrecision::kFp32;
+  Precision precision_ = Precision::kFp32;
+  Device device_ = Device::CPU;
   std::string weight_name_, bias_name_;
 };
 

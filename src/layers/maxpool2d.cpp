@@ -191,11 +191,11 @@ gpu::PoolDesc MaxPool2d::desc(const Shape& in) const {
   return d;
 }
 
-void MaxPool2d::plan(const Shape& in) {
+void MaxPool2d::plan(const Shape& in, const ExecConfig& cfg) {
   const Shape out = output_shape(in);
   CHECK(in.d[2] * in.d[3] <= std::numeric_limits<int32_t>::max(), "MaxPool2d: input plane ",
         in.d[2], "x", in.d[3], " is too large for int32 argmax indices");
-  if (default_device() == Device::CUDA) {
+  if (cfg.device == Device::CUDA) {
     argmax_.clear();
     argmax_dev_ = gpu::backend().alloc(size_t(out.numel()) * sizeof(int32_t));
   } else {

@@ -34,7 +34,7 @@ class MaxPool2d : public UnaryLayer {
   Shape output_shape(const Shape& in) const override;  // (N, C, H, W) -> (N, C, OH, OW)
   // Sizes the argmax workspace for inputs up to in[0] images of this (C, H, W). Required
   // before forward.
-  void plan(const Shape& in) override;
+  void plan(const Shape& in, const ExecConfig& cfg) override;
   // out (N, C, OH, OW) = window max of in (N, C, H, W); records each output's argmax.
   // out must not alias in.
   void forward(Tensor& out, const Tensor& in) override;

@@ -56,23 +56,23 @@ void AuxNet::set_training(bool training) {
   for (HeadPart& h : heads_) h.module->set_training(training);
 }
 
-Shape AuxNet::plan(const Shape& in) {
+Shape AuxNet::plan(const Shape& in, const ExecConfig& cfg) {
   CHECK(!segments_.empty(), "AuxNet: no segment to plan");
   seg_shapes_.clear();
   g_seg_.clear();
   Shape s = in;
   for (size_t i = 0; i < segments_.size(); ++i) {
-    s = segments_[i]->plan(s);
+    s = segments_[i]->plan(s, cfg);
     seg_shapes_.push_back(s);
-    if (i + 1 < segments_.size()) g_seg_.push_back(Tensor::activation(s));
+    if (i + 1 < segments_.size()) g_seg_.push_back(cfg.activation(s));
   }
   for (HeadPart& h : heads_) {
     CHECK(h.tap + 1 < segments_.size(), "AuxNet: head ", h.info.name,
           " reads the last segment (the main logits)");
     h.in_shape = seg_shapes_[h.tap];
-    const Shape out = h.module->plan(h.in_shape);
+    const Shape out = h.module->plan(h.in_shape, cfg);
     CHECK(out == s, "AuxNet: head ", h.info.name, " gives ", out.str(), ", the trunk ", s.str());
-    h.g_in = Tensor::activation(h.in_shape);
+    h.g_in = cfg.activation(h.in_shape);
   }
   seg_out_.assign(segments_.size(), nullptr);
   return s;

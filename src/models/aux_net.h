@@ -41,7 +41,7 @@ class AuxNet : public Module {
   void register_state(ParamStore& store, const std::string& prefix) override;
   void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
   void set_training(bool training) override;
-  Shape plan(const Shape& in) override;
+  Shape plan(const Shape& in, const ExecConfig& cfg) override;
   // The main logits; in training mode the heads' too (head_logits).
   const Tensor& forward(const Tensor& in) override;
   // din '=' (skipped when undefined), parameter gradients '+=' from the main logits' gradient

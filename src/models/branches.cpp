@@ -50,18 +50,18 @@ void Branches::set_training(bool training) {
   for (auto& b : branches_) b->set_training(training);
 }
 
-Shape Branches::plan(const Shape& in) {
+Shape Branches::plan(const Shape& in, const ExecConfig& cfg) {
   CHECK(!branches_.empty(), "Branches: no branch to plan");
   in_shape_ = in;
   out_shapes_.clear();
   g_out_.clear();
   for (auto& b : branches_) {
-    out_shapes_.push_back(b->plan(in));
-    g_out_.push_back(Tensor::activation(out_shapes_.back()));
+    out_shapes_.push_back(b->plan(in, cfg));
+    g_out_.push_back(cfg.activation(out_shapes_.back()));
   }
   const Shape out = Concat::output_shape(out_shapes_);  // checks N, H and W agree
-  out_buf_ = Tensor::activation(out);
-  g_in_ = Tensor::activation(in);
+  out_buf_ = cfg.activation(out);
+  g_in_ = cfg.activation(in);
   outs_.assign(branches_.size(), nullptr);
   g_views_.assign(branches_.size(), Tensor());
   g_ptrs_.clear();

@@ -11,9 +11,7 @@
 #include "core/profile.h"
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/avgpool2d.h"
-#include "layers/cpu_precision.h"
 #include "layers/flatten.h"
-#include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/maxpool2d.h"
 #include "models/init.h"
@@ -109,21 +107,20 @@ void DenseBlock::set_training(bool training) {
   }
 }
 
-Shape DenseBlock::plan(const Shape& in) {
+Shape DenseBlock::plan(const Shape& in, const ExecConfig& cfg) {
   CHECK(in.ndim == 4 && in[1] == in_channels_, "DenseBlock(", in_channels_,
         "): input must be (N, ", in_channels_, ", H, W), got ", in.str());
   const int64_t N = in[0];
   h_ = in[2], w_ = in[3], hw_ = h_ * w_;
   CHECK(N * hw_ <= INT_MAX / 4, "DenseBlock: ", in.str(), " is too large for one GEMM");
   const Shape mid{N, bottleneck_, h_, w_};
-  fused_ = fusion_enabled();
-  precision_ = cpu_precision();  // conv1's GEMMs on the CPU, as Conv2d's (layers/cpu_precision.h)
-  // An inference plan (module.h's plan_mode) keeps no layer's a1 and c1 for backward: the
+  fused_ = cfg.fusion;
+  // An inference plan keeps no layer's a1 and c1 for backward: the
   // layers share one of each (the last layer's a1 is the largest), conv2 writes a shared
   // slot, and the gradient buffers are not allocated. On the CPU a training plan shares a1
   // too: backward recomputes it (recompute_a1_). norm2 alone reads c1 (plan_after_conv).
-  const bool inference = plan_mode::inference();
-  recompute_a1_ = !inference && default_device() == Device::CPU;
+  const bool inference = cfg.inference;
+  recompute_a1_ = !inference && cfg.device == Device::CPU;
   const int64_t last_in = int64_t(layers_.back()->in_channels) * N * hw_;
   const Tensor shared_a1 = inference || recompute_a1_ ? Tensor::empty({last_in}) : Tensor();
   const Tensor shared_c1 = inference ? Tensor::empty(mid) : Tensor();
@@ -131,14 +128,15 @@ Shape DenseBlock::plan(const Shape& in) {
     l->norm1.set_fused_relu(fused_);
     l->norm2.layer.set_fused_relu(fused_);
     l->a1 = shared_a1.defined() ? shared_a1 : Tensor::empty({int64_t(l->in_channels) * N * hw_});
-    l->norm1.plan({1, l->in_channels, N, hw_});  // its saved statistics, on the model's device
-    l->conv1.note_input({N, l->in_channels, h_, w_});  // computed here as one GEMM, never planned
+    l->norm1.plan({1, l->in_channels, N, hw_}, cfg);  // its saved statistics, on the device
+    // computed here as one GEMM, never planned
+    l->conv1.note_input({N, l->in_channels, h_, w_}, cfg);
     l->c1 = inference ? shared_c1 : Tensor::empty(mid);
-    plan_after_conv(l->norm2);
-    l->norm2.plan(mid);
-    l->relu2.plan(mid);
+    plan_after_conv(l->norm2, cfg);
+    l->norm2.plan(mid, cfg);
+    l->relu2.plan(mid, cfg);
     l->conv2.output_to_scratch(inference ? kConv2Slot : -1);
-    l->conv2.plan(mid);
+    l->conv2.plan(mid, cfg);
   }
   auto grad_buffer = [&](const Shape& s) { return inference ? Tensor() : Tensor::empty(s); };
   feat_ = Tensor::empty({out_channels_ * N * hw_});
@@ -177,7 +175,7 @@ const Tensor& DenseBlock::forward(const Tensor& in) {
     {
       profile::Scope timed(l.conv1_name, l.conv1.kind());
       // conv1: (bottleneck, n*HW) = W (bottleneck, cin) * a1 (cin, n*HW), then to NCHW
-      gemm_in(dev, precision_, false, false, bottleneck_, int(cols), int(cin), 1.f,
+      gemm_in(dev, l.conv1.precision(), false, false, bottleneck_, int(cols), int(cin), 1.f,
               l.conv1.weight.data(), int(cin), a1.data(), int(cols), 0.f, bottleneck_cm_.data(),
               int(cols));
       swap01(dev, c1.data(), bottleneck_cm_.data(), bottleneck_, n, hw_);
@@ -222,9 +220,9 @@ void DenseBlock::backward(Tensor& din, const Tensor& dout) {
       // conv1 weight gradient '+=' (unless frozen) gc (bottleneck, n*HW) * a1^T; input
       // gradient W^T * gc.
       if (!l.conv1.frozen())
-        gemm_in(dev, precision_, false, true, bottleneck_, int(cin), int(cols), 1.f, gc,
+        gemm_in(dev, l.conv1.precision(), false, true, bottleneck_, int(cin), int(cols), 1.f, gc,
                 int(cols), a1.data(), int(cols), 1.f, l.conv1.grad_weight.data(), int(cin));
-      gemm_in(dev, precision_, true, false, int(cin), int(cols), bottleneck_, 1.f,
+      gemm_in(dev, l.conv1.precision(), true, false, int(cin), int(cols), bottleneck_, 1.f,
               l.conv1.weight.data(), int(cin), gc, int(cols), 0.f, g_prefix.data(), int(cols));
     }
     {

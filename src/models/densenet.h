@@ -35,7 +35,7 @@ class DenseBlock : public Module {
   void register_state(ParamStore& store, const std::string& prefix) override;
   void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
   void set_training(bool training) override;
-  Shape plan(const Shape& in) override;
+  Shape plan(const Shape& in, const ExecConfig& cfg) override;
   const Tensor& forward(const Tensor& in) override;
   void backward(Tensor& din, const Tensor& dout) override;
 
@@ -53,13 +53,12 @@ class DenseBlock : public Module {
   Tensor bottleneck_cm_;  // (bottleneck, N, H*W): conv1 output, then its gradient
   Tensor g_bottleneck_;   // (N, bottleneck, H, W): gradient through conv2, relu2, norm2
   Tensor g_new_;          // (N, growth, H, W): gradient of one layer's new maps
-  bool fused_ = false;    // norm1 and norm2 apply relu1 and relu2 (layers/fusion.h)
+  bool fused_ = false;    // norm1 and norm2 apply relu1 and relu2 (ExecConfig::fusion)
   // A CPU training plan: the layers share one a1 (as an inference plan's), and backward
   // recomputes each layer's from the features and norm1's saved statistics (BatchNorm2d::
   // recompute), one more pass over the prefix instead of every layer's a1 kept (half the
   // block's activation memory).
   bool recompute_a1_ = false;
-  CpuPrecision precision_ = CpuPrecision::kFp32;  // of conv1's GEMMs on the CPU (plan time)
 };
 
 std::unique_ptr<Model> make_densenet(const std::string& name, const ModelOptions& options,

@@ -1,12 +1,15 @@
 // Model: registration, planning, and the state dict in safetensors.
 #include "models/model.h"
 
+#include <array>
+#include <cstring>
 #include <map>
 #include <set>
 
 #include "io/safetensors.h"
 #include "layers/conv2d.h"
 #include "layers/linear.h"
+#include "layers/plan_mode.h"
 #include "models/aux_net.h"
 
 namespace mpicnn {
@@ -94,19 +97,20 @@ void Model::to(Device device) {
   store_.to(device);
 }
 
-Shape Model::plan(const Shape& input, PlanFor purpose) {
+Shape Model::plan(const Shape& input, const ExecConfig& exec) {
   CHECK(input.ndim == 4 && input[1] == options_.in_channels, "model ", name_,
         ": input must be (N, ", options_.in_channels, ", H, W), got ", input.str());
+  CHECK(exec.device == device(), "model ", name_, " is on ", device_name(device()),
+        ", planned for ", device_name(exec.device), " (place it with Model::to first)");
+  ExecConfig cfg = exec;
+  if (cfg.device == Device::CUDA) cfg.inference = false;  // a GPU model plans one way
   const DeviceScope scope(device());
-  // The GPU's channels-last path: every module's 4-D activations in that format.
-  const ActivationScope activations(device() == Device::CUDA ? gpu_activations() : Format{});
-  inference_only_ = purpose == PlanFor::kInference && device() == Device::CPU;
-  const plan_mode::Scope mode(inference_only_);
-  const Shape out = root_->plan(input);
+  const plan_mode::Scope parity;
+  const Shape out = root_->plan(input, cfg);
   CHECK(!root_->outputs_logits() || (out.ndim == 2 && out[1] == options_.num_classes), "model ",
         name_, ": produces ", out.str(), ", expected (N, ", options_.num_classes, ")");
   planned_ = input;
-  activations_ = activation_format();
+  exec_ = cfg;
   return out;
 }
 
@@ -122,8 +126,8 @@ const Tensor& Model::forward(const Tensor& x) {
         "model ", name_, ": input ", x.shape().str(), " does not fit the plan ", planned_.str());
   CHECK(x.device() == device(), "model ", name_, " is on ", device_name(device()), ", its input on ",
         device_name(x.device()), " (copy it with Tensor::copy_from)");
-  CHECK(x.format() == activations_, "model ", name_, ": a ", format_name(x.format()),
-        " input, planned for ", format_name(activations_), " (InputStage puts inputs so)");
+  CHECK(x.format() == exec_.format_for(x.shape()), "model ", name_, ": a ", format_name(x.format()),
+        " input, planned for ", format_name(exec_.activations), " (InputStage puts inputs so)");
   aux_ran_ = false;
   const Tensor& logits = root_->forward(x);
   if (aux_net_ && aux_net_->heads_ran()) {
@@ -139,8 +143,9 @@ const std::vector<AuxOutput>& Model::aux_outputs() const {
 }
 
 void Model::backward(const Tensor& dlogits, std::span<const Tensor* const> daux) {
-  CHECK(!inference_only_, "model ", name_, ": backward after an inference-only plan (plan it "
-        "with PlanFor::kTraining to train)");
+  CHECK(!exec_.inference, "model ", name_,
+        ": backward after an inference-only plan (plan it "
+        "for training to train)");
   CHECK(daux.size() == aux_outputs().size(), "model ", name_, ": backward with ", daux.size(),
         " auxiliary gradients, the last forward computed ", aux_outputs().size(),
         " auxiliary outputs");
@@ -240,6 +245,25 @@ bool is_dropped_batchnorm_counter(const ParamStore& store, const std::string& na
 }  // namespace mpicnn
 
 namespace mpicnn {
+
+std::string Model::explain_plan() {
+  CHECK(planned_.ndim > 0, name_, ": explain_plan() before plan()");
+  std::vector<std::array<std::string, 3>> rows;
+  size_t width[2] = {0, 0};
+  root_->for_each_layer([&](Layer& l, const std::string& prefix) {
+    std::string note = l.plan_note();
+    if (note.empty()) return;
+    std::string name = prefix.empty() ? "(root)" : prefix.substr(0, prefix.size() - 1);
+    width[0] = std::max(width[0], name.size());
+    width[1] = std::max(width[1], std::strlen(l.kind()));
+    rows.push_back({std::move(name), l.kind(), std::move(note)});
+  });
+  std::string s;
+  for (const auto& [name, kind, note] : rows)
+    s += name + std::string(width[0] + 2 - name.size(), ' ') + kind +
+         std::string(width[1] + 2 - kind.size(), ' ') + note + "\n";
+  return s;
+}
 
 int64_t Model::forward_macs() {
   CHECK(planned_.ndim > 0, name_, ": forward_macs() before plan()");

@@ -60,11 +60,6 @@ class SafetensorsReader;
 // when e lives on the GPU: what load_state_dict and --init-weights read each tensor with.
 void read_state_entry(const SafetensorsReader& r, const StateEntry& e);
 
-// What a plan serves. kInference: forward only (evaluation, pipeline_eval, inference
-// benchmarks); on the CPU, activations then share buffers (module.h's plan_mode) and
-// backward() fails. On a GPU model it plans as kTraining does.
-enum class PlanFor { kTraining, kInference };
-
 class Model : public Stateful {
  public:
   // Registers the tree's state (in torchvision order), allocates the slabs and initialises
@@ -82,10 +77,18 @@ class Model : public Stateful {
   // the device is chosen when the model is built, and every layer then runs there or fails.
   void to(Device device);
   Device device() const { return store_.device(); }
-  // Plans for inputs of this shape (N, C, H, W) on the model's device (every layer's buffers
-  // and workspaces); returns the logits shape (N, classes).
-  Shape plan(const Shape& input, PlanFor purpose = PlanFor::kTraining);
+  // Plans for inputs of this shape (N, C, H, W) as cfg says (core/exec.h: every layer's
+  // buffers and workspaces, and how each runs); cfg.device must be the model's. An inference
+  // plan (cfg.inference: evaluation, pipeline_eval, inference benchmarks) shares activation
+  // buffers on the CPU and backward() then fails; a GPU model plans it as for training.
+  // Returns the logits shape (N, classes).
+  Shape plan(const Shape& input, const ExecConfig& cfg);
   const Shape& planned_input() const { return planned_; }
+  // The config of the last plan (as the model took it).
+  const ExecConfig& exec() const { return exec_; }
+  // What the last plan chose, one line per layer that had a choice (Layer::plan_note):
+  // "layer1.0.conv1  Conv2d  direct avx512 fp32". For --explain-plan.
+  std::string explain_plan();
   // Multiply-adds of one image's forward pass at the planned input size: every convolution's
   // and linear layer's (other layers are not counted), auxiliary heads included. After plan().
   int64_t forward_macs();
@@ -148,8 +151,7 @@ class Model : public Stateful {
 
   std::vector<std::string> head_;
   Shape planned_;
-  Format activations_;  // of 4-D activations, the input's included (core/device.h)
-  bool inference_only_ = false;  // planned with PlanFor::kInference (on the CPU)
+  ExecConfig exec_;  // of the last plan: activations' format (the input's included), inference
   bool training_ = true;
   GradReadyFn grad_ready_;
   AuxNet* aux_net_ = nullptr;          // the root, when it has auxiliary heads

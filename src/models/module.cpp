@@ -2,13 +2,10 @@
 #include "models/module.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
-#include "layers/cpu_precision.h"
 #include "layers/fold.h"
-#include "layers/fusion.h"
 #include "layers/relu.h"
 
 namespace mpicnn {
@@ -32,20 +29,20 @@ Tensor view(int slot, const Shape& shape) {
                "block scratch slot ", slot, ": ", shape.str(), " not reserved on this thread");
   return t_slots[size_t(slot)].head(shape);
 }
-int64_t floats_for(const Shape& shape) {
-  const int64_t bytes = shape.numel() * int64_t(elem_bytes(Tensor::activation_format_for(shape).elem));
+int64_t floats_for(const Shape& shape, const ExecConfig& cfg) {
+  const int64_t bytes = shape.numel() * int64_t(elem_bytes(cfg.format_for(shape).elem));
   return (bytes + int64_t(sizeof(real)) - 1) / int64_t(sizeof(real));
 }
-void Buffer::plan(int slot, int64_t floats) {
+void Buffer::plan(int slot, int64_t floats, const ExecConfig& cfg) {
   slot_ = -1;
   own_ = Tensor();
-  format_ = activation_format();
-  if (floats == 0 || plan_mode::inference()) return;  // no backward through it
-  if (default_device() == Device::CPU) {
+  format_ = cfg.activations;
+  if (floats == 0 || cfg.inference) return;  // no backward through it
+  if (cfg.device == Device::CPU) {
     slot_ = slot;
     reserve(slot, floats);
   } else {
-    own_ = Tensor::empty({floats});
+    own_ = Tensor::empty({floats}, cfg.device);
   }
 }
 Tensor Buffer::view(const Shape& shape) const {
@@ -58,17 +55,11 @@ Tensor Buffer::view(const Shape& shape) const {
 namespace {
 // Sequential::plan calls open on this thread: a Sequential's nesting depth while it plans.
 thread_local int t_sequential_depth = 0;
-std::atomic<bool> g_bf16_batchnorm_sharing{true};
 }  // namespace
 
-bool bf16_batchnorm_sharing() {
-  return bf16_batchnorm_input() && g_bf16_batchnorm_sharing.load();
-}
-void set_bf16_batchnorm_sharing(bool on) { g_bf16_batchnorm_sharing.store(on); }
-
-void plan_after_conv(Leaf<BatchNorm2d>& bn) {
-  bn.layer.set_bf16_input(bf16_batchnorm_input());
-  bn.in_place(bf16_batchnorm_sharing());
+void plan_after_conv(Leaf<BatchNorm2d>& bn, const ExecConfig& cfg) {
+  bn.layer.set_bf16_input(cfg.bf16_batchnorm_input());
+  bn.in_place(bf16_batchnorm_sharing(cfg));
 }
 
 struct Sequential::Fold {
@@ -112,7 +103,7 @@ void Sequential::set_training(bool training) {
       if (f) f->conv.refresh();  // the folded copies follow the weights as they are now
 }
 
-Shape Sequential::plan(const Shape& in) {
+Shape Sequential::plan(const Shape& in, const ExecConfig& cfg) {
   CHECK(!children_.empty(), "Sequential: no children to plan");
   const int depth = t_sequential_depth;
   struct Nest {  // children plan one level deeper, until this plan returns (or throws)
@@ -126,11 +117,11 @@ Shape Sequential::plan(const Shape& in) {
     // A BatchNorm2d right after a Conv2d: child i + 1 alone reads child i's output.
     auto* bn = dynamic_cast<Leaf<BatchNorm2d>*>(children_[i].second.get());
     if (bn && i > 0 && dynamic_cast<Leaf<Conv2d>*>(children_[i - 1].second.get()))
-      plan_after_conv(*bn);
-    s = children_[i].second->plan(s);
+      plan_after_conv(*bn, cfg);
+    s = children_[i].second->plan(s, cfg);
   }
   // Fusion: an in-place ReLU right after a BatchNorm is applied by the BatchNorm.
-  const bool fuse = fusion_enabled();
+  const bool fuse = cfg.fusion;
   fused_.assign(children_.size(), false);
   for (size_t i = 0; i < children_.size(); ++i) {
     auto* bn = dynamic_cast<Leaf<BatchNorm2d>*>(children_[i].second.get());
@@ -144,7 +135,7 @@ Shape Sequential::plan(const Shape& in) {
   // Folded inference: a Conv2d, the BatchNorm2d after it (and a ReLU after that).
   folds_.clear();
   folds_.resize(children_.size());
-  for (size_t i = 0; fold_enabled() && i + 1 < children_.size(); ++i) {
+  for (size_t i = 0; cfg.folds() && i + 1 < children_.size(); ++i) {
     auto* conv = dynamic_cast<Leaf<Conv2d>*>(children_[i].second.get());
     auto* bn = dynamic_cast<Leaf<BatchNorm2d>*>(children_[i + 1].second.get());
     if (!conv || !bn) continue;
@@ -162,8 +153,9 @@ Shape Sequential::plan(const Shape& in) {
   int64_t need[2] = {0, 0};
   for (size_t i = 1; i < children_.size(); ++i)
     if (!fused_[i] && !(i == last && last_over_dout_))
-      need[i % 2] = std::max(need[i % 2], block_scratch::floats_for(in_shapes_[i]));
-  for (int k = 0; k < 2; ++k) grads_[k].plan(block_scratch::kSequential0 + 2 * depth + k, need[k]);
+      need[i % 2] = std::max(need[i % 2], block_scratch::floats_for(in_shapes_[i], cfg));
+  for (int k = 0; k < 2; ++k)
+    grads_[k].plan(block_scratch::kSequential0 + 2 * depth + k, need[k], cfg);
   planned_batch_ = in[0];
   return s;
 }

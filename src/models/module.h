@@ -14,7 +14,6 @@
 #include "core/tensor.h"
 #include "layers/layer.h"
 #include "layers/params.h"
-#include "layers/plan_mode.h"
 
 namespace mpicnn {
 
@@ -48,9 +47,10 @@ class Module {
   // Whether any of its layers has parameters that train (not frozen: Layer::trainable).
   bool has_trainable_layer();
   virtual void set_training(bool training) = 0;
-  // Size the output buffer (and any internal ones) for inputs up to `in`; returns the output
-  // shape. Called outside the training step; forward then takes any batch up to in[0].
-  virtual Shape plan(const Shape& in) = 0;
+  // Size the output buffer (and any internal ones) for inputs up to `in`, running as cfg says
+  // (core/exec.h); returns the output shape. Called outside the training step; forward then
+  // takes any batch up to in[0].
+  virtual Shape plan(const Shape& in, const ExecConfig& cfg) = 0;
   // Output for `in`, a view into this module's planned buffer (or `in` itself for in-place
   // modules). `in` must stay untouched until the matching backward.
   virtual const Tensor& forward(const Tensor& in) = 0;
@@ -62,38 +62,35 @@ class Module {
   virtual bool outputs_logits() const { return true; }
 };
 
-// Inference-only plans: layers/plan_mode.h.
-
 // Backward buffers that blocks with branches (ResidualBlock) share: a block needs its gradient
 // buffers only while its own backward runs, and blocks run backward one after another, never
 // inside each other, so one buffer per slot serves every block of the thread (planned models
 // run as threads of one process in the tests, hence per thread). plan() calls reserve() (which
 // allocates, growing the slot to the largest block's need); backward takes view()s of it. CPU
 // only: a GPU block keeps its own buffers (device memory must not outlive the backend).
-// Inference plans also put forward outputs here (plan_mode); views are taken at run time,
-// after every reserve() of the plan. Slots by user: ResidualBlock 0-6 (resnet.h),
-// DenseBlock 9 (densenet.h), Sequential kSequential0 + 2 * depth + 0 or 1 (its two gradient
-// buffers, shared by every Sequential nested as deep: one runs backward inside another only
-// from a deeper level).
+// Inference plans also put forward outputs here (ExecConfig::inference); views are taken at run
+// time, after every reserve() of the plan. Slots by user: ResidualBlock 0-6 (resnet.h), DenseBlock
+// 9 (densenet.h), Sequential kSequential0 + 2 * depth + 0 or 1 (its two gradient buffers, shared by
+// every Sequential nested as deep: one runs backward inside another only from a deeper level).
 namespace block_scratch {
 inline constexpr int kSequential0 = 10;
 void reserve(int slot, int64_t floats);
 Tensor view(int slot, const Shape& shape);  // the slot's first shape.numel() floats
 // A module's backward buffer: slot `slot` on the CPU, a tensor of its own on the GPU.
-// The floats a Buffer needs for a view of `shape` in Tensor::activation's format for it (fewer
-// than shape.numel() for the GPU's 16-bit activations): Buffer::plan's unit.
-int64_t floats_for(const Shape& shape);
+// The floats a Buffer needs for a view of `shape` in cfg's format for it (fewer than
+// shape.numel() for the GPU's 16-bit activations): Buffer::plan's unit.
+int64_t floats_for(const Shape& shape, const ExecConfig& cfg);
 class Buffer {
  public:
   // Sized for `floats` floats; none when floats is 0 or the plan is inference-only.
-  void plan(int slot, int64_t floats);
-  // Its first shape.numel() elements, in Tensor::activation's format for that shape as the
-  // plan had it (the GPU's typed activations: several formats share the buffer's bytes).
+  void plan(int slot, int64_t floats, const ExecConfig& cfg);
+  // Its first shape.numel() elements, in cfg's format for that shape as the plan had it (the
+  // GPU's typed activations: several formats share the buffer's bytes).
   Tensor view(const Shape& shape) const;
  private:
   int slot_ = -1;  // -1: own_
   Tensor own_;
-  Format format_;  // activation_format() when planned
+  Format format_;  // cfg.activations when planned
 };
 }  // namespace block_scratch
 
@@ -119,16 +116,16 @@ class Leaf : public Module {
   void set_training(bool training) override { layer.set_training(training); }
   // The output goes to block_scratch slot `slot` instead of a buffer of its own; -1 (the
   // default) keeps its own. The caller guarantees that the output's readers, backward's
-  // included, are done before the slot's next writer runs: inference plans (plan_mode), and a
+  // included, are done before the slot's next writer runs: inference plans, and a
   // training plan's output that no backward reads. Set before plan().
   Leaf& output_to_scratch(int slot) {
     scratch_slot_ = slot;
     return *this;
   }
-  Shape plan(const Shape& in) override {
-    layer.plan(in);
+  Shape plan(const Shape& in, const ExecConfig& cfg) override {
+    layer.plan(in, cfg);
     const Shape out = layer.output_shape(in);
-    const bool inference = plan_mode::inference();
+    const bool inference = cfg.inference;
     bool may_alias = false;
     if constexpr (requires { L::kForwardMayAlias; }) may_alias = L::kForwardMayAlias;
     aliased_ = in_place_ || (inference && may_alias);
@@ -136,7 +133,8 @@ class Leaf : public Module {
     buffer_ = Tensor();
     planned_batch_ = out[0];
     if (slot_ >= 0) block_scratch::reserve(slot_, out.numel());
-    else if (!aliased_) buffer_ = Tensor::activation(out);
+    else if (!aliased_)
+      buffer_ = cfg.activation(out);
     return out;
   }
   const Tensor& forward(const Tensor& in) override { return forward_with(in); }
@@ -187,17 +185,17 @@ class Leaf : public Module {
 };
 
 // Plans `bn`, whose input is a convolution's output that nothing else reads, to keep that
-// input in bf16 and run in place over it where layers/cpu_precision.h's bf16_batchnorm_input()
-// says so (--precision bf16 training: one float32 buffer for the convolution and its
-// BatchNorm, and a bf16 copy, where there were two float32 ones), else as a plain BatchNorm.
-// Before bn's plan().
-void plan_after_conv(Leaf<BatchNorm2d>& bn);
-// Whether plans made now use the memory that bf16 BatchNorm inputs free: plan_after_conv's
-// BatchNorms in place, and buffers that then no backward reads shared (ResidualBlock's
-// downsample output). bf16_batchnorm_input() and the switch, on unless a test turns it off
-// (process-wide) to show that sharing changes no value.
-bool bf16_batchnorm_sharing();
-void set_bf16_batchnorm_sharing(bool on);
+// input in bf16 and run in place over it where cfg.bf16_batchnorm_input() says so (--precision
+// bf16 training on the CPU: one float32 buffer for the convolution and its BatchNorm, and a
+// bf16 copy, where there were two float32 ones), else as a plain BatchNorm. Before bn's plan().
+void plan_after_conv(Leaf<BatchNorm2d>& bn, const ExecConfig& cfg);
+// Whether a plan uses the memory that bf16 BatchNorm inputs free: plan_after_conv's BatchNorms
+// in place, and buffers that then no backward reads shared (ResidualBlock's downsample output):
+// cfg.bf16_batchnorm_input() and cfg.bf16_batchnorm_sharing (off only in tests that show that
+// sharing changes no value).
+inline bool bf16_batchnorm_sharing(const ExecConfig& cfg) {
+  return cfg.bf16_batchnorm_input() && cfg.bf16_batchnorm_sharing;
+}
 
 // Children run in order; gradients between them ping-pong through two buffers sized for the
 // largest intermediate activation, so backward needs two buffers, not one per child. On the
@@ -235,7 +233,7 @@ class Sequential : public Module {
   void register_state(ParamStore& store, const std::string& prefix) override;
   void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
   void set_training(bool training) override;
-  Shape plan(const Shape& in) override;
+  Shape plan(const Shape& in, const ExecConfig& cfg) override;
   const Tensor& forward(const Tensor& in) override;
   void backward(Tensor& din, const Tensor& dout) override;
   // For a caller whose output gradient is dead after this backward (a ResNet block's
@@ -255,10 +253,10 @@ class Sequential : public Module {
   // have none; reported to the gradient-ready hook once child i's backward is done.
   std::vector<int64_t> ready_from_;
   std::vector<Shape> in_shapes_;  // planned input shape of each child
-  // fused_[i]: child i is an in-place ReLU that the BatchNorm before it applies (fusion.h):
-  // forward and backward pass over it.
+  // fused_[i]: child i is an in-place ReLU that the BatchNorm before it applies (fusion,
+  // ExecConfig::fusion): forward and backward pass over it.
   std::vector<bool> fused_;
-  // Folded inference (layers/fold.h; GPU, eval mode, fold_enabled at plan time): folds_[i] is
+  // Folded inference (layers/fold.h; GPU, eval mode, ExecConfig::fold): folds_[i] is
   // set where child i is a Conv2d and child i + 1 its BatchNorm2d (and child i + 2 a ReLU: the
   // fold applies it), and forward runs those children as the one folded call.
   struct Fold;

@@ -6,14 +6,14 @@
 
 #include <algorithm>
 
+#include "core/mutant.h"
 #include "layers/adaptive_avgpool2d.h"
 #include "layers/flatten.h"
-#include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/maxpool2d.h"
+#include "layers/plan_mode.h"
 #include "models/init.h"
 #include "models/registry.h"
-#include "core/mutant.h"
 
 namespace mpicnn {
 
@@ -72,12 +72,12 @@ void ResidualBlock::set_training(bool training) {
     for (FoldedConv& f : folds_) f.refresh();  // the folded copies follow the weights as they are
 }
 
-Shape ResidualBlock::plan(const Shape& in) {
+Shape ResidualBlock::plan(const Shape& in, const ExecConfig& cfg) {
   in_shape_ = in;
-  fused_ = fusion_enabled();
+  fused_ = cfg.fusion;
   for (size_t i = 0; i + 1 < bns_.size(); ++i) bns_[i]->layer.set_fused_relu(fused_);
   // Output slots of an inference plan (-1: own buffers); see kFwdA.
-  const bool inference = plan_mode::inference();
+  const bool inference = cfg.inference;
   const int out_slot = inference ? kFwdOut0 + plan_mode::next_parity() : -1;
   const size_t last = convs_.size() - 1;
   for (size_t i = 0; i <= last; ++i) {
@@ -87,20 +87,20 @@ Shape ResidualBlock::plan(const Shape& in) {
   // The downsample's output is the residual, read once by bn_last's forward. Its BatchNorm,
   // in place over the convolution's output when it keeps a bf16 input (plan_after_conv),
   // reads only that copy in backward: then a training plan shares the slot too.
-  const bool ds_scratch = inference || bf16_batchnorm_sharing();
+  const bool ds_scratch = inference || bf16_batchnorm_sharing(cfg);
   if (downsample_conv_) downsample_conv_->output_to_scratch(ds_scratch ? kFwdA : -1);
   Shape s = in;
   int64_t max_out = 0, max_mid_in = 0;
   for (size_t i = 0; i < convs_.size(); ++i) {
-    if (i > 0) max_mid_in = std::max(max_mid_in, block_scratch::floats_for(s));
-    s = convs_[i]->plan(s);
-    max_out = std::max(max_out, block_scratch::floats_for(s));
-    plan_after_conv(*bns_[i]);  // bn_i alone reads conv_i's output
-    s = bns_[i]->plan(s);
-    if (i + 1 < convs_.size()) relus_[i]->plan(s);
+    if (i > 0) max_mid_in = std::max(max_mid_in, block_scratch::floats_for(s, cfg));
+    s = convs_[i]->plan(s, cfg);
+    max_out = std::max(max_out, block_scratch::floats_for(s, cfg));
+    plan_after_conv(*bns_[i], cfg);  // bn_i alone reads conv_i's output
+    s = bns_[i]->plan(s, cfg);
+    if (i + 1 < convs_.size()) relus_[i]->plan(s, cfg);
   }
   folds_.clear();
-  if (fold_enabled()) {
+  if (cfg.folds()) {
     folds_.resize(convs_.size());
     for (size_t i = 0; i < convs_.size(); ++i) {
       folds_[i].plan(convs_[i]->layer, bns_[i]->layer);
@@ -108,17 +108,18 @@ Shape ResidualBlock::plan(const Shape& in) {
     }
   }
   if (downsample_) {
-    const Shape d = downsample_->plan(in);
+    const Shape d = downsample_->plan(in, cfg);
     CHECK(d == s, "residual block: downsample gives ", d.str(), ", main branch ", s.str());
   } else {
     CHECK(in == s, "residual block: identity ", in.str(), " does not match ", s.str());
   }
   // Gradient buffers: the output's, conv outputs' (and the input's from the downsample, once
   // the main branch is done with A), mid inputs'.
-  const int64_t need[kGradSlots] = {block_scratch::floats_for(s),
-                                    std::max(max_out, downsample_ ? block_scratch::floats_for(in) : 1),
-                                    std::max<int64_t>(max_mid_in, 1)};
-  for (int k = 0; k < kGradSlots; ++k) grads_[k].plan(k, need[k]);  // slot k: every block's
+  const int64_t need[kGradSlots] = {
+      block_scratch::floats_for(s, cfg),
+      std::max(max_out, downsample_ ? block_scratch::floats_for(in, cfg) : 1),
+      std::max<int64_t>(max_mid_in, 1)};
+  for (int k = 0; k < kGradSlots; ++k) grads_[k].plan(k, need[k], cfg);  // slot k: every block's
   return s;
 }
 

@@ -30,7 +30,7 @@ class ResidualBlock : public Module {
   void register_state(ParamStore& store, const std::string& prefix) override;
   void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
   void set_training(bool training) override;
-  Shape plan(const Shape& in) override;
+  Shape plan(const Shape& in, const ExecConfig& cfg) override;
   const Tensor& forward(const Tensor& in) override;
   void backward(Tensor& din, const Tensor& dout) override;
 
@@ -59,10 +59,10 @@ class ResidualBlock : public Module {
   block_scratch::Buffer grads_[kGradSlots];
   Tensor grad_buffer(int slot, Shape shape) const;  // shape with the last forward's batch
   Shape in_shape_;
-  // Fusion (layers/fusion.h): bn_i applies relu_i, and bn_last the residual add and the
+  // Fusion (ExecConfig::fusion): bn_i applies relu_i, and bn_last the residual add and the
   // block's ReLU, in their own passes.
   bool fused_ = false;
-  // Folded inference (layers/fold.h; GPU, eval mode, fold_enabled at plan time): folds_[i] is
+  // Folded inference (layers/fold.h; GPU, eval mode, ExecConfig::fold): folds_[i] is
   // conv_i with bn_i folded in, run with relu_i, the last one with the residual add and the
   // block's ReLU: one cuDNN call per convolution (the downsample folds in its Sequential).
   std::vector<FoldedConv> folds_;

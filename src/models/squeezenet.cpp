@@ -69,19 +69,19 @@ void Fire::set_training(bool training) {
     m->set_training(training);
 }
 
-Shape Fire::plan(const Shape& in) {
-  const Shape s = squeeze_->plan(in);
-  squeeze_relu_->plan(s);
-  const Shape e1 = expand1x1_->plan(s);
-  expand1x1_relu_->plan(e1);
-  const Shape e3 = expand3x3_->plan(s);
-  expand3x3_relu_->plan(e3);
+Shape Fire::plan(const Shape& in, const ExecConfig& cfg) {
+  const Shape s = squeeze_->plan(in, cfg);
+  squeeze_relu_->plan(s, cfg);
+  const Shape e1 = expand1x1_->plan(s, cfg);
+  expand1x1_relu_->plan(e1, cfg);
+  const Shape e3 = expand3x3_->plan(s, cfg);
+  expand3x3_relu_->plan(e3, cfg);
   const Shape out = Concat::output_shape({e1, e3});
-  out_buf_ = Tensor::activation(out);
-  g_e1_ = Tensor::activation(e1);
-  g_e3_ = Tensor::activation(e3);
-  g_s_ = Tensor::activation(s);
-  g_s3_ = Tensor::activation(s);
+  out_buf_ = cfg.activation(out);
+  g_e1_ = cfg.activation(e1);
+  g_e3_ = cfg.activation(e3);
+  g_s_ = cfg.activation(s);
+  g_s3_ = cfg.activation(s);
   return out;
 }
 

@@ -23,7 +23,7 @@ class Fire : public Module {
   void register_state(ParamStore& store, const std::string& prefix) override;
   void for_each_layer(const std::function<void(Layer&, const std::string&)>& fn) override;
   void set_training(bool training) override;
-  Shape plan(const Shape& in) override;
+  Shape plan(const Shape& in, const ExecConfig& cfg) override;
   const Tensor& forward(const Tensor& in) override;
   void backward(Tensor& din, const Tensor& dout) override;
 

@@ -94,7 +94,7 @@ void model_facts(RunConfig& c, const std::string& model) {
   mo.num_classes = c.num_classes;
   mo.in_channels = in.channels;
   std::unique_ptr<Model> m = build_model(model, mo, 0);
-  m->plan(Shape{std::max(spec.min_batch, 2), in.channels, in.height, in.width});
+  m->plan(Shape{std::max(spec.min_batch, 2), in.channels, in.height, in.width}, ExecConfig{});
   c.model_macs = double(m->forward_macs());
   c.model_params = double(m->params().num_params());
 }

@@ -84,7 +84,7 @@ class ClassifyTask final : public TrainTask {
 
   void open_data(TrainerState& state) override;
   uint64_t train_size() const override { return train_->info().size; }
-  std::unique_ptr<Model> build_model(Device device) override;
+  std::unique_ptr<Model> build_model(const ExecConfig& exec) override;
   std::string load_init_weights() override {
     return describe(train::load_init_weights(*model_, o_.init_weights, o_.init_weights_partial),
                     model_->options().num_classes);
@@ -234,8 +234,8 @@ void ClassifyTask::open_data(TrainerState& state) {
 
 // The replica on its device with the fine-tuning flags applied (before the optimizer and
 // gradient sync are made), planned for the batch, and its loss.
-std::unique_ptr<Model> ClassifyTask::build_model(Device device) {
-  device_ = device;
+std::unique_ptr<Model> ClassifyTask::build_model(const ExecConfig& exec) {
+  device_ = exec.device;
   ModelOptions mopt;
   mopt.num_classes = int(train_->info().class_names.size());
   mopt.in_channels = input_.channels;
@@ -244,11 +244,12 @@ std::unique_ptr<Model> ClassifyTask::build_model(Device device) {
   comm_.on_all([&] { apply_finetune(*model_, o_); });
   const int64_t b = o_.batch_size;
   model_->to(device_);
-  model_->plan(Shape{b, input_.channels, input_.height, input_.width});
+  model_->plan(Shape{b, input_.channels, input_.height, input_.width}, exec);
   model_->set_training(true);
   xent_.plan(b, mopt.num_classes, device_);
   aux_losses_.plan(*model_, b, xent_.label_smoothing(), device_);
-  stage_ = InputStage(device_, b, Shape{input_.channels, input_.height, input_.width});
+  stage_ =
+      InputStage(device_, b, Shape{input_.channels, input_.height, input_.width}, exec.activations);
   model_->root().for_each_layer([&](Layer& l, const std::string&) {
     if (auto* d = dynamic_cast<Dropout*>(&l)) dropouts_.push_back(d);
   });

@@ -61,7 +61,7 @@ class DetectionTask final : public TrainTask {
   bool cpu_only() const override { return true; }
   void open_data(TrainerState& state) override;
   uint64_t train_size() const override { return train_.samples.size(); }
-  std::unique_ptr<Model> build_model(Device device) override;
+  std::unique_ptr<Model> build_model(const ExecConfig& exec) override;
   std::string load_init_weights() override;
   void record(TrainerState& state) const override {
     // The detector as built (its transform resizes the images: no input size here) and the
@@ -125,6 +125,7 @@ class DetectionTask final : public TrainTask {
   Tensor ones_, losses_;
   detect::DetectionBatch batch_;
   Shape planned_;
+  ExecConfig exec_;  // how the model plans (the CPU's: the task is CPU only)
   int64_t epoch_ = 0;
   std::vector<uint64_t> shard_;  // this rank's samples of the epoch
   size_t next_ = 0;              // the next one to load
@@ -148,7 +149,8 @@ void DetectionTask::open_data(TrainerState&) {
   });
 }
 
-std::unique_ptr<Model> DetectionTask::build_model(Device) {
+std::unique_ptr<Model> DetectionTask::build_model(const ExecConfig& exec) {
+  exec_ = exec;
   options_.num_classes = int(train_.classes.size()) + 1;
   options_.trainable_layers = o_.trainable_layers;
   // torchvision's rule: FrozenBatchNorm2d over pretrained weights, BatchNorm2d from random ones
@@ -190,7 +192,7 @@ int DetectionTask::forward(int64_t global_step) {
   CHECK(!idx.empty(), "rank ", comm_.rank(), ": data ran out at step ", global_step + 1);
   detect::make_detection_batch(batch_, train_, idx, flips, options_.transform);
   if (batch_.images.shape() != planned_) {
-    model_->plan(batch_.images.shape());
+    model_->plan(batch_.images.shape(), exec_);
     planned_ = batch_.images.shape();
   }
   const uint64_t stream =

@@ -283,6 +283,7 @@ const std::vector<Flag>& train_flags() {
       {{"deterministic", "", "[=BOOL]", Switch,
         "GPU: deterministic cuDNN algorithms only (bit-identical reruns, maybe slower)"},
        bind_to(&O::deterministic, to_bool), both, {"true"}},
+      {common::explain_plan(), &O::explain_plan, both, {"true"}},
       // No option value: --config is read before the other options, --help stops parsing.
       {{"config", "", "FILE", Value,
         "read options from FILE (format below); command-line values override the file's"}},
@@ -546,7 +547,7 @@ std::string train_help() {
   out << "\nModels (--model):\n";
   out << model_list();
   out << "\nSwitches (--nesterov, --scale-lr, --skip-bad, --distribute-data, --freeze-backbone,\n"
-         "--freeze-bn) alone mean true; a value sets them: --nesterov=false, --distribute-data off\n"
+         "--freeze-bn, --explain-plan) alone mean true; a value sets them: --nesterov=false, --distribute-data off\n"
          "(true/on/yes/1, false/off/no/0).\n"
          "\nConfig file (--config FILE): one 'key = value' per line, keys are the long option\n"
          "names without dashes (every option except config and help), '#' starts a comment;\n"

@@ -98,6 +98,7 @@ struct TrainOptions {
   std::string precision = "auto";  // auto | fp32 | tf32 | bf16 | fp16
   std::string gpu_layout = "nchw";  // nchw | nhwc (core/device.h)
   bool deterministic = false;      // GPU: deterministic cuDNN algorithms
+  bool explain_plan = false;       // print each layer's chosen implementation at start
 
   std::string config;  // the --config file read, if any (not part of to_config)
 

@@ -58,9 +58,10 @@ class TrainTask {
   virtual void open_data(TrainerState& state) = 0;
   // Samples in the training data (every rank knows it).
   virtual uint64_t train_size() const = 0;
-  // This rank's replica on `device`, ready for a batch of --batch-size (the task keeps a
-  // pointer to it for the steps); the same weights on every rank before resume.
-  virtual std::unique_ptr<Model> build_model(Device device) = 0;
+  // This rank's replica on exec's device, planned as exec says and ready for a batch of
+  // --batch-size (the task keeps a pointer to it for the steps); the same weights on every
+  // rank before resume.
+  virtual std::unique_ptr<Model> build_model(const ExecConfig& exec) = 0;
   // Rank 0, a fresh run given --init-weights: loads them into the replica; the header's line.
   virtual std::string load_init_weights() = 0;
   // What evaluation needs to rebuild the model and prepare its input (state.input,

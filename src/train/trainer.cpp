@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "core/threads.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/holdout.h"
@@ -30,7 +31,6 @@
 #include "dist/split_data.h"
 #include "io/progress.h"
 #include "io/tracking.h"
-#include "layers/cpu_precision.h"
 #include "layers/dropout.h"
 #include "layers/softmax_xent.h"
 #include "models/registry.h"
@@ -146,22 +146,24 @@ Trainer::Trainer(const TrainOptions& o, const dist::Comm& comm, std::ostream& ou
 void Trainer::choose_same_device() {
   comm_.on_all([&] {
     const std::string device = task_->cpu_only() && o_.device == "auto" ? "cpu" : o_.device;
-    dev_ = choose_device(device, o_.precision, o_.deterministic, comm_.local_rank(),
-                         o_.gpu_layout);
+    exec_ = make_exec_config({.device = device,
+                              .precision = o_.precision,
+                              .gpu_layout = o_.gpu_layout,
+                              .deterministic = o_.deterministic},
+                             comm_.local_rank());
   });
   // --device auto decides per rank: a rank without a visible GPU would train on the CPU in
   // fp32 while the others use the GPU, and the replicas would drift apart unnoticed.
-  CHECK(comm_.agree(std::array<int, 3>{int(dev_.device), int(dev_.precision), int(dev_.cpu_bf16)}),
-        "--device ", o_.device, ": the ranks chose different devices or precisions (rank ", comm_.rank(), ": ",
-        dev_.description, "); give every rank a GPU, or pass --device cpu");
-  fp16_ = dev_.device == Device::CUDA && dev_.precision == gpu::Precision::FP16;
-  // Read by the CPU layers when the replica is planned (build_replica).
-  set_cpu_precision(dev_.cpu_bf16 ? CpuPrecision::kBf16 : CpuPrecision::kFp32);
+  CHECK(comm_.agree(std::array<int, 2>{int(exec_.device), int(exec_.precision)}), "--device ",
+        o_.device, ": the ranks chose different devices or precisions (rank ", comm_.rank(), ": ",
+        describe_device(exec_), "); give every rank a GPU, or pass --device cpu");
+  fp16_ = exec_.device == Device::CUDA && exec_.precision == Precision::kFp16;
+  state_.execution = exec_json(exec_);
 }
 
 // The task's model replica on the device, the schedule and the optimizer.
 void Trainer::build_replica() {
-  result_.model = task_->build_model(dev_.device);
+  result_.model = task_->build_model(exec_);
   model_ = result_.model.get();
   const int64_t b = o_.batch_size;
   const uint64_t N = task_->train_size();
@@ -292,7 +294,7 @@ void Trainer::start_gradient_sync() {
   sopt.average = false;  // 1/K is in the loss gradient (grad_average_factor_)
   dist::GpuAllreduceFacts facts;
   facts.nccl_built = dist::nccl::compiled_in();
-  facts.cuda = dev_.device == Device::CUDA;
+  facts.cuda = exec_.device == Device::CUDA;
   facts.ranks = comm_.size();
   if (facts.cuda) facts.shared_gpu = dist::first_duplicate(comm_.allgather(gpu::backend().device_uuid()));
   // The facts are the same on every rank, so is a refusal: reported once (SharedError).
@@ -339,7 +341,7 @@ void Trainer::open_run() {
 
 // What the configuration amounts to (RunInfo::facts): what `recommend` learns from.
 nlohmann::json Trainer::run_facts() const {
-  const bool gpu = dev_.device == Device::CUDA;
+  const bool gpu = exec_.device == Device::CUDA;
   nlohmann::json facts = {{"cpus_per_node", int(std::thread::hardware_concurrency())},
                           {"gpus_per_node", gpu ? gpu::backend().device_count() : 0},
                           {"gpu_model", gpu ? gpu::backend().device_name() : std::string()},
@@ -357,25 +359,37 @@ void Trainer::print_header() const {
   const int K = comm_.size(), nodes = comm_.nodes();
   const int64_t b = o_.batch_size;
   const std::string frozen_line = describe_frozen(*model_);
-  out_ << "mpicnn train: " << o_.model << " (" << model_->params().num_params() << " parameters) on "
-       << task_->data_description() << task_->header_lines() << "\n  " << K << " rank" << (K > 1 ? "s" : "") << " on " << nodes
-       << " node" << (nodes > 1 ? "s" : "") << ", " << threads_ << " thread"
-       << (threads_ > 1 ? "s" : "") << " per rank; batch " << b << " per rank, " << b * K
-       << " global; " << epoch_steps_.steps << " steps per epoch"
-       << (epoch_steps_.padded > 0 ? " (" + std::to_string(epoch_steps_.padded) + " samples repeated to even out the ranks)" : "")
-       << (state_.val_held_out > 0 ? "\n  validation: " + data::describe_holdout(state_.val_fraction, state_.val_held_out)
-                                   : std::string())
+  out_ << "mpicnn train: " << o_.model << " (" << model_->params().num_params()
+       << " parameters) on " << task_->data_description() << task_->header_lines() << "\n  " << K
+       << " rank" << (K > 1 ? "s" : "") << " on " << nodes << " node" << (nodes > 1 ? "s" : "")
+       << ", " << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per rank; batch " << b
+       << " per rank, " << b * K << " global; " << epoch_steps_.steps << " steps per epoch"
+       << (epoch_steps_.padded > 0 ? " (" + std::to_string(epoch_steps_.padded) +
+                                         " samples repeated to even out the ranks)"
+                                   : "")
+       << (state_.val_held_out > 0
+               ? "\n  validation: " +
+                     data::describe_holdout(state_.val_fraction, state_.val_held_out)
+               : std::string())
        << (init_line_.empty() ? std::string() : "\n  " + init_line_)
        << (frozen_line.empty() ? std::string() : "\n  " + frozen_line)
-       << (K > 1 || sync_->options().nccl ? "\n  gradient sync: " + describe_sync(*sync_) : std::string())
-       << "\n  device " << dev_.description
+       << (K > 1 || sync_->options().nccl ? "\n  gradient sync: " + describe_sync(*sync_)
+                                          : std::string())
+       << "\n  device " << describe_device(exec_) << "\n  execution: " << describe_exec(exec_)
        << "\n  " << opt_->name() << ", " << schedule_->describe()
-       << describe_head_lr(*model_, o_.head_lr_mult)
-       << "\n  run directory " << run_dir_
-       << (resumed_from_.empty() ? "" : ", resumed from " + resumed_from_ + " (epoch " +
-                                             std::to_string(state_.epoch) + ", step " +
-                                             std::to_string(state_.step_in_epoch) + ")")
+       << describe_head_lr(*model_, o_.head_lr_mult) << "\n  run directory " << run_dir_
+       << (resumed_from_.empty()
+               ? ""
+               : ", resumed from " + resumed_from_ + " (epoch " + std::to_string(state_.epoch) +
+                     ", step " + std::to_string(state_.step_in_epoch) + ")")
        << "\n";
+  if (o_.explain_plan) {
+    // A detector plans its parts itself: its backbone's plan, where it made one through Model.
+    if (model_->planned_input().ndim > 0)
+      out_ << "  plan, per layer:\n" << indent(model_->explain_plan(), "    ");
+    else
+      out_ << "  plan: --explain-plan lists a classifier's layers; this model plans in parts\n";
+  }
   out_.flush();
 }
 

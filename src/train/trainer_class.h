@@ -91,7 +91,7 @@ class Trainer {
   const TrainHooks& hooks_;
   Timer run_clock_;
   int threads_ = 1;
-  DeviceChoice dev_;
+  ExecConfig exec_;  // how this rank's steps execute (core/device.h), chosen once
   bool fp16_ = false;
 
   std::unique_ptr<TrainTask> task_;

@@ -173,7 +173,7 @@ TrainResult Trainer::finish() {
   comm_.on_root([&] {
     const double comm_share = step_time_ > 0 ? comm_wait_ / step_time_ : 0.0;
     tracker_->set_summary("comm_share", comm_share);
-    tracker_->set_summary("device", dev_.description);
+    tracker_->set_summary("device", describe_device(exec_));
     if (fp16_) tracker_->set_summary("fp16_skipped_steps", scaler_.skipped_steps());
     tracker_->set_summary("resumed_from", resumed_from_);
     tracker_->finish(RunStatus::Finished);

@@ -11,6 +11,9 @@
 
 #include "testing.h"
 #include "case_times.h"
+
+// The environment's kernel overrides (MPICNN_BF16, MPICNN_GEMM, ...) apply before any test runs.
+static const bool kExecApplied = (mpicnn::testing::exec(), true);
 #include "dist/asan_options.h"
 
 int main(int argc, char** argv) {

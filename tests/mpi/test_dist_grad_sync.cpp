@@ -35,13 +35,19 @@ struct Net {
   Tensor dlogits;               // (N, classes)
 };
 
+// The cuda tests' config, made by cuda_unavailable() once the GPU is selected.
+ExecConfig& gpu_exec() {
+  static ExecConfig c;
+  return c;
+}
+
 Net make_net(const std::string& name, int64_t batch, int size, int classes, uint64_t data_seed,
              Device device = Device::CPU) {
   Net n;
   n.model = build_model(name, {.num_classes = classes, .in_channels = 3, .dropout = 0.f}, 11);
   n.model->to(device);
   const Shape in{batch, 3, size, size};
-  n.model->plan(in);
+  n.model->plan(in, device == Device::CUDA ? gpu_exec() : testing::exec());
   n.x = Tensor::empty(in, device);
   n.x.copy_from(testing::random_tensor(in, data_seed));
   for (int64_t i = 0; i < batch; ++i) n.labels.push_back(int32_t((data_seed * 7 + uint64_t(i)) % uint64_t(classes)));
@@ -91,7 +97,9 @@ std::vector<float> copy_of(const Tensor& t) {
 const std::string& cuda_unavailable() {
   static const std::string why = [] {
     std::string w = gpu::unavailable_reason();
-    if (w.empty()) choose_device("cuda", "fp32", /*deterministic=*/true, comm().local_rank());
+    if (w.empty())
+      gpu_exec() = make_exec_config({.device = "cuda", .precision = "fp32", .deterministic = true},
+                                    comm().local_rank());
     return w;
   }();
   return why;

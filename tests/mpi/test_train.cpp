@@ -146,7 +146,7 @@ std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_r
   mo.num_classes = 10;
   mo.in_channels = 1;
   auto model = build_model(o.model, mo, o.seed);
-  model->plan(Shape{per_rank ? b : K * b, 1, 28, 28});
+  model->plan(Shape{per_rank ? b : K * b, 1, 28, 28}, testing::exec());
   SoftmaxCrossEntropy xent;
   xent.plan(per_rank ? b : K * b, 10);
   SgdOptions so;
