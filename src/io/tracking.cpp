@@ -4,6 +4,7 @@
 #include "io/tracking.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "core/check.h"
 #include "io/atomic_file.h"
@@ -116,6 +118,21 @@ std::string cpu_model_name() {
   return "";
 }
 
+std::string mlflow_user() {
+  for (const char* name : {"LOGNAME", "USER", "LNAME", "USERNAME"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) return v;
+  }
+  // getpwuid_r, not getpwuid: the loader threads may be running by now.
+  long size = ::sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buf(size > 0 ? size_t(size) : 16384);
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  const int err = ::getpwuid_r(::geteuid(), &pw, buf.data(), buf.size(), &found);
+  if (err == 0 && found && found->pw_name && *found->pw_name) return found->pw_name;
+  return "unknown";
+}
+
 std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "";
@@ -184,10 +201,10 @@ RunTracker::RunTracker(const std::string& run_dir, RunInfo info, std::function<i
                                       "\nexperiment_id: '0'\nlast_update_time: " + now +
                                       "\nlifecycle_stage: active\nname: Default\n");
   }
-  const char* user = std::getenv("USER");
+  user_ = mlflow_user();
   const std::map<std::string, std::string> tags = {
       {"mlflow.runName", info_.run_name},
-      {"mlflow.user", user && *user ? user : "unknown"},
+      {"mlflow.user", user_},
       {"mlflow.source.name", "mpicnn"},
       {"mlflow.source.type", "LOCAL"}};
   for (const auto& [k, v] : tags) write_text(fs::path(mlrun_) / "tags" / k, v);
@@ -213,7 +230,6 @@ RunTracker::~RunTracker() {
 }
 
 void RunTracker::write_run_meta(RunStatus status, int64_t end_ms) {
-  const char* user = std::getenv("USER");
   std::string y;
   y += "artifact_uri: " + yq(file_uri(fs::path(mlrun_) / "artifacts")) + "\n";
   y += "end_time: " + (end_ms < 0 ? std::string("null") : std::to_string(end_ms)) + "\n";
@@ -229,7 +245,7 @@ void RunTracker::write_run_meta(RunStatus status, int64_t end_ms) {
   y += "start_time: " + std::to_string(start_ms_) + "\n";
   y += "status: " + std::to_string(int(status)) + "\n";
   y += "tags: []\n";
-  y += "user_id: " + yq(user && *user ? user : "unknown") + "\n";
+  y += "user_id: " + yq(user_) + "\n";
   write_text(fs::path(mlrun_) / "meta.yaml", y);
 }
 

@@ -79,7 +79,7 @@ class RunTracker {
   void write_run_meta(RunStatus status, int64_t end_ms);
   void write_summary();
 
-  std::string run_dir_, mlruns_, mlrun_, run_id_;
+  std::string run_dir_, mlruns_, mlrun_, run_id_, user_;
   RunInfo info_;
   std::function<int64_t()> clock_ms_;
   int64_t start_ms_ = 0;
@@ -94,5 +94,9 @@ class RunTracker {
 std::string cpu_model_name();
 std::string host_name();
 std::string mlflow_safe_key(const std::string& key);
+// Who runs this, as Python's getpass.getuser() (what MLflow records as mlflow.user) says:
+// $LOGNAME, $USER, $LNAME, $USERNAME (the first set and non-empty), else the effective user's
+// name in the password database, else "unknown".
+std::string mlflow_user();
 
 }  // namespace mpicnn
