@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -133,6 +134,27 @@ std::string mlflow_user() {
   return "unknown";
 }
 
+std::map<std::string, std::string> mlflow_params(const RunInfo& info) {
+  // MLflow shows an empty param as a value; a flag not given, or no GPU, is no value at all.
+  std::map<std::string, std::string> params;
+  for (const auto& [k, v] : info.params)
+    if (!v.empty()) params[k] = v;
+  json facts = info.facts;
+  facts["ranks"] = info.ranks;
+  facts["nodes"] = info.nodes;
+  facts["threads_per_rank"] = info.threads_per_rank;
+  facts["cpu_model"] = cpu_model_name();
+  if (!facts.contains("gpu_model")) facts["gpu_model"] = "";
+  for (const auto& [k, v] : facts.items()) {
+    std::string flag = k;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const std::string text = param_text(v);
+    if (info.params.count(k) || info.params.count(flag) || text.empty()) continue;
+    params[k] = text;
+  }
+  return params;
+}
+
 std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "";
@@ -208,15 +230,7 @@ RunTracker::RunTracker(const std::string& run_dir, RunInfo info, std::function<i
       {"mlflow.source.name", "mpicnn"},
       {"mlflow.source.type", "LOCAL"}};
   for (const auto& [k, v] : tags) write_text(fs::path(mlrun_) / "tags" / k, v);
-  for (const auto& [k, v] : info_.params) write_text(fs::path(mlrun_) / "params" / mlflow_safe_key(k), v);
-  json facts = info_.facts;
-  facts["ranks"] = info_.ranks;
-  facts["nodes"] = info_.nodes;
-  facts["threads_per_rank"] = info_.threads_per_rank;
-  facts["cpu_model"] = cpu_model_name();
-  if (!facts.contains("gpu_model")) facts["gpu_model"] = "";
-  for (const auto& [k, v] : facts.items())
-    write_text(fs::path(mlrun_) / "params" / mlflow_safe_key(k), param_text(v));
+  write_params();
   write_run_meta(RunStatus::Running, -1);
   write_summary();
 }
@@ -227,6 +241,18 @@ RunTracker::~RunTracker() {
     finish(RunStatus::Failed);
   } catch (...) {  // a destructor must not throw; the run stays RUNNING on disk
   }
+}
+
+// The params directory holds exactly this run's params: a resumed run whose options changed
+// (another --epochs, --resume now set, --save-dir now unset) keeps no stale value from before.
+void RunTracker::write_params() {
+  const fs::path dir = fs::path(mlrun_) / "params";
+  std::map<std::string, std::string> files;
+  for (const auto& [k, v] : mlflow_params(info_)) files[mlflow_safe_key(k)] = v;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (!files.count(entry.path().filename().string())) fs::remove(entry.path(), ec);
+  for (const auto& [k, v] : files) write_text(dir / k, v);
 }
 
 void RunTracker::write_run_meta(RunStatus status, int64_t end_ms) {

@@ -39,15 +39,18 @@ struct RunInfo {
   std::vector<std::string> hosts;
   int batch_per_rank = 0, global_batch = 0;
   int epochs = 0;
-  std::map<std::string, std::string> params;  // the run configuration -> MLflow params
+  // The run's options as the checkpoint's trainer.json records them (every flag's long name ->
+  // its value as the command line takes it, "" for a flag not set): summary.json's "params",
+  // and the MLflow params (mlflow_params says which).
+  std::map<std::string, std::string> params;
   // What the configuration amounts to on this hardware, as `recommend` reads it: written into
   // summary.json at the top level and as MLflow params under the same keys (strings: as they
   // are; numbers: their JSON text; arrays: their elements joined by ','), so MLflow's compare
   // view and `recommend report` show the same facts. Keys (set by the trainer): cpus_per_node,
   // gpus_per_node, workers, distribute_data, input_shape [C, H, W], num_classes,
   // train_samples, test_samples, model_params, model_macs (forward multiply-adds per image),
-  // dataset_kind. ranks, nodes, threads_per_rank, cpu_model and gpu_model become MLflow
-  // params as well.
+  // dataset_kind, validation. ranks, nodes, threads_per_rank, cpu_model and gpu_model become
+  // MLflow params as well.
   nlohmann::json facts = nlohmann::json::object();
   bool resume = false;  // continue RUN's metrics, summary and MLflow run instead of a new one
 };
@@ -79,6 +82,8 @@ class RunTracker {
   void write_run_meta(RunStatus status, int64_t end_ms);
   void write_summary();
 
+  void write_params();
+
   std::string run_dir_, mlruns_, mlrun_, run_id_, user_;
   RunInfo info_;
   std::function<int64_t()> clock_ms_;
@@ -88,6 +93,13 @@ class RunTracker {
   std::string status_ = "RUNNING";
   bool finished_ = false;
 };
+
+// The run's MLflow params, one per key: the options that are set, under their flag names and
+// with the values trainer.json records, then the facts (RunInfo::facts plus ranks, nodes,
+// threads_per_rank, cpu_model, gpu_model) except those that restate an option (distribute_data
+// is --distribute-data's, allreduce --allreduce's: the option's recorded value is the param, the
+// fact stays in summary.json). No param is empty: "" is a flag not given, or no GPU.
+std::map<std::string, std::string> mlflow_params(const RunInfo& info);
 
 // Helpers shared with the apps: the first "model name" of /proc/cpuinfo ("" if unknown),
 // this host's name, and a key made safe for an MLflow file name.

@@ -322,11 +322,13 @@ void Trainer::open_run() {
     ri.batch_per_rank = int(o_.batch_size);
     ri.global_batch = int(o_.batch_size * comm_.size());
     ri.epochs = int(o_.epochs);
-    ri.params = state_.config;
-    if (state_.val_held_out > 0)
-      ri.params["validation"] = data::describe_holdout(state_.val_fraction, state_.val_held_out);
+    ri.params = state_.config;  // as trainer.json records it
     ri.resume = !resumed_from_.empty() && fs::exists(fs::path(run_dir_) / "summary.json");
     ri.facts = run_facts();
+    // A fact, not an option: the MLflow param "validation" says what --val-split came to
+    // (summary.json's "validation", set below, holds the numbers).
+    if (state_.val_held_out > 0)
+      ri.facts["validation"] = data::describe_holdout(state_.val_fraction, state_.val_held_out);
     tracker_.emplace(run_dir_, ri);
     if (state_.val_held_out > 0)
       tracker_->set_summary("validation", {{"fraction", state_.val_fraction}, {"held_out", state_.val_held_out},
