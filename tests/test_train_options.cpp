@@ -56,7 +56,8 @@ const std::vector<std::string> kAllLong = {
     "--scale-lr", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
     "--augment", "crop-flip", "--image-size", "36", "--skip-bad", "--distribute-data=false",
     "--save-dir", "runs/x", "--resume", "runs/y", "--seed", "18446744073709551615", "--threads",
-    "6", "--eval-every", "2", "--checkpoint-every", "5", "--keep-checkpoints", "0", "--progress",
+    "6", "--eval-every", "2", "--checkpoint-every", "5", "--keep-checkpoints", "0",
+    "--log-final-weights=false", "--progress",
     "plain", "--check-sync", "100", "--bucket-mb", "12.5", "--device", "cpu",
     "--init-weights", "r20.safetensors", "--init-weights-partial", "fc,bn1.weight",
     "--freeze", "conv1,bn1,layer1", "--freeze-backbone", "--freeze-bn", "--head-lr-mult", "10"};
@@ -96,6 +97,7 @@ TEST_CASE("train options: defaults") {
   CHECK(o.eval_every == 1);
   CHECK(o.checkpoint_every == 1);
   CHECK(o.keep_checkpoints == 3);
+  CHECK(o.log_final_weights);
   CHECK(o.progress == "auto");
   CHECK(o.check_sync == 0);
   CHECK(o.bucket_mb == 0);
@@ -137,6 +139,7 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.eval_every == 2);
   CHECK(o.checkpoint_every == 5);
   CHECK(o.keep_checkpoints == 0);
+  CHECK(!o.log_final_weights);
   CHECK(o.progress == "plain");
   CHECK(o.check_sync == 100);
   CHECK(o.bucket_mb == 12.5);

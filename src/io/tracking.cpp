@@ -255,9 +255,27 @@ void RunTracker::write_params() {
   for (const auto& [k, v] : files) write_text(dir / k, v);
 }
 
+std::string RunTracker::artifact_dir() const { return (fs::path(mlrun_) / "artifacts").string(); }
+
+void RunTracker::log_artifact(const std::string& file, const std::string& name) {
+  const std::string leaf = name.empty() ? fs::path(file).filename().string() : name;
+  const fs::path target = fs::path(artifact_dir()) / leaf;
+  std::ifstream in(file, std::ios::binary);
+  CHECK(in.is_open(), file, ": cannot read it to log as an MLflow artifact (", std::strerror(errno),
+        ")");
+  AtomicFile out(target.string());
+  std::vector<char> buf(size_t(1) << 20);  // weights run to hundreds of MiB: streamed
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    if (in.gcount() > 0) out.write(buf.data(), size_t(in.gcount()));
+  }
+  CHECK(!in.bad(), file, ": read failed while logging it as an MLflow artifact");
+  out.commit();
+}
+
 void RunTracker::write_run_meta(RunStatus status, int64_t end_ms) {
   std::string y;
-  y += "artifact_uri: " + yq(file_uri(fs::path(mlrun_) / "artifacts")) + "\n";
+  y += "artifact_uri: " + yq(file_uri(artifact_dir())) + "\n";
   y += "end_time: " + (end_ms < 0 ? std::string("null") : std::to_string(end_ms)) + "\n";
   y += "entry_point_name: ''\n";
   y += "experiment_id: '0'\n";
@@ -367,6 +385,7 @@ void RunTracker::finish(RunStatus status) {
   status_ = status == RunStatus::Finished ? "FINISHED" : status == RunStatus::Failed ? "FAILED" : "KILLED";
   write_summary();
   write_run_meta(status, clock_ms_());
+  log_artifact((fs::path(run_dir_) / "summary.json").string());
 }
 
 }  // namespace mpicnn

@@ -70,10 +70,16 @@ class RunTracker {
   void log_step(const StepRecord& r);
   void log_epoch(const EpochRecord& r);  // also rewrites summary.json
   void set_summary(const std::string& key, nlohmann::json value);  // caller's extra fields
-  void finish(RunStatus status);  // summary.json, MLflow status and end_time; once
+  // summary.json (also as an artifact), MLflow status and end_time; once.
+  void finish(RunStatus status);
+  // Copies `file` into the MLflow run's artifacts/ as `name` (default: the file's name), atomically
+  // (a crash leaves the old artifact or the new one, never a torn one); logging a name again
+  // replaces it. Errors name the file.
+  void log_artifact(const std::string& file, const std::string& name = "");
 
   const std::string& run_id() const { return run_id_; }
   const std::string& mlflow_run_dir() const { return mlrun_; }
+  std::string artifact_dir() const;  // mlflow_run_dir()/artifacts: meta.yaml's artifact_uri
   nlohmann::json summary() const;
 
  private:

@@ -1,7 +1,7 @@
 // `./train` option parsing: Boost.ProgramOptions does the tokenising (command line and config
 // file); every value is taken as a string and converted by its row of the flag table, so each bad
 // value gets one line naming the flag (or file:line: key) and what is accepted. Not the trainer
-// and not its main. Over 500 lines: the flag table (58 rows, each a flag's help text, field,
+// and not its main. Over 500 lines: the flag table (59 rows, each a flag's help text, field,
 // conversion, tasks and sample value) is over a third of it; config files, the rules between
 // options and the help prose are the rest.
 #include "train/options.h"
@@ -232,6 +232,11 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::checkpoint_every, int_from(0)), both, {"5"}},
       {{"keep-checkpoints", "", "N", Value, "newest checkpoints kept (0 = all)"},
        bind_to(&O::keep_checkpoints, int32_from(0)), both, {"0"}},
+      {{"log-final-weights", "", "[=BOOL]", Switch,
+        "copy the final epoch's weights (model.safetensors) into the MLflow run's artifacts "
+        "(RUN/mlruns/0/<run>/artifacts/), beside trainer.json and summary.json; "
+        "--log-final-weights=false saves that disk space (the checkpoints keep the weights)"},
+       bind_to(&O::log_final_weights, to_bool), both, {"false"}},
       {{"progress", "", "MODE", Value,
         "auto (a bar when the output reaches a terminal: under mpiexec, mpiexec's own; plain "
         "lines in batch logs and redirected output), bar, plain or none (no progress lines; the "
@@ -547,7 +552,8 @@ std::string train_help() {
   out << "\nModels (--model):\n";
   out << model_list();
   out << "\nSwitches (--nesterov, --scale-lr, --skip-bad, --distribute-data, --freeze-backbone,\n"
-         "--freeze-bn, --explain-plan) alone mean true; a value sets them: --nesterov=false, --distribute-data off\n"
+         "--freeze-bn, --explain-plan, --log-final-weights) alone mean true; a value sets them:\n"
+         "--nesterov=false, --distribute-data off\n"
          "(true/on/yes/1, false/off/no/0).\n"
          "\nConfig file (--config FILE): one 'key = value' per line, keys are the long option\n"
          "names without dashes (every option except config and help), '#' starts a comment;\n"

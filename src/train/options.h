@@ -83,6 +83,9 @@ struct TrainOptions {
   int64_t eval_every = 1;      // epochs; 0 = never
   int64_t checkpoint_every = 1;  // epochs; 0 = only the final checkpoint
   int keep_checkpoints = 3;    // newest kept; 0 = keep all
+  // The final epoch's model.safetensors copied into the MLflow run's artifacts as well (one
+  // copy, not one per checkpoint, so that a long run does not fill the disk).
+  bool log_final_weights = true;
   std::string progress = "auto";  // auto | bar | plain | none
   int64_t check_sync = 0;      // steps between replica-consistency checks; 0 = off
   double bucket_mb = 0;        // gradient allreduce bucket size in MiB; 0 = dist::auto_bucket_bytes

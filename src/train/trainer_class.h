@@ -83,6 +83,7 @@ class Trainer {
   void check_replicas_in_sync() const;
   void share_batchnorm_statistics();
   void save(const std::string& why);
+  void log_checkpoint_artifacts(const CheckpointPaths& p);
   TrainResult result();
 
   const TrainOptions& o_;

@@ -150,7 +150,17 @@ void Trainer::save(const std::string& why) {
                                                 if (fault::armed()) fault::point("checkpoint-" + std::string(stage));
                                               });
     if (!why.empty()) out_ << why << ": " << p.dir << "\n";
+    log_checkpoint_artifacts(p);
   });
+}
+
+// Rank 0, after a checkpoint: its trainer.json replaces the MLflow run's, so the artifact always
+// describes the run's latest state; the weights only from the final epoch's checkpoint (one
+// copy per run, not one per epoch). A resumed run logs them again, over the old ones.
+void Trainer::log_checkpoint_artifacts(const CheckpointPaths& p) {
+  tracker_->log_artifact(p.trainer);
+  const bool final_epoch = state_.epoch == o_.epochs && state_.step_in_epoch == 0;
+  if (final_epoch && o_.log_final_weights) tracker_->log_artifact(p.model);
 }
 
 TrainResult Trainer::stop() {
