@@ -3,13 +3,15 @@
 // layout MLflow would refuse or mistype fails here: mlflow itself is not installed. Not a general
 // YAML parser: it reads the flat mappings FileStore writes, typed as yaml.safe_load types them.
 #pragma once
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,6 +28,40 @@ struct Value {
   std::string s;
   bool is_str() const { return kind == Str; }
 };
+
+// YAML 1.1's plain scalars as PyYAML's resolver types them (the patterns of yaml/resolver.py,
+// as far as FileStore's values reach: no sexagesimal or base-prefixed numbers).
+inline bool is_yaml_bool(const std::string& t) {
+  static const char* const words[] = {"y",    "Y",    "yes",  "Yes",   "YES",   "n",     "N",
+                                      "no",   "No",   "NO",   "true",  "True",  "TRUE",  "false",
+                                      "False", "FALSE", "on",  "On",    "ON",    "off",   "Off", "OFF"};
+  return std::find(std::begin(words), std::end(words), t) != std::end(words);
+}
+// [-+]?(0|[1-9][0-9_]*)
+inline bool is_yaml_int(const std::string& t) {
+  size_t i = (!t.empty() && (t[0] == '-' || t[0] == '+')) ? 1 : 0;
+  if (i == t.size()) return false;
+  if (t[i] == '0') return i + 1 == t.size();
+  if (t[i] < '1' || t[i] > '9') return false;
+  for (++i; i < t.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(t[i])) && t[i] != '_') return false;
+  return true;
+}
+// [-+]?([0-9][0-9_]*)?\.[0-9.]*([eE][-+][0-9]+)?
+inline bool is_yaml_float(const std::string& t) {
+  size_t i = (!t.empty() && (t[0] == '-' || t[0] == '+')) ? 1 : 0;
+  if (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])))
+    while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '_')) ++i;
+  if (i == t.size() || t[i] != '.') return false;
+  for (++i; i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.');) ++i;
+  if (i == t.size()) return true;
+  if (t[i] != 'e' && t[i] != 'E') return false;
+  if (++i == t.size() || (t[i] != '-' && t[i] != '+')) return false;
+  if (++i == t.size()) return false;
+  for (; i < t.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(t[i]))) return false;
+  return true;
+}
 
 inline Value scalar(const std::string& text) {
   Value v;
@@ -46,13 +82,9 @@ inline Value scalar(const std::string& text) {
   }
   REQUIRE_MESSAGE(text.find_first_of("\"[]{}#&*!|>%@`") == std::string::npos,
                   "a scalar this reader does not type (FileStore writes none): ", text);
-  static const std::regex boolean("(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|"
-                                  "on|On|ON|off|Off|OFF)");
-  static const std::regex integer("[-+]?(0|[1-9][0-9_]*)");
-  static const std::regex real("[-+]?([0-9][0-9_]*)?\\.[0-9.]*([eE][-+][0-9]+)?");
-  if (std::regex_match(text, boolean)) return {Value::Bool, 0, text};
-  if (std::regex_match(text, integer)) return {Value::Int, std::stoll(text), text};
-  if (std::regex_match(text, real)) return {Value::Float, 0, text};
+  if (is_yaml_bool(text)) return {Value::Bool, 0, text};
+  if (is_yaml_int(text)) return {Value::Int, std::stoll(text), text};
+  if (is_yaml_float(text)) return {Value::Float, 0, text};
   return {Value::Str, 0, text};
 }
 
@@ -101,8 +133,10 @@ enum RunStatus { RUNNING = 1, SCHEDULED = 2, FINISHED = 3, FAILED = 4, KILLED = 
 // A param, tag or metric key as MLflow's validation takes it: letters, digits, '_', '-', '.',
 // ' ', '/' (and ':' since MLflow 2.x), never a path that climbs out.
 inline void check_key(const std::string& what, const std::string& key) {
-  static const std::regex ok("[A-Za-z0-9_\\-. /:]+");
-  CHECK_MESSAGE(std::regex_match(key, ok), what, " key not valid for MLflow: '", key, "'");
+  const bool ok = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-. /:", c) != nullptr;
+  });
+  CHECK_MESSAGE(ok, what, " key not valid for MLflow: '", key, "'");
   CHECK_MESSAGE(key.find("..") == std::string::npos, what, " key climbs out: '", key, "'");
 }
 
