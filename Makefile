@@ -86,9 +86,10 @@ BENCH_BIN := $(BENCH_SRC:bench/%.cpp=$(OUT)/bench/%)
 # references (tests/f64/: the float64 half, compared with PyTorch float64 to 1e-10). Only what
 # the classifier models and optimizers need and call (the state dicts' safetensors): about 50
 # files of the library's 120.
-F64_SRC   := src/core/check.cpp src/core/tensor.cpp src/core/format.cpp src/core/exec.cpp src/core/rng.cpp \
-  src/core/threads.cpp src/core/profile.cpp src/core/blas.cpp src/core/gpu.cpp src/core/gpu_absent.cpp \
-  $(sort $(wildcard src/layers/*.cpp)) $(sort $(wildcard src/models/*.cpp)) src/optim/optimizer.cpp src/optim/sgd.cpp src/optim/adamw.cpp \
+F64_SRC   := src/core/check.cpp src/core/tensor.cpp src/core/format.cpp src/core/exec.cpp \
+  src/core/rng.cpp src/core/threads.cpp src/core/profile.cpp src/core/blas.cpp src/core/gpu.cpp \
+  src/core/gpu_absent.cpp $(sort $(wildcard src/layers/*.cpp)) $(sort $(wildcard src/models/*.cpp)) \
+  src/optim/optimizer.cpp src/optim/sgd.cpp src/optim/adamw.cpp \
   src/io/safetensors.cpp src/io/safetensors_writer.cpp src/io/safetensors_crc.cpp src/io/atomic_file.cpp
 F64_FLAGS := -DMPICNN_F64=1 -Dmpicnn=mpicnn_f64
 F64_OBJ   := $(F64_SRC:%.cpp=$(BUILD)/obj-f64/%.o)
