@@ -128,8 +128,10 @@ TEST_CASE("fault: MPICNN_FAULT specs") {
   CHECK(s.signal == SIGKILL);
   CHECK(fault::parse_spec("allreduce:0:1:stop").signal == SIGSTOP);
   CHECK(fault::parse_spec("allreduce:0:1:kill").signal == SIGKILL);
+  CHECK(fault::parse_spec("eval:1:2:term").signal == SIGTERM);  // a scheduler's stop, there
+  CHECK(fault::parse_spec("eval:1:2:usr1").signal == SIGUSR1);
   for (const char* bad : {"", "forward", "forward:1", ":1:1", "forward:x:1", "forward:-1:1",
-                          "forward:1:0", "forward:1:1:term", "forward:1:1:kill:x"})
+                          "forward:1:0", "forward:1:1:hup", "forward:1:1:kill:x"})
     CHECK_MESSAGE(!fault::parse_spec(bad).valid, bad);
   CHECK(!fault::armed());  // the unit tests run without MPICNN_FAULT: points do nothing
   fault::point("forward");

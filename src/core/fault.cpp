@@ -75,16 +75,18 @@ Spec parse_spec(std::string_view text) {
     parts[n++] = text.substr(at, colon == std::string_view::npos ? std::string_view::npos : colon - at);
     if (colon == std::string_view::npos) break;
     at = colon + 1;
-    if (n == 4) return s.error = "expected name:rank:n[:kill|stop]", s;
+    if (n == 4) return s.error = "expected name:rank:n[:kill|stop|term|usr1]", s;
   }
   long rank = 0, occ = 0;
-  if (n < 3 || parts[0].empty()) return s.error = "expected name:rank:n[:kill|stop]", s;
+  if (n < 3 || parts[0].empty()) return s.error = "expected name:rank:n[:kill|stop|term|usr1]", s;
   if (!parse_long(parts[1], rank) || rank < 0) return s.error = "rank must be an integer >= 0", s;
   if (!parse_long(parts[2], occ) || occ < 1) return s.error = "n must be an integer >= 1", s;
   s.signal = SIGKILL;
   if (n == 4) {
     if (parts[3] == "stop") s.signal = SIGSTOP;
-    else if (parts[3] != "kill") return s.error = "signal must be kill or stop", s;
+    else if (parts[3] == "term") s.signal = SIGTERM;
+    else if (parts[3] == "usr1") s.signal = SIGUSR1;
+    else if (parts[3] != "kill") return s.error = "signal must be kill, stop, term or usr1", s;
   }
   s.name = parts[0];
   s.rank = int(rank);

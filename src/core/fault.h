@@ -2,8 +2,9 @@
 // bench/reliability.sh): fault::point("name") marks a place where a test may kill or stop
 // this process. MPICNN_FAULT="name:rank:n[:signal]" arms one point: the n-th time (from 1) rank
 // `rank` passes point `name`, it raises `signal` on itself (kill = SIGKILL, the default; stop =
-// SIGSTOP, a stalled rank). Unset, a point costs one load of a flag read once at start-up.
-// Not an error path: nothing is thrown, and the process cannot clean up (that is the point).
+// SIGSTOP, a stalled rank; term and usr1 = SIGTERM and SIGUSR1, a scheduler's stop arriving at
+// exactly that point). Unset, a point costs one load of a flag read once at start-up.
+// Not an error path: nothing is thrown; killed, the process cannot clean up (that is the point).
 #pragma once
 #include <string_view>
 

@@ -411,10 +411,14 @@ TrainResult run_training(const TrainOptions& o, const dist::Comm& comm, std::ost
                          const TrainHooks& hooks) {
   Trainer trainer(o, comm, out, hooks);  // data, model replica and optimizer, resumed or fresh
   while (trainer.state().epoch < o.epochs) {
-    const bool stop = trainer.train_epoch();
+    bool stop = trainer.train_epoch();
     // A stop (the same decision on every rank) in the middle of an epoch checkpoints right
     // here; one after the epoch's last step first finishes the epoch (evaluation, logs).
     if (trainer.epoch_complete()) trainer.end_epoch();
+    // A signal that came during the epoch's end (after the last step's vote: evaluation, the
+    // checkpoint) stops here, before the next epoch starts: the launcher may kill the ranks
+    // soon after its signal (Open MPI's mpiexec 1 s after a SIGTERM).
+    if (!stop && trainer.state().epoch < o.epochs) stop = trainer.stop_agreed();
     if (stop) return trainer.stop();
   }
   return trainer.finish();

@@ -63,6 +63,7 @@ class Trainer {
   bool train_epoch();
   bool epoch_complete() const { return state_.step_in_epoch == epoch_steps_.steps; }
   void end_epoch();      // evaluation, the epoch's log line and checkpoint
+  bool stop_agreed() const;  // whether any rank has a stop request now (collective)
   TrainResult stop();    // after a stop request: a checkpoint unless one was just written
   TrainResult finish();  // after the last epoch: the final checkpoint and summary
 

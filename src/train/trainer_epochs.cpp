@@ -163,6 +163,8 @@ void Trainer::log_checkpoint_artifacts(const CheckpointPaths& p) {
   if (final_epoch && o_.log_final_weights) tracker_->log_artifact(p.model);
 }
 
+bool Trainer::stop_agreed() const { return comm_.allreduce_max(stop_signal()) > 0; }
+
 TrainResult Trainer::stop() {
   const int sig = comm_.allreduce_max(stop_signal());
   result_.stopped = true;
