@@ -4,13 +4,15 @@
 # write — must always give one "stop requested" line, exit 0, a `latest` that names a complete
 # checkpoint, the run KILLED in summary.json and in MLflow's meta.yaml (status 5, an end time),
 # and a --resume that finishes the run. A signal during the last epoch's evaluation lets the
-# finished run end as FINISHED (nothing is left to resume). 2 ranks, LeNet on the synthetic set
-# (8 steps an epoch); about a minute on 2 cores.
+# finished run end as FINISHED (nothing is left to resume). Then SIGUSR1 sent to mpiexec at
+# start-up and at an epoch's end. 32 moments, 2 ranks, LeNet on the synthetic set (8 steps an
+# epoch); about 25 s on 2 cores.
 source "$(dirname "$0")/lib/common.sh"
 cd "$REPO"
 TRAIN=$REPO/$MPICNN_BUILD/bin/train
 on_exit "rm -f /dev/shm/vader_segment.* 2>/dev/null"
-common=(--dataset synthetic --progress plain --threads 1 -w 0 -b 64 -e 2)
+base=(--dataset synthetic --progress plain --threads 1 -w 0 -b 64)
+common=("${base[@]}" -e 2)
 
 # run_train OUT FAULT ARGS...: 2 ranks with MPICNN_FAULT=FAULT (none when empty).
 run_train() {
@@ -100,4 +102,29 @@ for sig in term usr1; do
       epoch-0001 $([ $stage = model ] && echo resume)
   done
 done
+# SIGUSR1 to mpiexec itself (it forwards the signal to every rank), at moments picked from the
+# output: start-up (as soon as the header is printed: data and model ready, no step yet), and
+# right after epoch 1's closing line (its checkpoint being written).
+# mpiexec_case NAME WHEN LATEST: WHEN is "start" or "epoch"; LATEST as for case_.
+mpiexec_case() {
+  local name=$1 when=$2 latest=$3 run=$SCRATCH/run$((n += 1)) i why
+  env -u OPENBLAS_CORETYPE mpiexec -n 2 --oversubscribe "$TRAIN" "${base[@]}" -e 4 -s "$run" \
+    > "$run.out" 2>&1 &
+  local pid=$!
+  local line="^mpicnn train: "
+  [ "$when" = epoch ] && line="^epoch 1/4 done"  # 3 epochs left: the stop lands before the end
+  for i in $(seq 1200); do grep -q "$line" "$run.out" 2>/dev/null && break; sleep 0.02; done
+  kill -USR1 "$pid"
+  if ! wait "$pid"; then fail "stop at $name" "exit $?: $(tail -1 "$run.out")"; return; fi
+  if ! why=$(stopped "$run" "$run.out" KILLED 2>&1); then fail "stop at $name" "$(echo "$why" | tail -1)"; return; fi
+  # shellcheck disable=SC2053  # LATEST is a pattern
+  if [[ $(readlink "$run/latest") != checkpoints/$latest ]]; then
+    fail "stop at $name" "latest -> $(readlink "$run/latest"), expected checkpoints/$latest"
+    return
+  fi
+  pass "stop at $name: KILLED"
+}
+# An epoch takes ~0.3 s here, so where such a stop lands is not fixed: any complete checkpoint.
+mpiexec_case "start-up (SIGUSR1 to mpiexec)" start '*'
+mpiexec_case "epoch 1's end (SIGUSR1 to mpiexec)" epoch '*'
 finish
