@@ -144,7 +144,6 @@ std::map<std::string, std::string> mlflow_params(const RunInfo& info) {
   facts["nodes"] = info.nodes;
   facts["threads_per_rank"] = info.threads_per_rank;
   facts["cpu_model"] = cpu_model_name();
-  if (!facts.contains("gpu_model")) facts["gpu_model"] = "";
   for (const auto& [k, v] : facts.items()) {
     std::string flag = k;
     std::replace(flag.begin(), flag.end(), '_', '-');
