@@ -1,6 +1,5 @@
-// ./pipeline_eval's orchestration: setup on rank 0, model on the predicting ranks, the runs,
-// the report. See evaluate.h. A detection checkpoint takes the same path with the detector's
-// setup, stages and scoring (eval/detect_stages.h).
+// ./pipeline_eval's orchestration: the task (eval/task.h) and its setup on rank 0, the model on
+// the predicting ranks, the runs, the report. See evaluate.h. Every task takes the same path.
 #include "eval/evaluate.h"
 
 #include <dirent.h>
@@ -21,81 +20,16 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/threads.h"
-#include "data/holdout.h"
-#include "detect/evaluate.h"
 #include "dist/messenger.h"
 #include "dist/watchdog.h"
-#include "eval/detect_stages.h"
 #include "eval/pipeline.h"
-#include "eval/setup.h"
-#include "io/checkpoint.h"
+#include "eval/task.h"
 
 namespace mpicnn::eval {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Samples that differ between two runs of the same samples (both sorted by index): `same`
-// compares two results of one sample; a sample present in one run only counts too.
-// Classifiers compare their top-5 classes, detectors their labels in the detector's order;
-// probabilities, scores and boxes are not compared: with other thread counts (the baseline runs
-// with all cores) a matrix product may round its last bit differently.
-template <class T, class Same>
-int64_t count_mismatches(const std::vector<T>& a, const std::vector<T>& b, Same same) {
-  int64_t n = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() || j < b.size()) {
-    if (j == b.size() || (i < a.size() && a[i].index < b[j].index)) {
-      ++n, ++i;
-    } else if (i == a.size() || b[j].index < a[i].index) {
-      ++n, ++j;
-    } else {
-      n += !same(a[i], b[j]), ++i, ++j;
-    }
-  }
-  return n;
-}
-bool same_top5(const Prediction& x, const Prediction& y) { return std::equal(x.top, x.top + 5, y.top); }
-bool same_labels(const ImageDetections& x, const ImageDetections& y) { return x.labels == y.labels; }
-
-// mAP of the detected images (skipped ones are left out) against the set's boxes.
-detect::MapResult score_detections(const data::DetectionSet& set, const std::vector<ImageDetections>& found) {
-  std::vector<int64_t> indices;
-  std::vector<detect::Detections> predictions;
-  for (const ImageDetections& d : found) {
-    indices.push_back(int64_t(d.index));
-    predictions.push_back({d.boxes, d.scores, d.labels});
-  }
-  return detect::evaluate_predictions(set, indices, predictions);
-}
-
-// --checkpoint without -d/--dataset: the data its run trained on, from its trainer.json.
-EvalOptions resolve_data(const EvalOptions& o) {
-  if (!wants_run_data(o)) return o;
-  const CheckpointPaths ck = resolve_checkpoint(o.checkpoint);
-  return with_run_data(o, read_trainer_state(ck.trainer), ck.trainer);
-}
-
-// The setup, and the data opened: the classifier's `dataset` or the detector's `boxes`.
-EvalSetup open_data(const EvalOptions& o, std::unique_ptr<data::Dataset>& dataset, data::DetectionSet& boxes) {
-  if (is_detection_checkpoint(o)) {
-    std::string note;
-    EvalSetup setup = make_detection_setup(o, boxes, note);
-    setup.dataset += note;
-    return setup;
-  }
-  const EvalOptions eo = resolve_data(o);
-  EvalSetup setup = make_setup(eo, dataset);
-  if (eo.run_test_data)
-    setup.dataset += " (the run's --test-data)";
-  else if (eo.val_held_out > 0)
-    setup.dataset += " (the run's validation split: " + data::describe_holdout(eo.val_fraction, eo.val_held_out) +
-                     ", never trained on)";
-  else if (eo.run_data)
-    setup.dataset += " (" + eo.split + " split of the data the run trained on)";
-  return setup;
-}
 
 // Comm::on_root, but the other ranks nap while rank 0 runs fn: in Comm::on_root they would spin in
 // MPI, each on a core that rank 0's threads (the baseline's) or time slices (more ranks than
@@ -115,35 +49,20 @@ void on_root_napping(const dist::Comm& comm, const std::function<void()>& fn) {
   });
 }
 
-// How a predicting rank computes (--device, --precision, --gpu-layout): core/device.h, once.
-ExecConfig predict_exec(const EvalOptions& o, const dist::Comm& comm) {
-  return make_exec_config(
-             {.device = o.device, .precision = o.precision, .gpu_layout = o.gpu_layout},
-             comm.local_rank())
-      .for_inference();
-}
-
 // --stages auto, collective: the first images through every stage on rank 0 alone, with one
 // thread and then (predicting on the CPU) with a thread on each of the node's CPUs, then the
 // layout with the highest rate at those costs on this node (eval/layout.h: balance, NodeModel:
 // the stages share the node's CPUs; predict runs on the threads the pipeline will give it).
 // Every rank returns the layout; rank 0 fills `cal` with what it measured and chose.
-Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Dataset* dataset,
-                 const data::DetectionSet& boxes, const PipelineOptions& po, const dist::Comm& comm, Calibration& cal) {
+Layout calibrate(const EvalOptions& o, const EvalTask& task, const PipelineOptions& po, const dist::Comm& comm,
+                 Calibration& cal) {
+  const EvalSetup& setup = task.setup();
   std::string spec;
   on_root_napping(comm, [&] {
     EvalSetup few = setup;
     few.count = std::min<uint64_t>(setup.count, uint64_t(std::max<int64_t>(2 * setup.batch_size, 16)));
-    const ExecConfig exec = setup.task == Task::Detection ? ExecConfig{} : predict_exec(o, comm);
-    std::unique_ptr<DetectionPredictor> detector;
-    std::unique_ptr<Predictor> predictor;
-    if (setup.task == Task::Detection)
-      detector = std::make_unique<DetectionPredictor>(few);
-    else
-      predictor = std::make_unique<Predictor>(few, exec);
-    const auto run = [&](const EvalSetup& s) {
-      return detector ? run_sequential(s, boxes, *detector, po) : run_sequential(s, *dataset, *predictor, po);
-    };
+    const std::unique_ptr<Predictor> predictor = task.predictor(o, comm);
+    const auto run = [&](const EvalSetup& s) { return run_sequential(s, task, *predictor, po); };
     // Seconds per image of each stage on `threads` threads, after one batch through every stage
     // unmeasured (first calls: the decoder's and the allocator's buffers, the model's on these
     // threads).
@@ -162,7 +81,7 @@ Layout calibrate(const EvalOptions& o, const EvalSetup& setup, const data::Datas
     const StageCosts cost = measure(1);
     NodeModel node;
     node.cpus = comm.node_cpus();
-    node.predict_on_cpu = exec.device != Device::CUDA;
+    node.predict_on_cpu = predictor->exec().device != Device::CUDA;
     node.predict_threads = [&](int predictors) {
       return dist::threads_per_rank(o.threads, comm.node_cpus(), predictors, comm.own_cpus());
     };
@@ -238,33 +157,30 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   // every rank alike, so that a wrong count fails before any data is read).
   Layout layout;
   comm.on_all([&] { layout = o.stages.empty() || o.stages == "auto" ? layout_for(K) : parse_stages(o.stages, K); });
-  std::unique_ptr<data::Dataset> dataset;
-  data::DetectionSet boxes;  // a detection setup's evaluation set (the reading ranks)
-  EvalSetup setup;
+  // Rank 0 opens the data and makes the setup; the others get the task of that setup.
+  std::unique_ptr<EvalTask> task;
   std::string text;
   comm.on_root([&] {
     prepare_output(o);
-    setup = open_data(o, dataset, boxes);
-    text = setup_to_json(setup);
+    task = open_eval_task(o);
+    text = setup_to_json(task->setup());
   });
   comm.broadcast(text);
-  if (!comm.root()) setup = setup_from_json(text);
-  const bool detection = setup.task == Task::Detection;
-  CHECK(!detection || o.precision == "auto" || o.precision == "fp32", "--precision ", o.precision,
-        ": a detection checkpoint evaluates in fp32 on the CPU");
+  if (!comm.root()) task = make_eval_task(setup_from_json(text));
+  const EvalSetup& setup = task->setup();
   PipelineOptions po;
   po.credits = o.credits > 0 ? o.credits : int(4 * setup.batch_size);
   po.batch_credits = o.batch_credits;
   po.skip_bad = o.skip_bad;
   Calibration cal;
-  if (pipeline && o.stages == "auto") layout = calibrate(o, setup, dataset.get(), boxes, po, comm, cal);
+  if (pipeline && o.stages == "auto") layout = calibrate(o, *task, po, comm, cal);
   po.layout = layout;
   // The other reading ranks open the same data themselves: samples are read where they are read.
   comm.on_all([&] {
     if (comm.root() || !pipeline || layout.first(r) != kRead) return;
-    const EvalSetup mine = open_data(o, dataset, boxes);
-    CHECK(mine.count == setup.count, "rank ", r, " (read) found ", mine.count, " samples where rank 0 found ",
-          setup.count, " in ", setup.dataset);
+    const uint64_t count = task->open_data(o);
+    CHECK(count == setup.count, "rank ", r, " (read) found ", count, " samples where rank 0 found ", setup.count,
+          " in ", setup.dataset);
   });
 
   // Who predicts: the pipeline's predicting ranks, and rank 0 for the sequential baseline.
@@ -275,20 +191,14 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   const int threads = dist::threads_per_rank(o.threads, comm.node_cpus(), std::max(1, predictors_here),
                                              comm.own_cpus());
   std::unique_ptr<Predictor> predictor;
-  std::unique_ptr<DetectionPredictor> detector;  // detection plans: the CPU (make_detection_setup refuses cuda)
   // A predicting rank's describe_device, describe_exec and (--explain-plan) model plan.
   std::string device, execution, plan;
   comm.on_all([&] {
-    if (predicts && detection) {
-      detector = std::make_unique<DetectionPredictor>(setup);
-      device = "cpu";
-    } else if (predicts) {
-      const ExecConfig exec = predict_exec(o, comm);
-      predictor = std::make_unique<Predictor>(setup, exec);
-      device = describe_device(exec);
-      execution = describe_exec(exec);
-      if (o.explain_plan) plan = predictor->explain_plan();
-    }
+    if (!predicts) return;
+    predictor = task->predictor(o, comm);
+    device = describe_device(predictor->exec());
+    execution = describe_exec(predictor->exec());
+    if (o.explain_plan) plan = predictor->explain_plan();
   });
 
   Report rep;
@@ -324,23 +234,17 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
       rep.baseline = {dist::threads_per_rank(o.threads, cpus, 1, cpus), cpus, comm.node_cpus(), comm.own_cpus()};
       if (!pipeline) rep.threads = rep.baseline.threads;
       set_num_threads(rep.baseline.threads);
-      if (detection) {
-        detector->warm_up();
-        seq = run_sequential(setup, boxes, *detector, po);
-      } else {
-        predictor->warm_up();
-        seq = run_sequential(setup, *dataset, *predictor, po);
-      }
+      predictor->warm_up();
+      seq = run_sequential(setup, *task, *predictor, po);
     });
   }
   RunOutput run;
   if (pipeline) {
     set_num_threads(layout.last(r) == kPredict ? threads : 1);
     comm.on_all([&] {
-      if (layout.last(r) == kPredict) detection ? detector->warm_up() : predictor->warm_up();
+      if (layout.last(r) == kPredict) predictor->warm_up();
     });
-    run = detection ? run_pipeline(setup, &boxes, detector.get(), comm, po)
-                    : run_pipeline(setup, dataset.get(), predictor.get(), comm, po);
+    run = run_pipeline(setup, *task, predictor.get(), comm, po);
   } else {
     run = std::move(*seq);
   }
@@ -348,30 +252,12 @@ Report run_evaluation(const EvalOptions& o, const dist::Comm& comm) {
   rep.stages = std::move(run.stages);
   rep.calibration = std::move(cal);
   if (!comm.root()) return rep;
-  rep.predictions = std::move(run.predictions);
   rep.skipped = std::move(run.skipped);
   rep.latency_s = std::move(run.latency_s);
   rep.wall_s = run.wall_s;
   rep.sources.reserve(setup.count);
-  if (detection) {
-    for (uint64_t i = 0; i < setup.count; ++i) rep.sources.push_back(boxes.samples[size_t(i)].image);
-    rep.detections = std::move(run.detections);
-    rep.map = score_detections(boxes, rep.detections);
-    const detect::ResizeOptions resize = resize_options(setup);
-    rep.resize = "min-size " + std::to_string(resize.min_size) + ", max-size " + std::to_string(resize.max_size) +
-                 " (the run's), padded to a multiple of 32";
-    if (o.compare) {
-      rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->detections.size()) / seq->wall_s : 0;
-      rep.mismatches_vs_sequential = count_mismatches(rep.detections, seq->detections, same_labels);
-    }
-    return rep;
-  }
-  for (uint64_t i = 0; i < setup.count; ++i) rep.sources.push_back(dataset->source(size_t(i)));
-  rep.metrics = compute_metrics(rep.predictions, setup.num_classes);
-  if (o.compare) {
-    rep.sequential_images_per_s = seq->wall_s > 0 ? double(seq->predictions.size()) / seq->wall_s : 0;
-    rep.mismatches_vs_sequential = count_mismatches(rep.predictions, seq->predictions, same_top5);
-  }
+  if (o.compare && seq->wall_s > 0) rep.sequential_images_per_s = double(seq->results.size()) / seq->wall_s;
+  task->score(rep, run, o.compare ? &*seq : nullptr);
   return rep;
 }
 

@@ -2,9 +2,8 @@
 // range of stages [first, last] (eval/layout.h); items (raw samples, resized windows, batches,
 // gaps where a skipped sample was, the end marker) enter at `first`, pass through the rank's
 // stages in one call chain and leave towards a rank of the next group, which grants credits
-// for them. A detection setup sends other items through the same loop (eval/detect_stages.h):
-// the image's bytes with its annotated size, the normalised and resized floats, padded batches
-// with their per-image sizes, per-image boxes.
+// for them. What each stage does is the task's (eval/task.h); the items are the same types for
+// every task.
 // Over 500 lines: the stage loop, the routing and the credit flow are one protocol between the
 // ranks, read together.
 #include "eval/pipeline.h"
@@ -29,26 +28,20 @@ namespace mpicnn::eval {
 namespace {
 
 enum Tag : int { kData = 1, kCredit, kResults, kSkip, kDone };
-enum ItemKind : uint8_t { kRaw, kWindow, kBatch, kEnd, kDetWindow, kDetBatch, kGap };
+enum ItemKind : uint8_t { kRaw, kWindow, kBatch, kEnd, kGap };
 
-struct Window {
-  uint64_t index = 0;
-  int32_t label = 0;
-  data::Image image;
-};
 struct End {};
 // Where sample `index` was skipped (--skip-bad): it still counts towards its block, so the
 // batching rank knows when the block is complete.
 struct Gap {
   uint64_t index = 0;
 };
-using Item = std::variant<RawSample, Window, InputBatch, DetectionWindow, DetectionInputBatch, Gap, End>;
+using Item = std::variant<RawSample, Window, InputBatch, Gap, End>;
 
 // The sample an item carries (batches and the end marker carry none).
 std::optional<uint64_t> sample_of(const Item& x) {
   if (const auto* r = std::get_if<RawSample>(&x)) return r->index;
   if (const auto* w = std::get_if<Window>(&x)) return w->index;
-  if (const auto* d = std::get_if<DetectionWindow>(&x)) return d->index;
   if (const auto* g = std::get_if<Gap>(&x)) return g->index;
   return std::nullopt;
 }
@@ -66,18 +59,21 @@ std::vector<detect::Size2> get_sizes(dist::ByteReader& r) {
   return out;
 }
 
-std::vector<uint8_t> encode_detections(const std::vector<ImageDetections>& v) {
+std::vector<uint8_t> encode_results(const Results& res) {
   dist::ByteWriter w;
-  w.put(uint64_t(v.size()));
-  for (const ImageDetections& d : v)
+  w.put_vector(res.predictions);
+  w.put(uint64_t(res.detections.size()));
+  for (const ImageDetections& d : res.detections)
     w.put(d.index).put(d.height).put(d.width).put_vector(d.boxes).put_vector(d.labels).put_vector(d.scores);
   return w.take();
 }
 
-std::vector<ImageDetections> decode_detections(const std::vector<uint8_t>& bytes) {
+Results decode_results(const std::vector<uint8_t>& bytes) {
   dist::ByteReader r(bytes);
-  std::vector<ImageDetections> v(size_t(r.get<uint64_t>()));
-  for (ImageDetections& d : v) {
+  Results res;
+  res.predictions = r.get_vector<Prediction>();
+  res.detections.resize(size_t(r.get<uint64_t>()));
+  for (ImageDetections& d : res.detections) {
     d.index = r.get<uint64_t>();
     d.height = r.get<int64_t>();
     d.width = r.get<int64_t>();
@@ -85,7 +81,7 @@ std::vector<ImageDetections> decode_detections(const std::vector<uint8_t>& bytes
     d.labels = r.get_vector<int64_t>();
     d.scores = r.get_vector<float>();
   }
-  return v;
+  return res;
 }
 
 std::vector<uint8_t> encode(const Item& item) {
@@ -95,17 +91,13 @@ std::vector<uint8_t> encode(const Item& item) {
   } else if (const auto* win = std::get_if<Window>(&item)) {
     const data::Image& im = win->image;
     w.put(kWindow).put(win->index).put(win->label).put(im.height).put(im.width).put(im.channels).put_vector(im.pixels);
+    put_sizes(w, {win->original, win->resized});
+    w.put_vector(win->pixels);
   } else if (const auto* b = std::get_if<InputBatch>(&item)) {
     w.put(kBatch).put_vector(b->indices).put_vector(b->labels).put_vector(b->pixels);
-  } else if (const auto* dw = std::get_if<DetectionWindow>(&item)) {
-    w.put(kDetWindow).put(dw->index);
-    put_sizes(w, {dw->original, dw->resized});
-    w.put_vector(dw->pixels);
-  } else if (const auto* db = std::get_if<DetectionInputBatch>(&item)) {
-    w.put(kDetBatch).put_vector(db->indices);
-    put_sizes(w, db->original);
-    put_sizes(w, db->resized);
-    w.put(db->height).put(db->width).put_vector(db->pixels);
+    put_sizes(w, b->original);
+    put_sizes(w, b->resized);
+    w.put(b->height).put(b->width);
   } else if (const auto* g = std::get_if<Gap>(&item)) {
     w.put(kGap).put(g->index);
   } else {
@@ -135,6 +127,10 @@ Item decode(const std::vector<uint8_t>& bytes) {
       w.image.width = r.get<int>();
       w.image.channels = r.get<int>();
       w.image.pixels = r.get_vector<uint8_t>();
+      const std::vector<detect::Size2> sizes = get_sizes(r);
+      CHECK(sizes.size() == 2, "pipeline: a window without its sizes");
+      w.original = sizes[0], w.resized = sizes[1];
+      w.pixels = r.get_vector<float>();
       return w;
     }
     case kBatch: {
@@ -142,25 +138,10 @@ Item decode(const std::vector<uint8_t>& bytes) {
       b.indices = r.get_vector<uint64_t>();
       b.labels = r.get_vector<int32_t>();
       b.pixels = r.get_vector<float>();
-      return b;
-    }
-    case kDetWindow: {
-      DetectionWindow w;
-      w.index = r.get<uint64_t>();
-      const std::vector<detect::Size2> sizes = get_sizes(r);
-      CHECK(sizes.size() == 2, "pipeline: a detection window without its sizes");
-      w.original = sizes[0], w.resized = sizes[1];
-      w.pixels = r.get_vector<float>();
-      return w;
-    }
-    case kDetBatch: {
-      DetectionInputBatch b;
-      b.indices = r.get_vector<uint64_t>();
       b.original = get_sizes(r);
       b.resized = get_sizes(r);
       b.height = r.get<int64_t>();
       b.width = r.get<int64_t>();
-      b.pixels = r.get_vector<float>();
       return b;
     }
     case kGap:
@@ -191,18 +172,12 @@ double cpu_s() {
 // One rank's share of the pipeline. With `messenger` null it runs every stage alone.
 class RankLoop {
  public:
-  // The classifier's dataset and predictor, or (a detection setup) the detector's.
-  RankLoop(const EvalSetup& setup, const Layout& layout, int rank, const data::Dataset* dataset,
-           Predictor* predictor, const data::DetectionSet* boxes, DetectionPredictor* detector,
+  RankLoop(const EvalSetup& setup, const EvalTask& task, const Layout& layout, int rank, Predictor* predictor,
            dist::Messenger* messenger, const PipelineOptions& o)
-      : setup_(setup), detection_(setup.task == Task::Detection), layout_(layout), rank_(rank),
-        group_(layout.group(rank)), lo_(group_.lo), hi_(group_.hi), block_(uint64_t(setup.batch_size)),
-        dataset_(dataset), predictor_(predictor), boxes_(boxes), detector_(detector), msg_(messenger), o_(o) {
-    if (!detection_) tf_.emplace(setup.preprocess);
-    CHECK(lo_ != kRead || (detection_ ? boxes_ != nullptr : dataset_ != nullptr),
-          "pipeline: the reading rank has no dataset");
-    CHECK(hi_ != kPredict || (detection_ ? detector_ != nullptr : predictor_ != nullptr),
-          "pipeline: a predicting rank has no model");
+      : setup_(setup), task_(task), layout_(layout), rank_(rank), group_(layout.group(rank)), lo_(group_.lo),
+        hi_(group_.hi), block_(uint64_t(setup.batch_size)), predictor_(predictor), msg_(messenger), o_(o) {
+    CHECK(lo_ != kRead || task_.has_data(), "pipeline: the reading rank has no dataset");
+    CHECK(hi_ != kPredict || predictor_ != nullptr, "pipeline: a predicting rank has no model");
     const int g = layout.group_index(rank);
     if (hi_ < kPredict) {
       to_ = layout.groups[size_t(g) + 1];
@@ -238,12 +213,10 @@ class RankLoop {
       for (StageTime& t : others_) out.stages.push_back(std::move(t));
       std::sort(out.stages.begin(), out.stages.end(), [](const StageTime& a, const StageTime& b) { return a.rank < b.rank; });
       out.wall_s = last_result_ - t0;
-      out.predictions = std::move(predictions_);
-      out.detections = std::move(detections_);
-      std::sort(out.detections.begin(), out.detections.end(), [](auto& a, auto& b) { return a.index < b.index; });
+      out.results = std::move(results_);
+      out.results.sort();
       out.latency_s = std::move(latency_);
       out.skipped = std::move(skipped_);
-      std::sort(out.predictions.begin(), out.predictions.end(), [](auto& a, auto& b) { return a.index < b.index; });
       std::sort(out.skipped.begin(), out.skipped.end(), [](auto& a, auto& b) { return a.index < b.index; });
     } else {
       dist::ByteWriter w;
@@ -273,7 +246,7 @@ class RankLoop {
       if (rank_ == 0) read_at_[i] = now_s();
       std::optional<RawSample> s;
       timed(kRead, [&] {
-        s = skippable(i, [&] { return detection_ ? read_detection_sample(*boxes_, i) : read_sample(*dataset_, i); });
+        s = skippable(i, [&] { return task_.read(i); });
       });
       push(s ? Item(std::move(*s)) : Item(Gap{i}), kDecode);
       return;
@@ -313,15 +286,9 @@ class RankLoop {
     switch (s) {
       case kDecode: {
         const RawSample& raw = std::get<RawSample>(x);
-        if (detection_) {
-          std::optional<DetectionWindow> win;
-          timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_detection(setup_, raw); }); });
-          push(win ? Item(std::move(*win)) : Item(Gap{raw.index}), kNormalize);
-          return;
-        }
-        std::optional<data::Image> win;
-        timed(kDecode, [&] { win = skippable(raw.index, [&] { return decode_resize(setup_, *tf_, raw); }); });
-        push(win ? Item(Window{raw.index, raw.label, std::move(*win)}) : Item(Gap{raw.index}), kNormalize);
+        std::optional<Window> win;
+        timed(kDecode, [&] { win = skippable(raw.index, [&] { return task_.decode(raw); }); });
+        push(win ? Item(std::move(*win)) : Item(Gap{raw.index}), kNormalize);
         return;
       }
       case kNormalize:
@@ -329,21 +296,12 @@ class RankLoop {
         return;
       case kPredict: {
         fault::point("eval-predict");
-        if (detection_) {
-          std::vector<ImageDetections> d;
-          timed(kPredict, [&] { d = detector_->predict(std::get<DetectionInputBatch>(x)); });
-          if (rank_ == 0)
-            record_detections(std::move(d));
-          else
-            msg_->send(0, kResults, encode_detections(d));
-          return;
-        }
-        std::vector<Prediction> p;
-        timed(kPredict, [&] { p = predictor_->predict(std::get<InputBatch>(x)); });
+        Results r;
+        timed(kPredict, [&] { r = predictor_->predict(std::get<InputBatch>(x)); });
         if (rank_ == 0)
-          record(p);
+          record(std::move(r));
         else
-          msg_->send(0, kResults, dist::ByteWriter().put_vector(p).take());
+          msg_->send(0, kResults, encode_results(r));
         return;
       }
     }
@@ -355,23 +313,13 @@ class RankLoop {
     const uint64_t i = *sample_of(x), b = i / block_;
     Block& blk = blocks_[b];
     CHECK(i == b * block_ + blk.seen, "pipeline: sample ", i, " out of order in block ", b, " (internal error)");
-    if (auto* dw = std::get_if<DetectionWindow>(&x)) {
-      // Normalised and resized already (torchvision normalises before it resizes): the batch
-      // only pads, when it is complete.
-      timed(kNormalize, [&] { blk.windows.push_back(std::move(*dw)); });
-    } else if (const auto* w = std::get_if<Window>(&x)) {
-      timed(kNormalize, [&] { normalize_into(blk.batch, *tf_, w->index, w->label, w->image); });
-    }
+    if (auto* w = std::get_if<Window>(&x)) timed(kNormalize, [&] { task_.add(blk.batch, std::move(*w)); });
     if (++blk.seen < std::min(block_, setup_.count - b * block_)) return;
     Block done = std::move(blk);
     blocks_.erase(b);
-    if (!done.windows.empty()) {
-      std::optional<DetectionInputBatch> db;
-      timed(kNormalize, [&] { db = batch_detection_windows(std::move(done.windows)); }, false);
-      push(std::move(*db), kPredict);
-    } else if (!done.batch.indices.empty()) {
-      push(std::move(done.batch), kPredict);
-    }
+    if (done.batch.size() == 0) return;  // every sample of the block skipped
+    timed(kNormalize, [&] { task_.seal(done.batch); }, false);
+    push(std::move(done.batch), kPredict);
   }
 
   // fn(), or with --skip-bad nullopt for a sample that fails (reported to rank 0).
@@ -399,23 +347,13 @@ class RankLoop {
     items_[stage] += count;
   }
 
-  void record(const std::vector<Prediction>& p) {
+  void record(Results r) {
     const double t = now_s();
-    for (const Prediction& q : p) {
-      CHECK(q.index < setup_.count, "pipeline: a prediction for sample ", q.index, " of ", setup_.count);
-      if (read_at_[q.index] > 0) latency_.push_back(t - read_at_[q.index]);  // rank 0 read it
+    for (const uint64_t i : r.indices()) {
+      CHECK(i < setup_.count, "pipeline: a result for sample ", i, " of ", setup_.count);
+      if (read_at_[i] > 0) latency_.push_back(t - read_at_[i]);  // rank 0 read it
     }
-    predictions_.insert(predictions_.end(), p.begin(), p.end());
-    last_result_ = t;
-  }
-
-  void record_detections(std::vector<ImageDetections> d) {
-    const double t = now_s();
-    for (const ImageDetections& q : d) {
-      CHECK(q.index < setup_.count, "pipeline: detections for image ", q.index, " of ", setup_.count);
-      if (read_at_[q.index] > 0) latency_.push_back(t - read_at_[q.index]);  // rank 0 read it
-    }
-    for (ImageDetections& q : d) detections_.push_back(std::move(q));
+    results_.append(std::move(r));
     last_result_ = t;
   }
 
@@ -428,10 +366,7 @@ class RankLoop {
         credits_[m.source] += dist::ByteReader(m.bytes).get<int32_t>();
         return;
       case kResults:
-        if (detection_)
-          record_detections(decode_detections(m.bytes));
-        else
-          record(dist::ByteReader(m.bytes).get_vector<Prediction>());
+        record(decode_results(m.bytes));
         return;
       case kSkip: {
         dist::ByteReader r(m.bytes);
@@ -473,8 +408,7 @@ class RankLoop {
   }
 
   const EvalSetup& setup_;
-  const bool detection_;
-  std::optional<data::Transform> tf_;  // the classifier's preprocessing (none for detection)
+  const EvalTask& task_;
   const Layout& layout_;
   const int rank_;
   const StageGroup group_;  // this rank's stages [lo_, hi_] and the ranks that share them
@@ -482,20 +416,16 @@ class RankLoop {
   const uint64_t block_;    // samples per block: the batch size
   StageGroup to_;           // the next group (none after predict)
   int senders_ = 0, ends_ = 0;  // ranks of the previous group; end markers received from them
-  const data::Dataset* dataset_;
   Predictor* predictor_;
-  const data::DetectionSet* boxes_;
-  DetectionPredictor* detector_;
   dist::Messenger* msg_;
   const PipelineOptions o_;
 
   std::map<int, int> credits_;  // receiving rank -> items it still has room for
   std::deque<std::pair<int, Item>> inbox_;  // (sender, item)
   std::deque<Item> outbox_;
-  // A block being batched: its windows so far and how many of its samples (gaps too) arrived.
+  // A block being batched: its batch so far and how many of its samples (gaps too) arrived.
   struct Block {
     InputBatch batch;
-    std::vector<DetectionWindow> windows;  // detection
     uint64_t seen = 0;
   };
   std::map<uint64_t, Block> blocks_;
@@ -506,8 +436,7 @@ class RankLoop {
   // rank 0: the collector
   double last_result_ = 0;
   std::vector<double> read_at_;  // per sample: when its read started
-  std::vector<Prediction> predictions_;
-  std::vector<ImageDetections> detections_;
+  Results results_;
   std::vector<double> latency_;
   std::vector<Skipped> skipped_;
   std::vector<StageTime> others_;
@@ -515,10 +444,10 @@ class RankLoop {
 };
 
 
-// The staged run over all ranks with either the classifier's or the detector's work.
-RunOutput run_ranks(const EvalSetup& setup, const data::Dataset* dataset, Predictor* predictor,
-                    const data::DetectionSet* boxes, DetectionPredictor* detector, const dist::Comm& comm,
-                    const PipelineOptions& options) {
+}  // namespace
+
+RunOutput run_pipeline(const EvalSetup& setup, const EvalTask& task, Predictor* predictor,
+                       const dist::Comm& comm, const PipelineOptions& options) {
   const Layout layout = options.layout ? *options.layout : layout_for(comm.size());
   CHECK(layout.ranks == comm.size(), "--stages ", layout.spec(), ": uses ", layout.ranks, " ranks, the job has ",
         comm.size());
@@ -527,7 +456,7 @@ RunOutput run_ranks(const EvalSetup& setup, const data::Dataset* dataset, Predic
   RunOutput out;
   std::string error;
   try {
-    out = RankLoop(setup, layout, r, dataset, predictor, boxes, detector, &messenger, options).run();
+    out = RankLoop(setup, task, layout, r, predictor, &messenger, options).run();
   } catch (const dist::RemoteError&) {
     // Another rank failed and told everyone; its message comes back from finish().
   } catch (const std::exception& e) {
@@ -545,28 +474,10 @@ RunOutput run_ranks(const EvalSetup& setup, const data::Dataset* dataset, Predic
   return out;
 }
 
-}  // namespace
-
-RunOutput run_pipeline(const EvalSetup& setup, const data::Dataset* dataset, Predictor* predictor,
-                       const dist::Comm& comm, const PipelineOptions& options) {
-  return run_ranks(setup, dataset, predictor, nullptr, nullptr, comm, options);
-}
-
-RunOutput run_pipeline(const EvalSetup& setup, const data::DetectionSet* set, DetectionPredictor* detector,
-                       const dist::Comm& comm, const PipelineOptions& options) {
-  return run_ranks(setup, nullptr, nullptr, set, detector, comm, options);
-}
-
-RunOutput run_sequential(const EvalSetup& setup, const data::Dataset& dataset, Predictor& predictor,
+RunOutput run_sequential(const EvalSetup& setup, const EvalTask& task, Predictor& predictor,
                          const PipelineOptions& options) {
   const Layout solo = layout_for(1);
-  return RankLoop(setup, solo, 0, &dataset, &predictor, nullptr, nullptr, nullptr, options).run();
-}
-
-RunOutput run_sequential(const EvalSetup& setup, const data::DetectionSet& set, DetectionPredictor& detector,
-                         const PipelineOptions& options) {
-  const Layout solo = layout_for(1);
-  return RankLoop(setup, solo, 0, nullptr, nullptr, &set, &detector, nullptr, options).run();
+  return RankLoop(setup, task, solo, 0, &predictor, nullptr, options).run();
 }
 
 }  // namespace mpicnn::eval

@@ -9,23 +9,19 @@
 // an end-of-stream item after its last sample to every rank of the next stage, which passes it
 // on once it has one from each of its senders; any rank's error reaches all ranks, and every
 // rank ends with the same SharedError.
-// A detection setup runs the same loop with the detector's stages (eval/detect_stages.h).
-// Not the stage work itself (eval/setup.h) and not the report (eval/report.h).
+// The work of each stage is the task's (eval/task.h): the loop is the same for every task.
+// Not the stage work itself and not the report (eval/report.h).
 #pragma once
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/detection.h"
 #include "dist/comm.h"
-#include "eval/detect_stages.h"
 #include "eval/layout.h"
 #include "eval/setup.h"
-#include "eval/report.h"
+#include "eval/task.h"
 
 namespace mpicnn::eval {
-
 
 struct PipelineOptions {
   int credits = 128;       // samples in flight from a rank to each of the next stage's (read..normalize)
@@ -34,30 +30,16 @@ struct PipelineOptions {
   std::optional<Layout> layout;  // which ranks run which stages; none: layout_for(the job's ranks)
 };
 
-// What one run measured, complete on rank 0 (the other ranks return their own stage times).
-struct RunOutput {
-  std::vector<Prediction> predictions;  // sorted by index
-  std::vector<ImageDetections> detections;  // detection plans: per image, sorted by index
-  std::vector<Skipped> skipped;         // sorted by index
-  std::vector<double> latency_s;        // per prediction of a sample rank 0 read (its own clock)
-  std::vector<StageTime> stages;        // every rank's, by rank then stage
-  double wall_s = 0;
-};
-
-// Collective: the staged run over all ranks of `comm`. `dataset` is used on the reading ranks
-// only (it may be null elsewhere); `predictor` on the predicting ranks only. Errors are SharedError on
-// every rank, with the failing rank's message ("rank 1 (decode+resize): photos/x.jpg: ...").
-RunOutput run_pipeline(const EvalSetup& setup, const data::Dataset* dataset, Predictor* predictor,
+// Collective: the staged run over all ranks of `comm`, for `count` and `batch_size` of
+// `setup` (the task's own setup, or fewer samples of it). The task's data is read on the reading
+// ranks only (EvalTask::has_data there); `predictor` is used on the predicting ranks only (it may
+// be null elsewhere). Errors are SharedError on every rank, with the failing rank's message
+// ("rank 1 (decode+resize): photos/x.jpg: ...").
+RunOutput run_pipeline(const EvalSetup& setup, const EvalTask& task, Predictor* predictor,
                        const dist::Comm& comm, const PipelineOptions& options);
 
 // The same stages one after the other in this process alone (no MPI): the baseline.
-RunOutput run_sequential(const EvalSetup& setup, const data::Dataset& dataset, Predictor& predictor,
-                         const PipelineOptions& options);
-
-// The same two for a detection setup: `set` on the reading ranks, the detector on the predicting ranks.
-RunOutput run_pipeline(const EvalSetup& setup, const data::DetectionSet* set, DetectionPredictor* detector,
-                       const dist::Comm& comm, const PipelineOptions& options);
-RunOutput run_sequential(const EvalSetup& setup, const data::DetectionSet& set, DetectionPredictor& detector,
+RunOutput run_sequential(const EvalSetup& setup, const EvalTask& task, Predictor& predictor,
                          const PipelineOptions& options);
 
 }  // namespace mpicnn::eval

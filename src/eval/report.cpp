@@ -125,7 +125,7 @@ double percentile(std::vector<double> values, double q) {
   return values[lo] + (values[hi] - values[lo]) * (pos - double(lo));
 }
 
-uint64_t Report::images() const { return task == Task::Detection ? detections.size() : predictions.size(); }
+uint64_t Report::images() const { return predictions.size() + detections.size(); }  // one is empty
 
 double Report::images_per_s() const { return wall_s > 0 ? double(images()) / wall_s : 0.0; }
 
@@ -373,7 +373,7 @@ std::string report_json(const Report& r) {
   j["node_cpus"] = r.node_cpus;
   j["node_ranks"] = r.node_ranks;
   j["classes"] = r.class_names;
-  j["evaluated"] = r.task == Task::Detection ? uint64_t(r.detections.size()) : m.evaluated;
+  j["evaluated"] = r.images();
   ojson skipped = ojson::array();
   for (const Skipped& s : r.skipped)
     skipped.push_back({{"index", s.index}, {"source", source_of(r, s.index)}, {"reason", s.reason}});

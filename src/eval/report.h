@@ -101,7 +101,7 @@ struct Report {
   std::string dataset;         // Dataset::describe()
   int batch_size = 0, threads = 0;  // threads per predicting rank
   std::string device;               // where and in what math the predicting ranks computed
-  std::string execution;            // their execution config (describe_exec), empty for detection
+  std::string execution;            // their execution config (describe_exec)
   std::string plan;                 // with --explain-plan: their model's plan per layer
                                     // (describe_device: "cpu", "cuda: NVIDIA H100..., tf32")
   int node_cpus = 0, node_ranks = 0;  // on rank 0's node: CPUs the job's ranks may use, and those ranks

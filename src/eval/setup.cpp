@@ -1,5 +1,5 @@
-// The evaluation setup (made on rank 0, shared as JSON) and the four stage functions of
-// ./pipeline_eval. Not the scheduling of stages over ranks: that is eval/pipeline.cpp.
+// The evaluation setup (made on rank 0, shared as JSON) and the classifier's setup. Not the
+// stages (eval/classify_task.cpp) nor their scheduling over ranks (eval/pipeline.cpp).
 #include "eval/setup.h"
 
 #include <algorithm>
@@ -232,83 +232,6 @@ EvalSetup setup_from_json(const std::string& text) {
   p.batch_size = j["batch_size"];
   p.detector = j["detector"];
   return p;
-}
-
-// ---- the stages ---------------------------------------------------------------------------------
-
-RawSample read_sample(const data::Dataset& ds, uint64_t i) {
-  return {i, ds.label(size_t(i)), ds.source(size_t(i)), ds.read(size_t(i))};
-}
-
-data::Image decode_resize(const EvalSetup& setup, const data::Transform& tf, const RawSample& s) {
-  const data::Image img =
-      setup.raw_channels > 0
-          ? data::image_from_pixels(s.bytes, setup.raw_height, setup.raw_width, setup.raw_channels, 0, s.source)
-          : data::decode_image(s.bytes, 0, s.source);
-  return tf.geometry(img, 0, s.index, s.source);
-}
-
-void normalize_into(InputBatch& batch, const data::Transform& tf, uint64_t index, int32_t label,
-                    const data::Image& window) {
-  const size_t n = tf.output_numel(), at = batch.pixels.size();
-  batch.pixels.resize(at + n);
-  tf.normalize(batch.pixels.data() + at, window);
-  batch.indices.push_back(index);
-  batch.labels.push_back(label);
-}
-
-Predictor::Predictor(const EvalSetup& setup, const ExecConfig& exec)
-    : batch_size_(setup.batch_size) {
-  const Device device = exec.device;
-  ModelOptions mo;
-  mo.num_classes = setup.num_classes;
-  mo.in_channels = setup.in_channels;
-  model_ = build_model(setup.model, mo, 0);
-  model_->load_state_dict(setup.weights_file);
-  model_->set_training(false);
-  const data::Preprocess& pre = setup.preprocess;
-  shape_ = {pre.channels, pre.height, pre.width};
-  model_->to(device);
-  model_->plan(Shape{batch_size_, shape_[0], shape_[1], shape_[2]}, exec.for_inference());
-  softmax_.plan(batch_size_, setup.num_classes, device);
-  input_ =
-      InputStage(device, batch_size_, Shape{shape_[0], shape_[1], shape_[2]}, exec.activations);
-}
-
-void Predictor::warm_up() {
-  InputBatch zeros;
-  zeros.indices.assign(size_t(batch_size_), 0);
-  zeros.labels.assign(size_t(batch_size_), 0);
-  zeros.pixels.assign(size_t(batch_size_ * shape_[0] * shape_[1] * shape_[2]), 0.f);
-  (void)predict(zeros);
-}
-
-std::vector<Prediction> Predictor::predict(const InputBatch& batch) {
-  const int64_t n = int64_t(batch.size());
-  CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " (planned for ", batch_size_, ")");
-  CHECK(batch.pixels.size() == size_t(n * shape_[0] * shape_[1] * shape_[2]), "predict: batch holds ",
-        batch.pixels.size(), " floats for ", n, " samples");
-  const Tensor& logits = model_->forward(input_.put(
-      Tensor::view(const_cast<float*>(batch.pixels.data()), Shape{n, shape_[0], shape_[1], shape_[2]})));
-  softmax_.forward(logits, batch.labels.data());
-  const Tensor probs = to_host(softmax_.probabilities());
-  const int C = int(logits.shape()[1]), k = std::min(5, C);
-  std::vector<Prediction> out(static_cast<size_t>(n));
-  std::vector<int> order(static_cast<size_t>(C));
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = probs.data() + i * C;
-    for (int c = 0; c < C; ++c) order[size_t(c)] = c;
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [row](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    Prediction& p = out[size_t(i)];
-    p.index = batch.indices[size_t(i)];
-    p.label = batch.labels[size_t(i)];
-    for (int j = 0; j < k; ++j) {
-      p.top[j] = order[size_t(j)];
-      p.prob[j] = row[order[size_t(j)]];
-    }
-  }
-  return out;
 }
 
 }  // namespace mpicnn::eval

@@ -1,15 +1,19 @@
-// The detection setup and stage functions of ./pipeline_eval (see detect_stages.h). Each stage
-// does exactly what detect::make_detection_batch and detect::predict do for the same images, in
-// the same float order, only split where the pipeline's ranks split the work.
-#include "eval/detect_stages.h"
+// The detection task of ./pipeline_eval (see detect_task.h and eval/task.h). Each stage does
+// exactly what detect::make_detection_batch and detect::predict do for the same images, in the
+// same float order, only split where the pipeline's ranks split the work.
+#include "eval/detect_task.h"
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "core/check.h"
+#include "data/detection.h"
 #include "data/image.h"
 #include "detect/evaluate.h"
 #include "detect/faster_rcnn.h"
+#include "detect/transform.h"
+#include "eval/task.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 
@@ -124,7 +128,15 @@ std::string detection_run_data(const TrainerState& st, const std::string& record
   return path;
 }
 
-EvalSetup make_detection_setup(const EvalOptions& o, data::DetectionSet& set, std::string& data_note) {
+namespace {
+
+// Rank 0: the setup for a detection checkpoint and the evaluation set `set` it opens: -d (a VOC
+// folder, or a COCO instances .json, or a folder holding one, whose images lie in the JSON's
+// folder: as ./train reads them), or the run's own data (detection_run_data). The classes are
+// the checkpoint's record's, or else (detection runs record none) its training data's, read as
+// ./train read them. Refuses the classifier's preprocessing and dataset flags with one line
+// naming the flag, and a set whose classes are not the checkpoint's with one line naming the file.
+EvalSetup make_detection_setup(const EvalOptions& o, data::DetectionSet& set) {
   const CheckpointPaths ck = resolve_checkpoint(o.checkpoint);
   const TrainerState st = read_trainer_state(ck.trainer);
   refuse_classifier_flags(o, ck.dir);
@@ -136,8 +148,7 @@ EvalSetup make_detection_setup(const EvalOptions& o, data::DetectionSet& set, st
   p.weights = ck.dir;
   p.batch_size = o.batch_size;
 
-  std::string path = o.data;
-  data_note.clear();
+  std::string path = o.data, data_note;
   if (path.empty()) {
     path = detection_run_data(st, ck.trainer);
     data_note = (st.config.count("test-data") && !st.config.at("test-data").empty()) || !st.test_data_path.empty()
@@ -161,66 +172,31 @@ EvalSetup make_detection_setup(const EvalOptions& o, data::DetectionSet& set, st
   CHECK(p.count > 0, "-d/--data: ", path, " holds no annotated images");
   p.dataset += " (" + std::to_string(n) + " images, " + std::to_string(set.num_objects()) + " objects";
   if (set.skipped() > 0) p.dataset += ", " + std::to_string(set.skipped()) + " bad annotations skipped";
-  p.dataset += ")";
+  p.dataset += ")" + data_note;
   return p;
 }
 
+// The detector's transform for the setup (its min/max size; torchvision's mean and std).
 detect::ResizeOptions resize_options(const EvalSetup& setup) {
   return detect::options_from_record(setup.detector, "setup").transform;
 }
 
-RawSample read_detection_sample(const data::DetectionSet& set, uint64_t i) {
-  CHECK(i < set.samples.size(), "read: image ", i, " of a set of ", set.samples.size());
-  const data::DetectionSample& s = set.samples[size_t(i)];
-  RawSample r;
-  r.index = i;
-  r.source = s.image;
-  r.bytes = data::read_file_bytes(s.image);
-  r.height = s.height;
-  r.width = s.width;
-  return r;
-}
-
-DetectionWindow decode_detection(const EvalSetup& setup, const RawSample& s) {
-  const data::Image img = data::decode_image(s.bytes, 3, s.source);
-  // As data::load_detection_image: boxes are only right for the annotated size.
-  CHECK(img.width == s.width && img.height == s.height, s.source, ": image is ", img.width, "x", img.height,
-        " but its annotation says ", s.width, "x", s.height);
-  const int64_t H = img.height, W = img.width;
-  std::vector<float> pixels(size_t(3 * H * W));
-  for (int64_t y = 0; y < H; ++y) {
-    const uint8_t* row = img.row(int(y));
-    for (int64_t x = 0; x < W; ++x)
-      // Division, as load_detection_image (torchvision's to_tensor): the same floats.
-      for (int64_t c = 0; c < 3; ++c) pixels[size_t((c * H + y) * W + x)] = float(row[3 * x + c]) / 255.0f;
-  }
-  const detect::ResizeOptions ro = resize_options(setup);
-  DetectionWindow w;
-  w.index = s.index;
-  w.original = {H, W};
-  w.resized = detect::resized_size(H, W, ro);
-  // transform_into into a slot exactly the resized size: normalise then resize, the batch's
-  // own arithmetic; the batching rank only pads.
-  Tensor one = Tensor::empty(Shape{1, 3, w.resized.h, w.resized.w});
-  detect::transform_into(one, 0, pixels.data(), H, W, ro);
-  w.pixels.assign(one.data(), one.data() + one.numel());
-  return w;
-}
-
-DetectionInputBatch batch_detection_windows(const std::vector<DetectionWindow>& windows, int size_divisible) {
-  CHECK(!windows.empty(), "detection batch: no images");
-  DetectionInputBatch b;
-  for (const DetectionWindow& w : windows) {
-    b.indices.push_back(w.index);
+// The windows of a batch zero-padded into one (n, 3, PH, PW) block, PH and PW each side's
+// maximum rounded up to a multiple of 32 (detect::batch_size); their sizes into the batch.
+void pad_windows(InputBatch& b, int size_divisible = 32) {
+  CHECK(!b.windows.empty(), "detection batch: no images");
+  b.original.clear();
+  b.resized.clear();
+  for (const Window& w : b.windows) {
     b.original.push_back(w.original);
     b.resized.push_back(w.resized);
   }
   const detect::Size2 padded = detect::batch_size(b.resized, size_divisible);
   b.height = padded.h, b.width = padded.w;
   const int64_t PH = b.height, PW = b.width;
-  b.pixels.assign(size_t(int64_t(windows.size()) * 3 * PH * PW), 0.f);
-  for (size_t i = 0; i < windows.size(); ++i) {
-    const DetectionWindow& w = windows[i];
+  b.pixels.assign(size_t(int64_t(b.windows.size()) * 3 * PH * PW), 0.f);
+  for (size_t i = 0; i < b.windows.size(); ++i) {
+    const Window& w = b.windows[i];
     CHECK(w.pixels.size() == size_t(3 * w.resized.h * w.resized.w), "detection batch: image ", w.index,
           " holds ", w.pixels.size(), " floats for 3x", w.resized.h, "x", w.resized.w);
     float* dst = b.pixels.data() + int64_t(i) * 3 * PH * PW;
@@ -228,47 +204,169 @@ DetectionInputBatch batch_detection_windows(const std::vector<DetectionWindow>& 
       for (int64_t y = 0; y < w.resized.h; ++y)
         std::copy_n(w.pixels.data() + (c * w.resized.h + y) * w.resized.w, w.resized.w, dst + (c * PH + y) * PW);
   }
-  return b;
+  b.windows.clear();
 }
 
-DetectionPredictor::DetectionPredictor(const EvalSetup& setup) : batch_size_(setup.batch_size) {
-  CHECK(setup.task == Task::Detection, "DetectionPredictor: the setup is for task ", task_name(setup.task));
-  const detect::FasterRcnnOptions fo = detect::options_from_record(setup.detector, "setup");
-  min_size_ = fo.transform.min_size;
-  model_ = detect::make_faster_rcnn(setup.model, fo, 0, false);
-  model_->load_state_dict(setup.weights_file);
-  model_->set_training(false);
-}
-
-DetectionPredictor::~DetectionPredictor() = default;
-
-std::vector<ImageDetections> DetectionPredictor::predict(const DetectionInputBatch& b) {
-  const int64_t n = int64_t(b.size());
-  CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " images (batch size ", batch_size_, ")");
-  CHECK(b.pixels.size() == size_t(n * 3 * b.height * b.width), "predict: batch holds ", b.pixels.size(),
-        " floats for ", n, " images of 3x", b.height, "x", b.width);
-  std::vector<detect::Detections> dets = detect::predict_batch(
-      *model_, Tensor::view(const_cast<float*>(b.pixels.data()), Shape{n, 3, b.height, b.width}), b.resized,
-      b.original, batch_size_);
-  std::vector<ImageDetections> out(static_cast<size_t>(n));
-  for (size_t i = 0; i < size_t(n); ++i) {
-    ImageDetections& r = out[i];
-    r.index = b.indices[i];
-    r.height = b.original[i].h;
-    r.width = b.original[i].w;
-    r.boxes = std::move(dets[i].boxes);
-    r.labels = std::move(dets[i].labels);
-    r.scores = std::move(dets[i].scores);
+// The detector (built as the run built it, loaded with the setup's weights, eval mode) on a
+// batch; each image's boxes scaled back to its original size. The model is re-planned as
+// detect::predict re-plans it (a batch of another padded size), so the same batches give the
+// same bits.
+class DetectionPredictor : public Predictor {
+ public:
+  explicit DetectionPredictor(const EvalSetup& setup) : batch_size_(setup.batch_size) {
+    const detect::FasterRcnnOptions fo = detect::options_from_record(setup.detector, "setup");
+    min_size_ = fo.transform.min_size;
+    model_ = detect::make_faster_rcnn(setup.model, fo, 0, false);
+    model_->load_state_dict(setup.weights_file);
+    model_->set_training(false);
   }
-  return out;
+
+  Results predict(const InputBatch& b) override {
+    const int64_t n = int64_t(b.size());
+    CHECK(n > 0 && n <= batch_size_, "predict: a batch of ", n, " images (batch size ", batch_size_, ")");
+    CHECK(b.pixels.size() == size_t(n * 3 * b.height * b.width), "predict: batch holds ", b.pixels.size(),
+          " floats for ", n, " images of 3x", b.height, "x", b.width);
+    std::vector<detect::Detections> dets = detect::predict_batch(
+        *model_, Tensor::view(const_cast<float*>(b.pixels.data()), Shape{n, 3, b.height, b.width}), b.resized,
+        b.original, batch_size_);
+    Results out;
+    out.detections.resize(size_t(n));
+    for (size_t i = 0; i < size_t(n); ++i) {
+      ImageDetections& r = out.detections[i];
+      r.index = b.indices[i];
+      r.height = b.original[i].h;
+      r.width = b.original[i].w;
+      r.boxes = std::move(dets[i].boxes);
+      r.labels = std::move(dets[i].labels);
+      r.scores = std::move(dets[i].scores);
+    }
+    return out;
+  }
+
+  // A batch of zero images at min-size x min-size.
+  void warm_up() override {
+    InputBatch b;
+    Window w;
+    w.resized = w.original = {min_size_, min_size_};
+    w.pixels.assign(size_t(3 * min_size_ * min_size_), 0.f);
+    b.indices.assign(size_t(batch_size_), 0);
+    b.labels.assign(size_t(batch_size_), 0);
+    b.windows.assign(size_t(batch_size_), w);
+    pad_windows(b);
+    (void)predict(b);
+  }
+
+  const ExecConfig& exec() const override { return model_->exec(); }
+  std::string explain_plan() const override { return model_->explain_plan(); }
+
+ private:
+  std::unique_ptr<Model> model_;
+  int64_t batch_size_;
+  int min_size_ = 0;  // the detector's transform's
+};
+
+class DetectTask : public EvalTask {
+ public:
+  // `set`: the evaluation set, opened (rank 0) or not (empty: the other ranks).
+  DetectTask(EvalSetup setup, std::optional<data::DetectionSet> set)
+      : EvalTask(std::move(setup)), set_(std::move(set)), resize_(resize_options(setup_)) {}
+
+  uint64_t open_data(const EvalOptions& o) override {
+    set_.emplace();
+    return make_detection_setup(o, *set_).count;
+  }
+  bool has_data() const override { return set_.has_value(); }
+
+  std::unique_ptr<Predictor> predictor(const EvalOptions& o, const dist::Comm&) const override {
+    CHECK(o.precision == "auto" || o.precision == "fp32", "--precision ", o.precision,
+          ": a detection checkpoint evaluates in fp32 on the CPU");
+    return std::make_unique<DetectionPredictor>(setup_);
+  }
+
+  // Image i's file bytes, its path as source and its annotated size. The ground truth stays with
+  // the set (rank 0).
+  RawSample read(uint64_t i) const override {
+    CHECK(i < set_->samples.size(), "read: image ", i, " of a set of ", set_->samples.size());
+    const data::DetectionSample& s = set_->samples[size_t(i)];
+    RawSample r;
+    r.index = i;
+    r.source = s.image;
+    r.bytes = data::read_file_bytes(s.image);
+    r.height = s.height;
+    r.width = s.width;
+    return r;
+  }
+
+  // The image normalised and resized (floats, not yet padded). Errors name the image
+  // (undecodable, or not the size its annotation gives).
+  Window decode(const RawSample& s) const override {
+    const data::Image img = data::decode_image(s.bytes, 3, s.source);
+    // As data::load_detection_image: boxes are only right for the annotated size.
+    CHECK(img.width == s.width && img.height == s.height, s.source, ": image is ", img.width, "x", img.height,
+          " but its annotation says ", s.width, "x", s.height);
+    const int64_t H = img.height, W = img.width;
+    std::vector<float> pixels(size_t(3 * H * W));
+    for (int64_t y = 0; y < H; ++y) {
+      const uint8_t* row = img.row(int(y));
+      for (int64_t x = 0; x < W; ++x)
+        // Division, as load_detection_image (torchvision's to_tensor): the same floats.
+        for (int64_t c = 0; c < 3; ++c) pixels[size_t((c * H + y) * W + x)] = float(row[3 * x + c]) / 255.0f;
+    }
+    Window w;
+    w.index = s.index;
+    w.label = s.label;
+    w.original = {H, W};
+    w.resized = detect::resized_size(H, W, resize_);
+    // transform_into into a slot exactly the resized size: normalise then resize, the batch's
+    // own arithmetic; the batching rank only pads.
+    Tensor one = Tensor::empty(Shape{1, 3, w.resized.h, w.resized.w});
+    detect::transform_into(one, 0, pixels.data(), H, W, resize_);
+    w.pixels.assign(one.data(), one.data() + one.numel());
+    return w;
+  }
+
+  // Normalised and resized already (torchvision normalises before it resizes): the batch only
+  // pads, once it is complete.
+  void add(InputBatch& b, Window&& w) const override {
+    b.indices.push_back(w.index);
+    b.labels.push_back(w.label);
+    b.windows.push_back(std::move(w));
+  }
+  void seal(InputBatch& b) const override { pad_windows(b); }
+
+  void score(Report& rep, RunOutput& run, const RunOutput* baseline) const override {
+    for (uint64_t i = 0; i < setup_.count; ++i) rep.sources.push_back(set_->samples[size_t(i)].image);
+    rep.detections = std::move(run.results.detections);
+    std::vector<int64_t> indices;
+    std::vector<detect::Detections> predictions;
+    for (const ImageDetections& d : rep.detections) {  // skipped images are left out
+      indices.push_back(int64_t(d.index));
+      predictions.push_back({d.boxes, d.scores, d.labels});
+    }
+    rep.map = detect::evaluate_predictions(*set_, indices, predictions);
+    rep.resize = "min-size " + std::to_string(resize_.min_size) + ", max-size " + std::to_string(resize_.max_size) +
+                 " (the run's), padded to a multiple of 32";
+    if (baseline) {
+      const auto same_labels = [](const ImageDetections& x, const ImageDetections& y) { return x.labels == y.labels; };
+      rep.mismatches_vs_sequential = count_mismatches(rep.detections, baseline->results.detections, same_labels);
+    }
+  }
+
+ private:
+  std::optional<data::DetectionSet> set_;  // the evaluation set (the reading ranks)
+  const detect::ResizeOptions resize_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvalTask> open_detect_task(const EvalOptions& o) {
+  data::DetectionSet set;
+  EvalSetup setup = make_detection_setup(o, set);
+  return std::make_unique<DetectTask>(std::move(setup), std::move(set));
 }
 
-void DetectionPredictor::warm_up() {
-  DetectionWindow w;
-  w.resized = w.original = {min_size_, min_size_};
-  w.pixels.assign(size_t(3 * min_size_ * min_size_), 0.f);
-  DetectionInputBatch b = batch_detection_windows(std::vector<DetectionWindow>(size_t(batch_size_), w));
-  (void)predict(b);
+std::unique_ptr<EvalTask> make_detect_task(const EvalSetup& setup) {
+  return std::make_unique<DetectTask>(setup, std::nullopt);
 }
 
 }  // namespace mpicnn::eval
