@@ -749,3 +749,62 @@ TEST_CASE("conv2d: the plan says which implementation it chose and why") {
   else
     CHECK(pointwise.find("(not direct: no bf16 direct kernels here") != std::string::npos);
 }
+
+// The one table of implementations (layers/conv_choice.h): each rule of choose_conv, and
+// Conv2d::plan planning exactly what it names.
+TEST_CASE("conv2d: choose_conv names each implementation by its rule, and plan runs what it names") {
+  // A layer of c channels on hw x hw planned under cfg: the table's choice for its geometry,
+  // checked against what plan set up.
+  const auto plan = [](int64_t c, int64_t hw, int k, int stride, const ExecConfig& cfg, int groups = 1) {
+    Conv2d conv({.in_channels = int(c), .out_channels = 32, .kernel = k, .stride = stride, .padding = k / 2,
+                 .groups = groups, .bias = false});
+    ParamStore store;
+    conv.register_state(store, "c.");
+    store.allocate();
+    conv.plan({2, c, hw, hw}, cfg);
+    const ConvChoice choice = choose_conv(conv.geometry(), groups, cfg);
+    CHECK(choice.impl == conv.choice().impl);
+    CHECK(conv.direct() == (choice.impl == ConvImpl::kDirect || choice.impl == ConvImpl::kDirectForward));
+    CHECK(conv.direct_weight_grad() == (choice.impl == ConvImpl::kDirect));
+    CHECK(conv.winograd() == (choice.impl == ConvImpl::kWinograd));
+    return choice;
+  };
+  ExecConfig cuda;
+  cuda.device = Device::CUDA;
+  CHECK(choose_conv(ConvGeometry{.channels = 16}, 1, cuda).impl == ConvImpl::kCudnn);
+  ExecConfig fp16 = testing::exec();
+  fp16.precision = Precision::kFp16;
+  testing::expect_error([&] { choose_conv(ConvGeometry{.channels = 16}, 1, fp16); }, "Conv2d: fp16 on the CPU (fp32 or bf16)");
+
+  const ExecConfig fp32 = testing::exec();
+  const bool direct = fp32.isa != DirectIsa::kNone;
+  CHECK(plan(16, 12, 3, 1, fp32).impl == (direct ? ConvImpl::kDirect : ConvImpl::kIm2col));
+  const ConvChoice grouped = plan(16, 12, 3, 1, fp32, 4);
+  CHECK(grouped.impl == ConvImpl::kIm2col);
+  CHECK(std::string(grouped.why_not_direct) == "a grouped convolution");
+  ExecConfig im2col = fp32, wino = fp32;
+  im2col.conv = ConvAlgorithm::kIm2col;
+  wino.conv = ConvAlgorithm::kWinograd;
+  CHECK(plan(16, 12, 3, 1, im2col).impl == ConvImpl::kIm2col);
+  CHECK(plan(16, 12, 3, 1, wino).impl == ConvImpl::kWinograd);
+  CHECK(plan(16, 12, 3, 2, wino).impl == ConvImpl::kIm2col);  // Winograd: stride 1 only
+
+  // bf16, where the bf16 direct kernels exist: all three passes on them for stride 1 and rows of
+  // 8+; forward and the input gradient only for rows under 8, strided layers and (inference)
+  // 1x1 layers; 1x1 layers in training on im2col; never Winograd.
+  const ExecConfig bf16 = exec_in(Precision::kBf16);
+  ExecConfig bf16_infer = bf16.for_inference(), bf16_wino = bf16;
+  bf16_wino.conv = ConvAlgorithm::kWinograd;
+  CHECK(plan(16, 12, 3, 1, bf16_wino).impl == ConvImpl::kIm2col);
+  if (!DirectConv::supports(ConvGeometry{.channels = 16}, 1, true, bf16.isa)) {
+    CHECK(plan(16, 12, 3, 1, bf16).impl == ConvImpl::kIm2col);
+    return;
+  }
+  CHECK(plan(16, 12, 3, 1, bf16).impl == ConvImpl::kDirect);
+  CHECK(plan(16, 6, 3, 1, bf16).impl == ConvImpl::kDirectForward);   // rows of 6
+  CHECK(plan(16, 24, 3, 2, bf16).impl == ConvImpl::kDirectForward);  // stride 2
+  const ConvChoice k1 = plan(16, 12, 1, 1, bf16);
+  CHECK(k1.impl == ConvImpl::kIm2col);
+  CHECK(std::string(k1.why_not_direct) == "bf16 1x1 in training: the GEMMs measured faster");
+  CHECK(plan(16, 12, 1, 1, bf16_infer).impl == ConvImpl::kDirectForward);
+}

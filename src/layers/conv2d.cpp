@@ -219,7 +219,8 @@ void Conv2d::plan(const Shape& in, const ExecConfig& cfg) {
   chunk_ = chunk;
   precision_ = cfg.precision;
   computed_by_owner_ = false;
-  if (cfg.device == Device::CUDA) {
+  choice_ = choose_conv(g, opt_.groups, cfg);
+  if (choice_.impl == ConvImpl::kCudnn) {
     gpu_format_ = cfg.format_for(in);
     gpu_plan_ = gpu::backend().conv_plan(g, N, opt_.out_channels, opt_.groups, gpu_format_,
                                          cfg.precision, cfg.deterministic);
@@ -235,27 +236,24 @@ void Conv2d::plan(const Shape& in, const ExecConfig& cfg) {
   }
   gpu_plan_.reset();
   const bool fp32 = precision_ == Precision::kFp32;
-  CHECK(fp32 || precision_ == Precision::kBf16, "Conv2d: ", precision_name(precision_),
-        " on the CPU (fp32 or bf16)");
   direct_ = DirectConv();
   per_image_ = false;
-  why_not_direct_ = DirectConv::why_not(g, opt_.groups, !fp32, cfg);
-  if (!why_not_direct_) {
+  if (choice_.impl == ConvImpl::kDirect || choice_.impl == ConvImpl::kDirectForward) {
     direct_ = DirectConv(g, opt_.out_channels, N, !fp32, cfg.isa);
-    if (direct_weight_grad()) {
-      // The direct kernels take all three passes: no columns, rows or chunks of images.
-      use_winograd_ = parallel_chunks_ = false;
-      chunk_grads_ = live_weight_ = live_grad_ = Tensor();
-      col_floats_ = rows_floats_ = 0;
-      workspace_floats_ = direct_.workspace_floats();
-      workspace_base();  // sized now, so that the step allocates nothing
-      return;
-    }
-    // bf16 with images interleaved (rows under 7 pixels): forward and the input gradient on
-    // the direct kernels, the weight gradient on im2col's bf16 GEMMs, planned below as for the
-    // im2col path (the direct kernels pair pixels of a row only).
+    CHECK(direct_weight_grad() == (choice_.impl == ConvImpl::kDirect),
+          "Conv2d: the direct kernels' plan disagrees with choose_conv (internal error)");
   }
-  use_winograd_ = fp32 && cfg.conv == ConvAlgorithm::kWinograd && winograd_fits(g, opt_.groups);
+  if (choice_.impl == ConvImpl::kDirect) {
+    // The direct kernels take all three passes: no columns, rows or chunks of images.
+    use_winograd_ = parallel_chunks_ = false;
+    chunk_grads_ = live_weight_ = live_grad_ = Tensor();
+    col_floats_ = rows_floats_ = 0;
+    workspace_floats_ = direct_.workspace_floats();
+    workspace_base();  // sized now, so that the step allocates nothing
+    return;
+  }
+  // kDirectForward: the weight gradient on im2col's bf16 GEMMs, planned below as for im2col.
+  use_winograd_ = choice_.impl == ConvImpl::kWinograd;
   // Small layers run their chunks in parallel (parallel_chunks_), in chunks of at least
   // kParallelColumns columns: a rule on the geometry alone, never on the thread count, so that
   // the weight gradient's summation order, and with it every bit, is the same for any threads.
@@ -339,7 +337,7 @@ std::string Conv2d::plan_note() const {
   else if (chunk_ > 1)
     s += ", " + std::to_string(chunk_) + " images per GEMM";
   if (direct_.planned()) s += " (the direct bf16 weight gradient needs stride 1, rows of 8+)";
-  else if (why_not_direct_) s += std::string(" (not direct: ") + why_not_direct_ + ")";
+  else if (choice_.why_not_direct) s += std::string(" (not direct: ") + choice_.why_not_direct + ")";
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/gpu.h"
+#include "layers/conv_choice.h"
 #include "layers/conv_direct.h"
 #include "layers/im2col.h"
 #include "layers/layer.h"
@@ -71,7 +72,9 @@ class Conv2d : public UnaryLayer {
   bool parallel_chunks() const { return parallel_chunks_; }
   bool per_image() const { return per_image_; }  // bf16 1x1: one GEMM per image (see below)
   int64_t grad_groups() const { return grad_groups_; }  // bf16 chunks side by side (see below)
-  // The implementation plan() chose, and why not the direct kernels where it did not take them.
+  // The implementation plan() chose (choose_conv), and in plan_note how it runs and why not
+  // the direct kernels where it did not take them.
+  const ConvChoice& choice() const { return choice_; }
   std::string plan_note() const override;
   // The precision plan() took from its config: on the CPU, bf16 runs the direct kernels' bf16
   // forward and input gradient where DirectConv::fits, else im2col's bf16 GEMMs.
@@ -125,7 +128,7 @@ class Conv2d : public UnaryLayer {
   real* workspace_base();         // this thread's workspace, at least workspace_floats_
   bool use_winograd_ = false;
   Precision precision_ = Precision::kFp32;
-  const char* why_not_direct_ = nullptr;  // DirectConv::why_not at plan (nullptr: direct)
+  ConvChoice choice_;                     // choose_conv's, at plan
   bool computed_by_owner_ = false;        // note_input(), not plan()
   // Small layers (plan's rule): the chunks run in parallel, one thread each, rather than one
   // chunk at a time on multi-threaded GEMMs; chunk_grads_ (chunks, OC, IC/groups * live taps)

@@ -95,6 +95,7 @@ const char* DirectConv::why_not(const ConvGeometry& g, int groups, bool bf16,
 DirectConv::DirectConv(const ConvGeometry&, int64_t, int64_t, bool, DirectIsa) {
   FAIL("DirectConv: float32 only (the float64 build runs im2col)");
 }
+bool DirectConv::bf16_weight_grad_fits(const ConvGeometry&, DirectIsa) { return false; }
 int64_t DirectConv::workspace_floats() const { return 0; }
 void DirectConv::forward(real*, const real*, const real*, const real*, int64_t, real*) const {
   FAIL("DirectConv: float32 only");
@@ -165,7 +166,41 @@ int64_t single_tap(int64_t kernel, int64_t in, int64_t out, int64_t stride, int6
   return live;
 }
 
+// The geometry the kernels run: a layer whose one live tap per axis reads no padding runs as
+// 1x1 on the pixels that tap reads, (kh0, kw0) that tap; else `full` itself and (-1, -1).
+ConvGeometry kernel_geometry(const ConvGeometry& full, int64_t& kh0, int64_t& kw0) {
+  kh0 = single_tap(full.kernel_h, full.height, full.out_h, full.stride_h, full.pad_h, full.dilation_h);
+  kw0 = single_tap(full.kernel_w, full.width, full.out_w, full.stride_w, full.pad_w, full.dilation_w);
+  ConvGeometry g = full;
+  if (kh0 < 0 || kw0 < 0 || full.taps() <= 1) {
+    kh0 = kw0 = -1;
+    return g;
+  }
+  g.kernel_h = g.kernel_w = 1;
+  g.pad_h = g.pad_w = 0;
+  g.dilation_h = g.dilation_w = 1;
+  return g;
+}
+
+// Rows shorter than a quarter of a tile (AVX-512: 6 pixels) leave most accumulators idle:
+// then images are interleaved per pixel in the packed copies and tiles run across images
+// (DirectConv::batch_inner_). At 7x7 rows of 7 still measured faster (bench/RESULTS.md).
+bool batch_inner(const ConvGeometry& g, const direct::Kernels& k) { return g.out_w * 4 < k.max_tile; }
+
 }  // namespace
+
+// The weight gradient in bf16 only for layers of stride 1 whose rows hold 8 pixels or more:
+// the bf16 GEMM over im2col measured faster on 1x1 layers (whose input is already im2col's
+// column matrix) and on rows of 7 (a pair in four half empty), and as fast on strided layers
+// (whose pairs pack the whole input for a quarter of the pixels; bench/conv_bench --bf16 1,
+// bench/RESULTS.md).
+bool DirectConv::bf16_weight_grad_fits(const ConvGeometry& full, DirectIsa isa) {
+  const direct::Kernels* k = kernels_of(isa);
+  if (k == nullptr) return false;
+  int64_t kh0, kw0;
+  const ConvGeometry g = kernel_geometry(full, kh0, kw0);
+  return !batch_inner(g, *k) && !g.is_pointwise() && g.stride_h == 1 && g.stride_w == 1 && g.out_w >= 8;
+}
 
 DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t max_batch, bool bf16,
                        DirectIsa isa)
@@ -174,26 +209,16 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   CHECK(!bf16 || supports(full, 1, true, isa), "DirectConv: no bf16 direct kernels for this CPU (",
         "the avx512 kernels and the bf16 GEMM's native or AVX-512F path needed)");
   src_taps_ = full.taps(), src_kw_ = full.kernel_w;
-  const int64_t kh0 = single_tap(full.kernel_h, full.height, full.out_h, full.stride_h,
-                                 full.pad_h, full.dilation_h);
-  const int64_t kw0 = single_tap(full.kernel_w, full.width, full.out_w, full.stride_w,
-                                 full.pad_w, full.dilation_w);
-  if (kh0 >= 0 && kw0 >= 0 && full.taps() > 1) {
-    kh0_ = kh0, kw0_ = kw0;
-    g_.kernel_h = g_.kernel_w = 1;
-    g_.pad_h = g_.pad_w = 0;
-    g_.dilation_h = g_.dilation_w = 1;
-  }
+  int64_t kh0, kw0;
+  g_ = kernel_geometry(full, kh0, kw0);
+  if (kh0 >= 0) kh0_ = kh0, kw0_ = kw0;
   const ConvGeometry& g = g_;
   const int64_t V = k_->vec;
   in_blocks_ = ceil_div(g.channels, V);
   out_blocks_ = ceil_div(oc_, V);
   const int64_t out_image = oc_ * g.out_plane();
 
-  // Rows shorter than a quarter of a tile (AVX-512: 6 pixels) leave most accumulators idle:
-  // then images are interleaved per pixel in the packed copies and tiles run across images
-  // (batch_inner_). At 7x7 rows of 7 still measured faster (bench/RESULTS.md).
-  batch_inner_ = g.out_w * 4 < k_->max_tile;
+  batch_inner_ = batch_inner(g, *k_);
 
   // Input gradient's stride phases: input pixels (ph + SH*i, pw + SW*j) are a stride-1
   // correlation of the output gradient with the phase's taps. Their reads fix the zero border
@@ -330,13 +355,8 @@ DirectConv::DirectConv(const ConvGeometry& full, int64_t out_channels, int64_t m
   // float32 copy would be (V channels a block, its taps), a word a pixel and the one a stride to
   // its right, so that one step of two output pixels is 2 strides; the output gradient as pairs
   // of neighbouring pixels, an odd row's last pair ending in a zero (whose input partner the
-  // packing zeroes too where it falls past the padded row). Only for layers of stride 1 whose
-  // rows hold 8 pixels or more: the bf16 GEMM over im2col measured faster on 1x1 layers (whose
-  // input is already im2col's column matrix) and on rows of 7 (a pair in four half empty), and
-  // as fast on strided layers (whose pairs pack the whole input for a quarter of the pixels;
-  // bench/conv_bench --bf16 1, bench/RESULTS.md).
-  if (bf16 && !batch_inner_ && !g.is_pointwise() && g.stride_h == 1 && g.stride_w == 1 &&
-      g.out_w >= 8) {
+  // packing zeroes too where it falls past the padded row). Where bf16_weight_grad_fits.
+  if (bf16 && bf16_weight_grad_fits(full, isa)) {
     Wgrad16& w16 = wgrad16_;
     w16.in = plan_forward(bf16_kernels(), V, false);
     w16.dout_img = {oc_, g.out_h, g.out_w, g.out_h, ceil_div(g.out_w, 2), 0, 0, V};

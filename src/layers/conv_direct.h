@@ -53,6 +53,10 @@ class DirectConv {
   // Why Conv2d does not take them under cfg (cfg.conv another algorithm included), in a few
   // words for --explain-plan; nullptr when it does.
   static const char* why_not(const ConvGeometry& g, int groups, bool bf16, const ExecConfig& cfg);
+  // Whether a plan in bf16 on isa's kernels computes the weight gradient in bf16 too
+  // (bf16_weight_grad(): stride 1, not 1x1, rows of 8 pixels or more, as the kernels run the
+  // geometry).
+  static bool bf16_weight_grad_fits(const ConvGeometry& g, DirectIsa isa);
   // Plans geometry g with out_channels outputs for batches of up to max_batch images, on the
   // kernels of instruction set isa; forward and the input gradient in bf16 when bf16
   // (supports(g, 1, true, isa) must hold).
