@@ -11,6 +11,8 @@
 // Reductions: blocks of kCols consecutive channels x kLanes row lanes, so a warp reads
 // kCols consecutive channels of one row (coalesced); each channel's rows are split over
 // S blocks (partial sums in the context's scratch, added in a fixed order by the next kernel).
+// Over 500 lines: forward, backward and the bias gradient share the reduction's block layout
+// and its two-pass fixed-order partial sums; apart, each would restate them.
 #include <cstdint>
 #include <type_traits>
 

@@ -19,6 +19,9 @@
 // chosen algorithms need; convolutions run one at a time on ctx().stream, so sharing is safe.
 // Folded inference (layers/fold.h): conv_bias_act_forward runs convolution + bias (+ residual)
 // (+ ReLU) as one cudnnConvolutionBiasActivationForward on the same plan's descriptors.
+// Over 500 lines: the plan (descriptors, the search over the three directions, the workspace)
+// and the calls that run it are one cuDNN object's life; split, each half would restate the
+// descriptor layout.
 #include <algorithm>
 #include <array>
 #include <map>

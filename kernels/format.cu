@@ -7,6 +7,8 @@
 // kernels bit for bit; and a convolution's bias added to an NHWC tensor (its gradient is
 // batchnorm_nhwc.cu's per-channel sums). Not BatchNorm (batchnorm_nhwc.cu) or convolutions (conv2d.cu), and not
 // the plain NCHW float32 path (the files named above).
+// Over 500 lines: one typed twin per float kernel named above, each short; they share the typed
+// load/store helpers (typed.cuh) and the pooling windows (pool_common.cuh).
 #include <cstdint>
 
 #include "pool_common.cuh"

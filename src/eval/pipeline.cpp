@@ -4,8 +4,6 @@
 // stages in one call chain and leave towards a rank of the next group, which grants credits
 // for them. What each stage does is the task's (eval/task.h); the items are the same types for
 // every task.
-// Over 500 lines: the stage loop, the routing and the credit flow are one protocol between the
-// ranks, read together.
 #include "eval/pipeline.h"
 
 #include <algorithm>

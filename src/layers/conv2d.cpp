@@ -19,6 +19,9 @@
 // image (forward and the input gradient on weights packed once; Conv2d::per_image_), without
 // the column and rows copies, an image per thread; bf16 layers in several chunks run them side
 // by side too (Conv2d::grad_groups_). Winograd is float32 only.
+// Over 500 lines: the im2col path's plan and its three passes in every threading variant (chunks
+// one at a time, side by side, in groups, one GEMM per image) share the workspace and chunk
+// invariants; the implementations' classes (issue 61) will split it by implementation.
 #include "layers/conv2d.h"
 
 #include <omp.h>
