@@ -117,7 +117,7 @@ report() {
   echo "--- $name: ${wall%.*} s (CPU $cpu s)"
   printf '%s\t%s\t%s\n' "${wall%.*}" "$cpu" "$name" >> "$work/suites.tsv"
   if [ -s "$work/$i.cases" ]; then
-    awk -F'\t' -v s="$name" '{ print $1 "\t" s ": " $2 }' "$work/$i.cases" >> "$work/cases.tsv"
+    awk -F'\t' -v s="$name" '{ print $1 "\t" $2 "\t" s ": " $3 }' "$work/$i.cases" >> "$work/cases.tsv"
   fi
   if [ "${kinds[$i]}" = doctest ]; then count_doctest "$name" "$log" "$rc"; else count_shell "$name" "$log" "$rc"; fi
 }
@@ -345,9 +345,9 @@ run_queue
 echo "suite times (wall s, CPU s), longest first:"
 sort -t$'\t' -k1,1nr "$work/suites.tsv" | awk -F'\t' '{ printf "  %5d %5d  %s\n", $1, $2, $3 }'
 if [ -s "$work/cases.tsv" ]; then
-  echo "slowest test cases (wall s):"
-  sort -t$'\t' -k2,2 -k1,1nr "$work/cases.tsv" | awk -F'\t' '$2 != prev { print; prev = $2 }' |
-    sort -t$'\t' -k1,1nr | head -10 | awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }'
+  echo "slowest test cases (wall s, CPU s of the case and the programs it ran):"
+  sort -t$'\t' -k3,3 -k1,1nr "$work/cases.tsv" | awk -F'\t' '$3 != prev { print; prev = $3 }' |
+    sort -t$'\t' -k1,1nr | head -10 | awk -F'\t' '{ printf "  %7.1f %6.1f  %s\n", $1, $2, $3 }'
 fi
 echo "suites took $SECONDS s ($jobs_max side by side)"
 if [ "${#failures[@]}" -gt 0 ]; then
