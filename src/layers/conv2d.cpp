@@ -223,39 +223,53 @@ void Conv2d::plan(const Shape& in, const ExecConfig& cfg) {
   precision_ = cfg.precision;
   computed_by_owner_ = false;
   choice_ = choose_conv(g, opt_.groups, cfg);
-  if (choice_.impl == ConvImpl::kCudnn) {
-    gpu_format_ = cfg.format_for(in);
-    gpu_plan_ = gpu::backend().conv_plan(g, N, opt_.out_channels, opt_.groups, gpu_format_,
-                                         cfg.precision, cfg.deterministic);
-    col_floats_ = rows_floats_ = 0;
-    live_weight_ = live_grad_ = Tensor();
-    gpu_weight_ = gpu_grad_weight_ = Tensor();
-    if (!gpu_format_.plain()) {
-      const Shape w = {opt_.out_channels, g.channels / opt_.groups, g.kernel_h, g.kernel_w};
-      gpu_weight_ = Tensor::empty(w, Device::CUDA, gpu_format_);
-      gpu_grad_weight_ = Tensor::empty(w, Device::CUDA, gpu_format_);
-    }
-    return;
-  }
   gpu_plan_.reset();
-  const bool fp32 = precision_ == Precision::kFp32;
   direct_ = DirectConv();
-  per_image_ = false;
-  if (choice_.impl == ConvImpl::kDirect || choice_.impl == ConvImpl::kDirectForward) {
-    direct_ = DirectConv(g, opt_.out_channels, N, !fp32, cfg.isa);
-    CHECK(direct_weight_grad() == (choice_.impl == ConvImpl::kDirect),
-          "Conv2d: the direct kernels' plan disagrees with choose_conv (internal error)");
+  use_winograd_ = parallel_chunks_ = per_image_ = false;
+  grad_groups_ = col_floats_ = rows_floats_ = 0;
+  chunk_grads_ = live_weight_ = live_grad_ = Tensor();
+  switch (choice_.impl) {
+    case ConvImpl::kCudnn: return plan_cudnn(cfg);
+    case ConvImpl::kDirect: return plan_direct(cfg);
+    case ConvImpl::kDirectForward:  // the direct kernels, and the weight gradient on im2col
+      plan_direct(cfg);
+      return plan_im2col(cfg);
+    case ConvImpl::kWinograd:
+    case ConvImpl::kIm2col: return plan_im2col(cfg);
   }
-  if (choice_.impl == ConvImpl::kDirect) {
-    // The direct kernels take all three passes: no columns, rows or chunks of images.
-    use_winograd_ = parallel_chunks_ = false;
-    chunk_grads_ = live_weight_ = live_grad_ = Tensor();
-    col_floats_ = rows_floats_ = 0;
-    workspace_floats_ = direct_.workspace_floats();
-    workspace_base();  // sized now, so that the step allocates nothing
-    return;
+}
+
+void Conv2d::plan_cudnn(const ExecConfig& cfg) {
+  const ConvGeometry& g = geo_;
+  gpu_format_ = cfg.format_for(planned_);
+  gpu_plan_ = gpu::backend().conv_plan(g, planned_[0], opt_.out_channels, opt_.groups, gpu_format_,
+                                       cfg.precision, cfg.deterministic);
+  gpu_weight_ = gpu_grad_weight_ = Tensor();
+  if (!gpu_format_.plain()) {
+    const Shape w = {opt_.out_channels, g.channels / opt_.groups, g.kernel_h, g.kernel_w};
+    gpu_weight_ = Tensor::empty(w, Device::CUDA, gpu_format_);
+    gpu_grad_weight_ = Tensor::empty(w, Device::CUDA, gpu_format_);
   }
-  // kDirectForward: the weight gradient on im2col's bf16 GEMMs, planned below as for im2col.
+}
+
+// All three passes on the direct kernels (kDirect): no columns, rows or chunks of images; or
+// (kDirectForward) forward and the input gradient, plan_im2col then planning the weight gradient.
+void Conv2d::plan_direct(const ExecConfig& cfg) {
+  direct_ = DirectConv(geo_, opt_.out_channels, planned_[0], precision_ != Precision::kFp32, cfg.isa);
+  CHECK(direct_weight_grad() == (choice_.impl == ConvImpl::kDirect),
+        "Conv2d: the direct kernels' plan disagrees with choose_conv (internal error)");
+  if (choice_.impl != ConvImpl::kDirect) return;  // plan_im2col sizes the workspace
+  workspace_floats_ = direct_.workspace_floats();
+  workspace_base();  // sized now, so that the step allocates nothing
+}
+
+// The im2col + GEMM path: chunks of images (side by side for small layers, in groups for bf16),
+// or one GEMM per image (bf16 1x1 layers of large planes); Winograd's workspaces.
+void Conv2d::plan_im2col(const ExecConfig& cfg) {
+  const ConvGeometry& g = geo_;
+  const bool fp32 = precision_ == Precision::kFp32;
+  const int64_t N = planned_[0], P = g.out_plane(), rows = cols_.rows();
+  int64_t chunk = chunk_;
   use_winograd_ = choice_.impl == ConvImpl::kWinograd;
   // Small layers run their chunks in parallel (parallel_chunks_), in chunks of at least
   // kParallelColumns columns: a rule on the geometry alone, never on the thread count, so that

@@ -103,6 +103,10 @@ class Conv2d : public UnaryLayer {
 
  private:
   ConvGeometry geometry_for(const Shape& in) const;  // checks the input shape
+  // plan()'s parts for choice_'s implementation, on geo_, planned_ and chunk_.
+  void plan_cudnn(const ExecConfig& cfg);
+  void plan_direct(const ExecConfig& cfg);
+  void plan_im2col(const ExecConfig& cfg);
   void check_ready(const Tensor& in) const;
   void add_bias_grad(const Tensor& dout);
   // The GEMMs' (OC, IC/groups * live taps) weight matrix: the weights themselves when every
