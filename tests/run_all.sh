@@ -301,9 +301,12 @@ if [ -x "$tsan_build/tests/unit_tests" ]; then
 else
   skip_suite "tsan loader+pipeline: no TSan build at $tsan_build (make sanitize-build)"
 fi
+# Left out under ASan: the stop-by-signal-and-resume case (five trainings of resnet20, 40 CPU-s
+# on the two ranks under ASan, a fifth of the suite); the unsanitized MPI suites run it on 1-3
+# ranks, and ASan sees a checkpoint written and resumed by ./train in the unit tests' run-directory case.
 if [ -x "$asan_build/tests/mpi_tests" ]; then
   queue cpu doctest "asan mpi tests, 2 ranks" timeout 600 "${asan_env[@]}" mpiexec -n 2 --oversubscribe \
-    "$asan_build/tests/mpi_tests" -tse=cuda "${doctest_flags[@]}"
+    "$asan_build/tests/mpi_tests" -tse=cuda -tce='train: stopped by a signal*' "${doctest_flags[@]}"
 fi
 
 # Shell suites (tests/shell/*.sh: job scripts under PBS and Slurm, multi-host runs, the CLI end to
