@@ -199,9 +199,11 @@ def handle(listener, conn, default_threads):
 
 
 def serve(path):
-    import threading
-    # What the test scripts import, once (no torch operation runs here: libgomp's threads must
-    # not exist when the server forks).
+    # What the server and its forks import, before any fork: a module first imported by one
+    # thread while another forks could leave its import lock held in the child. Then what the
+    # test scripts import, once (no torch operation runs here: libgomp's threads must not exist
+    # when the server forks).
+    import atexit, json, random, runpy, select, signal, threading, traceback  # noqa: F401,E401
     import numpy  # noqa: F401
     import PIL.Image  # noqa: F401
     import torch
