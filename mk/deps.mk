@@ -1,12 +1,12 @@
 # Debian packages the project and its tests need, installed by `make deps` (and so by `make test`
 # and `make demo`): only what is missing, as root directly, otherwise through sudo. ccache makes
-# rebuilds and fresh clones fast (the Makefile uses it when present). EXTRA_PACKAGES: what one
+# rebuilds and fresh clones fast (the Makefile uses it when present), lld links faster. EXTRA_PACKAGES: what one
 # target needs besides (make coverage: gcovr).
 DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0-openmp libeigen3-dev \
   libboost-program-options-dev doctest-dev libstb-dev libjpeg62-turbo-dev nlohmann-json3-dev \
   zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
   slurm-wlm iproute2 clang libclang-rt-14-dev libxgboost-dev libcpp-httplib-dev chromium curl pkg-config \
-  libtinyxml2-dev ccache
+  libtinyxml2-dev ccache lld
 
 .PHONY: deps
 deps:
