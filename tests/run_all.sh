@@ -281,10 +281,6 @@ asan_exclude+=',train CLI: --precision bf16*,train CLI: --progress none*,train C
 # And (2026-12-06, night) the MLflow store of a ./train run (12.9 s under ASan): ./train runs
 # under ASan in the run-directory case, the store's writer in the tracking cases in process.
 asan_exclude+=",tracking: a ./train run's MLflow store*"
-# And the detection evaluation's hand-made predictions (6.8 s under ASan): mAP over plain
-# vectors, and predict's boxes, whose layers and post-processing run under ASan in their own
-# cases (RPN, RoI heads, FPN).
-asan_exclude+=",detection evaluation: perfect*"
 if [ -x "$asan_build/tests/unit_tests" ] && [ -x "$asan_build/tests/mpi_tests" ]; then
   queue cpu doctest "asan unit tests" timeout 900 "${asan_env[@]}" "$asan_build/tests/unit_tests" -tse=cuda \
     -tce="$asan_exclude" "${doctest_flags[@]}"
@@ -303,9 +299,8 @@ if [ -x "$tsan_build/tests/unit_tests" ]; then
   # only); the sweep over every stage-to-rank assignment (118 s under TSan), whose ranks run the
   # same threads as the 1..6-rank case here (the unsanitized run has it); the held-out images of
   # a run with a validation split (which images: 14 s of ./train and pipeline_eval under TSan
-  # for no thread of their own); and, for now, the
-  # corrupt-image case, whose 4-rank error run hangs under TSan (open: tests/README.md,
-  # "Sanitizers").
+  # for no thread of their own); and, for now, the corrupt-image case, whose 4-rank error run
+  # hangs under TSan (open: tests/README.md, "Sanitizers").
   queue cpu doctest "tsan loader+pipeline" timeout 900 "${tsan_env[@]}" "$tsan_build/tests/unit_tests" \
     -tc='loader*,pipeline eval*' -tce='*torchvision*,*corrupt image*,*every stage-to-rank*,*validation split*' \
     "${doctest_flags[@]}"
@@ -314,7 +309,8 @@ else
 fi
 # Left out under ASan: the stop-by-signal-and-resume case (five trainings of resnet20, 40 CPU-s
 # on the two ranks under ASan, a fifth of the suite); the unsanitized MPI suites run it on 1-3
-# ranks, and ASan sees a checkpoint written and resumed by ./train in the unit tests' run-directory case.
+# ranks, and ASan sees ./train write and resume a checkpoint in the unit tests' run-directory
+# case.
 if [ -x "$asan_build/tests/mpi_tests" ]; then
   queue cpu doctest "asan mpi tests, 2 ranks" timeout 600 "${asan_env[@]}" mpiexec -n 2 --oversubscribe \
     "$asan_build/tests/mpi_tests" -tse=cuda -tce='train: stopped by a signal*' "${doctest_flags[@]}"
