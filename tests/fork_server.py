@@ -61,10 +61,15 @@ def client(argv):
             sock.connect(path)
         except OSError:
             sock = None
+    if sock is not None:
+        try:  # a closed stdin (or any failure to hand over) leaves it to python3 itself
+            socket.send_fds(sock, [b"F"], [0, 1, 2])
+            send_msg(sock, json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode())
+        except OSError:
+            sock.close()
+            sock = None
     if sock is None:
         os.execv(REAL, [REAL] + argv)
-    socket.send_fds(sock, [b"F"], [0, 1, 2])
-    send_msg(sock, json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode())
     try:
         (status,) = struct.unpack("<i", recv_exact(sock, 4))
     except (EOFError, OSError):
