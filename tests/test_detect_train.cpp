@@ -108,7 +108,7 @@ TEST_CASE("detection batch: padded to 32, boxes scaled with their image, flips m
 TEST_CASE("detector training: SGD lowers the losses on a synthetic set, the same seed the same bits") {
   TempDir dir;
   const data::DetectionSet set = synthetic_set(dir, 4);
-  const int steps = 24;
+  const int steps = 40;
   const std::vector<std::array<double, 4>> a = train(set, steps, 5);
   // Means of the first and last 4 steps of the classifier's and the RPN's objectness loss (the
   // box losses grow while more proposals become foreground: not a measure of progress here).
