@@ -57,10 +57,12 @@ queue() {
 }
 after() { next_after=$1; }
 
-names=() kinds=() lanes=() reported=()
+names=() kinds=() lanes=() reported=() began=()
+t0=${EPOCHREALTIME%.*}
 start() {
   local j=$1 i=${#names[@]}
   names+=("${q_name[$j]}") kinds+=("${q_kind[$j]}") lanes+=("${q_lane[$j]}") reported+=(0)
+  began+=($((${EPOCHREALTIME%.*} - t0)))
   (
     TIMEFORMAT='%R %U %S'
     # Each doctest case's wall time (tests/case_times.h), for the slowest cases at the end.
@@ -129,7 +131,7 @@ report() {
   echo "=== $name"
   cat "$log"
   echo "--- $name: ${wall%.*} s (CPU $cpu s)"
-  printf '%s\t%s\t%s\n' "${wall%.*}" "$cpu" "$name" >> "$work/suites.tsv"
+  printf '%s\t%s\t%s\t%s\n' "${wall%.*}" "$cpu" "$name" "${began[$i]}" >> "$work/suites.tsv"
   if [ -s "$work/$i.cases" ]; then
     awk -F'\t' -v s="$name" '{ print $1 "\t" $2 "\t" s ": " $3 }' "$work/$i.cases" >> "$work/cases.tsv"
   fi
@@ -367,12 +369,12 @@ run_queue
 if [ -s "$work/python.pid" ] && [ -r "/proc/$(cat "$work/python.pid")/stat" ]; then
   py_cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.0f", ($12 + $13 + $14 + $15) / hz }' \
     "/proc/$(cat "$work/python.pid")/stat")
-  printf '%s\t%s\t%s\n' 0 "$py_cpu" "python scripts of every suite (tests/fork_server.py)" >> "$work/suites.tsv"
+  printf '%s\t%s\t%s\t%s\n' 0 "$py_cpu" "python scripts of every suite (tests/fork_server.py)" - >> "$work/suites.tsv"
 fi
 # Where the time went, in every log: each suite's wall and CPU seconds, longest first, and the
 # slowest test cases (a case of an MPI suite once, at its slowest rank).
-echo "suite times (wall s, CPU s), longest first:"
-sort -t$'\t' -k1,1nr "$work/suites.tsv" | awk -F'\t' '{ printf "  %5d %5d  %s\n", $1, $2, $3 }'
+echo "suite times (wall s, CPU s, started at s), longest first:"
+sort -t$'\t' -k1,1nr "$work/suites.tsv" | awk -F'\t' '{ printf "  %5d %5d %5s  %s\n", $1, $2, $4, $3 }'
 if [ -s "$work/cases.tsv" ]; then
   echo "slowest test cases (wall s, CPU s of the case and the programs it ran):"
   sort -t$'\t' -k3,3 -k1,1nr "$work/cases.tsv" | awk -F'\t' '$3 != prev { print; prev = $3 }' |
