@@ -157,6 +157,36 @@ TEST_CASE("RNG draws depend only on (seed, stream, index), not on threads") {
   CHECK(seen.size() == 10);
 }
 
+TEST_CASE("fill_uniform and fill_normal give every index's uniform(i, lo, hi) and mean + std * normal(i)") {
+  // Their blocks of 64 draws side by side, chunks over threads: the values of the per-index
+  // calls, for lengths around a block's and over several threads. The scales are powers of two,
+  // so that a fused multiply-add (the library's -O3 may form one) rounds as the test's
+  // separate multiply and add.
+  const Rng rng(7, "features.0.weight");
+  const int before = num_threads();
+  for (int threads : {1, 3})
+    for (int64_t n : {0, 1, 63, 64, 65, 1000, 100003}) {
+      CAPTURE(threads);
+      CAPTURE(n);
+      set_num_threads(threads);
+      const size_t len = static_cast<size_t>(n);
+      std::vector<float> u(len), z(len);
+      std::vector<double> z64(len);
+      fill_uniform(rng, u.data(), n, -0.5f, 1.5f);
+      fill_normal(rng, z.data(), n, 0.25f, 2.f);
+      fill_normal(rng, z64.data(), n, 0.25, 2.0);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = rng.normal(uint64_t(i));
+        bad += u[size_t(i)] != rng.uniform(uint64_t(i), -0.5f, 1.5f);
+        bad += z[size_t(i)] != 0.25f + 2.f * want;
+        bad += z64[size_t(i)] != 0.25 + 2.0 * double(want);
+      }
+      CHECK(bad == 0);
+    }
+  set_num_threads(before);
+}
+
 TEST_CASE("thread count applies to OpenMP") {
   int before = num_threads();
   set_num_threads(1);

@@ -167,14 +167,8 @@ void Conv2d::reset_parameters(uint64_t seed) {
   CHECK(weight.defined(), "Conv2d: parameters not allocated (ParamStore::allocate)");
   const int64_t fan_in = int64_t(opt_.in_channels / opt_.groups) * opt_.kernel.h * opt_.kernel.w;
   const real bound = 1.0f / std::sqrt(real(fan_in));
-  Rng rw(seed, weight_name_);
-  for (int64_t i = 0; i < weight.numel(); ++i)
-    weight.data()[i] = rw.uniform(uint64_t(i), -bound, bound);
-  if (opt_.bias) {
-    Rng rb(seed, bias_name_);
-    for (int64_t i = 0; i < bias.numel(); ++i)
-      bias.data()[i] = rb.uniform(uint64_t(i), -bound, bound);
-  }
+  fill_uniform(Rng(seed, weight_name_), weight.data(), weight.numel(), -bound, bound);
+  if (opt_.bias) fill_uniform(Rng(seed, bias_name_), bias.data(), bias.numel(), -bound, bound);
 }
 
 ConvGeometry Conv2d::geometry_for(const Shape& in) const {

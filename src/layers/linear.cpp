@@ -28,12 +28,8 @@ void Linear::register_state(ParamStore& store, const std::string& prefix) {
 
 void Linear::reset_parameters(uint64_t seed) {
   const real bound = 1.0f / std::sqrt(real(in_));
-  Rng rw(seed, weight_name_);
-  for (int64_t i = 0; i < weight.numel(); ++i) weight.data()[i] = rw.uniform(uint64_t(i), -bound, bound);
-  if (has_bias_) {
-    Rng rb(seed, bias_name_);
-    for (int64_t i = 0; i < bias.numel(); ++i) bias.data()[i] = rb.uniform(uint64_t(i), -bound, bound);
-  }
+  fill_uniform(Rng(seed, weight_name_), weight.data(), weight.numel(), -bound, bound);
+  if (has_bias_) fill_uniform(Rng(seed, bias_name_), bias.data(), bias.numel(), -bound, bound);
 }
 
 Shape Linear::output_shape(const Shape& in) const {

@@ -25,17 +25,13 @@ int64_t fan_out(const Tensor& w) {
 
 void constant(Tensor& t, real v) { t.fill(v); }
 
-// Parallel loops: draws are counter-based, so values do not depend on the thread count.
+// Draws are counter-based, so values do not depend on the thread count.
 void uniform(Tensor& t, uint64_t seed, const std::string& name, real lo, real hi) {
-  Rng rng(seed, name);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = rng.uniform(uint64_t(i), lo, hi);
+  fill_uniform(Rng(seed, name), t.data(), t.numel(), float(lo), float(hi));
 }
 
 void normal(Tensor& t, uint64_t seed, const std::string& name, real mean, real std) {
-  Rng rng(seed, name);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = mean + std * rng.normal(uint64_t(i));
+  fill_normal(Rng(seed, name), t.data(), t.numel(), mean, std);
 }
 
 void trunc_normal(Tensor& t, uint64_t seed, const std::string& name, real mean, real std, real a,
@@ -43,14 +39,13 @@ void trunc_normal(Tensor& t, uint64_t seed, const std::string& name, real mean, 
   // Redraws terminate quickly unless [a, b] holds almost no mass; refuse such bounds up front.
   CHECK(std > 0 && a < b && a < mean + 3 * std && b > mean - 3 * std, "trunc_normal ", name,
         ": bounds [", a, ", ", b, "] leave too little of normal(", mean, ", ", std, ")");
-  Rng rng(seed, name);
-  const uint64_t n = uint64_t(t.numel());
+  const Rng rng(seed, name);
+  real* d = t.data();
+  const int64_t n = t.numel();
+  fill_normal(rng, d, n, mean, std);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    real v = mean + std * rng.normal(uint64_t(i));
-    for (uint64_t k = 1; v < a || v > b; ++k) v = mean + std * rng.normal(uint64_t(i) + k * n);
-    t.data()[i] = v;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    for (uint64_t k = 1; d[i] < a || d[i] > b; ++k) d[i] = mean + std * rng.normal(uint64_t(i) + k * uint64_t(n));
 }
 
 void kaiming_normal_relu(Tensor& t, uint64_t seed, const std::string& name, bool fan_out_mode) {
