@@ -239,8 +239,9 @@ class ReferenceServer {
     return js.str();
   }
 
-  // A cache key: FNV-1a over the cases, every script of tests/python (the reference script and
-  // what it imports), and the torch and torchvision versions the script runs with.
+  // A cache key: FNV-1a over the cases, the reference script and the scripts of tests/python it
+  // imports (their own imports too; another test's script changes no reference), and the torch
+  // and torchvision versions the script runs with.
   static std::string key_of(const std::string& cases_json) {
     uint64_t h = 1469598103934665603ull;
     auto add = [&h](const std::string& bytes) {
@@ -248,14 +249,25 @@ class ReferenceServer {
       h = (h ^ 0xff) * 1099511628211ull;  // a separator: ("ab", "c") and ("a", "bc") differ
     };
     add(cases_json);
-    std::vector<fs::path> scripts;
-    for (const fs::directory_entry& e :
-         fs::directory_iterator(fs::path(testing::source_dir()) / "tests" / "python"))
-      if (e.path().extension() == ".py") scripts.push_back(e.path());
-    std::sort(scripts.begin(), scripts.end());
-    for (const fs::path& f : scripts) {
-      std::ifstream in(f, std::ios::binary);
-      add(f.filename().string());
+    const fs::path dir = fs::path(testing::source_dir()) / "tests" / "python";
+    std::set<std::string> scripts, todo = {"model_parity"};
+    while (!todo.empty()) {
+      const std::string name = *todo.begin();
+      todo.erase(todo.begin());
+      if (!scripts.insert(name).second) continue;
+      std::ifstream in(dir / (name + ".py"));
+      for (std::string line; std::getline(in, line);) {
+        // "import st  # ..." or "from model_names import SMALL": the module's first word.
+        std::istringstream words(line);
+        std::string first, module;
+        if (!(words >> first >> module) || (first != "import" && first != "from")) continue;
+        module = module.substr(0, module.find_first_of(",."));
+        if (fs::is_regular_file(dir / (module + ".py"))) todo.insert(module);
+      }
+    }
+    for (const std::string& name : scripts) {  // in name order
+      std::ifstream in(dir / (name + ".py"), std::ios::binary);
+      add(name + ".py");
       add(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
     }
     const char* py = std::getenv("PYTHON");
