@@ -1,6 +1,7 @@
 // Linear, Dropout, Flatten, Add, Concat and softmax cross-entropy: reference loops and
 // finite-difference gradient checks.
 #include <cmath>
+#include <fstream>
 
 #include "core/threads.h"
 #include "layers/add.h"
@@ -222,6 +223,57 @@ TEST_CASE("Softmax cross-entropy loss and gradient, with label smoothing") {
       check_gradient("xent dlogits", dz,
                      [&](const Vec& v) { return 2 * xent_ref(v, t, N, C, eps); }, zd);
     }
+}
+
+TEST_CASE("Softmax cross-entropy with label smoothing matches torch's CrossEntropyLoss(label_smoothing=E)") {
+  // torch 1.13's loss and logit gradient, computed at test time by tests/python/xent_torch.py
+  // on the logits and labels written here: the mean loss against torch's float64 computation,
+  // the gradient (our backward at scale 1) against torch's float32 autograd. E = 0 is the plain
+  // loss; E = 1 leaves only the uniform target.
+  struct Case {
+    const char* name;
+    int N, C;
+    float eps;
+  };
+  const Case cases[] = {{"plain", 4, 10, 0.f}, {"imagenet", 5, 7, 0.1f}, {"wide", 3, 1000, 0.3f}, {"uniform", 2, 5, 1.f}};
+  TempDir dir;
+  std::ofstream list(dir.path / "cases.txt");
+  std::vector<Tensor> zs;
+  std::vector<std::vector<int32_t>> ts;
+  for (const Case& c : cases) {
+    zs.push_back(random_tensor({c.N, c.C}, uint64_t(11 + zs.size()), -4.f, 4.f));
+    std::vector<int32_t> t;
+    for (int n = 0; n < c.N; ++n) t.push_back(int32_t((n * 5 + 2) % c.C));
+    ts.push_back(t);
+    std::ofstream(dir.path / (std::string(c.name) + ".z.f32"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(zs.back().data()), std::streamsize(zs.back().numel() * 4));
+    std::ofstream(dir.path / (std::string(c.name) + ".t.i32"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.size() * 4));
+    list << c.name << ' ' << c.N << ' ' << c.C << ' ' << c.eps << '\n';
+  }
+  list.close();
+  REQUIRE(list.good());
+  run_python("xent_torch.py", shell_quote(dir.path.string()));
+  for (size_t k = 0; k < std::size(cases); ++k) {
+    const Case& c = cases[k];
+    CAPTURE(c.name);
+    SoftmaxCrossEntropy loss(c.eps);
+    loss.plan(c.N, c.C);
+    loss.forward(zs[k], ts[k].data());
+    Tensor dz = Tensor::empty(zs[k].shape());
+    loss.backward(dz, ts[k].data(), 1.f);
+    double torch64 = NAN, torch32 = NAN;
+    std::ifstream(dir.path / (std::string(c.name) + ".loss.txt")) >> torch64 >> torch32;
+    REQUIRE(std::isfinite(torch64));
+    CHECK(loss.loss() == doctest::Approx(torch64).epsilon(1e-6));
+    Vec want(size_t(c.N * c.C));
+    std::ifstream in(dir.path / (std::string(c.name) + ".dz.f32"), std::ios::binary);
+    std::vector<float> raw(want.size());
+    in.read(reinterpret_cast<char*>(raw.data()), std::streamsize(raw.size() * 4));
+    REQUIRE(in.gcount() == std::streamsize(raw.size() * 4));
+    for (size_t i = 0; i < raw.size(); ++i) want[i] = raw[i];
+    expect_close(std::string(c.name) + " dlogits", dz, want, 1e-5, 1e-6);
+  }
 }
 
 TEST_CASE("Softmax cross-entropy is stable for huge logits and checks labels") {

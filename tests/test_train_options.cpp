@@ -53,7 +53,7 @@ const std::vector<std::string> kAllLong = {
     "--test-data", "/tmp/cifar-test", "--batch-size", "128",
     "--epochs", "30", "--learning-rate", "0.2", "--momentum", "0.8", "--weight-decay", "1e-4",
     "--optimizer", "sgd", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
-    "--scale-lr", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
+    "--scale-lr", "--label-smoothing", "0.1", "--no-decay-bn-bias", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
     "--augment", "crop-flip", "--image-size", "36", "--skip-bad", "--distribute-data=false",
     "--save-dir", "runs/x", "--resume", "runs/y", "--seed", "18446744073709551615", "--threads",
     "6", "--eval-every", "2", "--checkpoint-every", "5", "--keep-checkpoints", "0",
@@ -125,6 +125,8 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.warmup_epochs == 2);
   CHECK(o.schedule_spec() == "warmup:2+step:10:0.5");
   CHECK(o.scale_lr);
+  CHECK(o.label_smoothing == 0.1);
+  CHECK(o.no_decay_bn_bias);
   CHECK(o.workers == 4);
   CHECK(o.mean == std::vector<float>{0.5f, 0.4f, 0.3f});
   CHECK(o.std == std::vector<float>{0.2f, 0.25f, 0.3f});
@@ -405,6 +407,18 @@ TEST_CASE("train options: model, schedule and cross-option errors") {
   expect_parse_error({"--nesterov", "--optimizer", "adamw"},
                      "--nesterov: Nesterov momentum needs --optimizer sgd and --momentum > 0");
   expect_parse_error({"--nesterov", "--momentum", "0"}, "--nesterov: Nesterov momentum needs");
+}
+
+TEST_CASE("train options: label smoothing and no decay on BatchNorm and biases") {
+  const TrainOptions o = parse({});
+  CHECK(o.label_smoothing == 0);
+  CHECK(!o.no_decay_bn_bias);
+  CHECK(parse({"--label-smoothing", "0"}).label_smoothing == 0);
+  CHECK(to_config(parse({"--label-smoothing", "0.1"})).at("label-smoothing") == "0.1");
+  CHECK(to_config(parse({"--no-decay-bn-bias"})).at("no-decay-bn-bias") == "true");
+  expect_parse_error({"--label-smoothing", "1"}, "--label-smoothing: '1' is not a number in [0, 1)");
+  expect_parse_error({"--label-smoothing", "-0.1"}, "--label-smoothing");
+  expect_parse_error({"--task", "detection", "-d", "x", "--label-smoothing", "0.1"}, "--label-smoothing");
 }
 
 TEST_CASE("train options: fine-tuning defaults and errors") {

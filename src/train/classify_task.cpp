@@ -80,7 +80,8 @@ struct EvalSums {
 
 class ClassifyTask final : public TrainTask {
  public:
-  ClassifyTask(const TrainOptions& o, const dist::Comm& comm) : o_(o), comm_(comm) {}
+  ClassifyTask(const TrainOptions& o, const dist::Comm& comm)
+      : o_(o), comm_(comm), xent_(real(o.label_smoothing)) {}
 
   void open_data(TrainerState& state) override;
   uint64_t train_size() const override { return train_->info().size; }

@@ -138,6 +138,17 @@ const std::vector<Flag>& train_flags() {
       {{"warmup-epochs", "", "N", Value,
         "linear warmup epochs before the schedule (>= 0; same as a warmup:N+ prefix)"},
        bind_to(&O::warmup_epochs, int_from(0)), both, {"2"}},
+      {{"label-smoothing", "", "E", Value,
+        "cross-entropy with label smoothing E in [0, 1): the target is (1 - E) on the label plus E "
+        "spread evenly over the classes, as torch's CrossEntropyLoss(label_smoothing=E); the "
+        "large-batch ImageNet recipes use 0.1. The test loss is measured the same way"},
+       bind_to(&O::label_smoothing,
+               number([](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)")),
+       classify, {"0.1"}},
+      {{"no-decay-bn-bias", "", "[=BOOL]", Switch,
+        "no weight decay on BatchNorm weights and biases and on every bias (torch param groups "
+        "with weight_decay 0 for them, as the large-batch recipes do)"},
+       bind_to(&O::no_decay_bn_bias, to_bool), both, {"true"}},
       {{"scale-lr", "", "[=BOOL]", Switch,
         "linear scaling rule: lr x global batch (batch-size x ranks) / 256"},
        bind_to(&O::scale_lr, to_bool), both, {"true"}},

@@ -46,6 +46,8 @@ struct TrainOptions {
   std::string schedule = "cosine";  // optim/schedule.h grammar, without --warmup-epochs
   int64_t warmup_epochs = 0;
   bool scale_lr = false;  // linear scaling rule: lr * global batch / 256
+  double label_smoothing = 0;     // the classifier's loss: torch's CrossEntropyLoss(label_smoothing)
+  bool no_decay_bn_bias = false;  // no weight decay on BatchNorm parameters and biases
 
   // input pipeline
   int workers = 2;  // loader threads per rank; 0 = load in the training thread

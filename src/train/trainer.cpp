@@ -93,6 +93,7 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& sto
     AdamWOptions a;
     a.lr = lr;
     a.weight_decay = o.weight_decay;
+    a.exclude_bn_bias = o.no_decay_bn_bias;
     return std::make_unique<AdamW>(store, a);
   }
   SgdOptions s;
@@ -100,6 +101,7 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& sto
   s.momentum = o.momentum;
   s.weight_decay = o.weight_decay;
   s.nesterov = o.nesterov;
+  s.exclude_bn_bias = o.no_decay_bn_bias;
   return std::make_unique<SGD>(store, s);
 }
 
