@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "layers/params.h"
 #include "optim/adamw.h"
+#include "optim/lars.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "testing.h"
@@ -85,32 +86,41 @@ struct OptCase {
   std::string name;
   std::optional<SgdOptions> sgd;
   std::optional<AdamWOptions> adamw;
+  std::optional<LarsOptions> lars;
+  const char* type() const { return sgd ? "sgd" : adamw ? "adamw" : "lars"; }
+  double lr() const { return sgd ? sgd->lr : adamw ? adamw->lr : lars->lr; }
 };
 
 std::vector<OptCase> opt_cases() {
   std::vector<OptCase> c;
-  c.push_back({"sgd_plain", SgdOptions{.lr = 0.1}, {}});
-  c.push_back({"sgd_wd", SgdOptions{.lr = 0.1, .weight_decay = 5e-4}, {}});
-  c.push_back({"sgd_momentum", SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}, {}});
+  c.push_back({"sgd_plain", SgdOptions{.lr = 0.1}, {}, {}});
+  c.push_back({"sgd_wd", SgdOptions{.lr = 0.1, .weight_decay = 5e-4}, {}, {}});
+  c.push_back({"sgd_momentum", SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}, {}, {}});
   c.push_back({"sgd_dampening_excl", SgdOptions{.lr = 0.05, .momentum = 0.8, .dampening = 0.3,
-                                                .weight_decay = 1e-3, .exclude_bn_bias = true}, {}});
+                                                .weight_decay = 1e-3, .exclude_bn_bias = true}, {}, {}});
   c.push_back({"sgd_nesterov", SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-2,
-                                          .nesterov = true}, {}});
+                                          .nesterov = true}, {}, {}});
   c.push_back({"sgd_nesterov_excl", SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-2,
-                                               .nesterov = true, .exclude_bn_bias = true}, {}});
-  c.push_back({"adamw_default", {}, AdamWOptions{}});
+                                               .nesterov = true, .exclude_bn_bias = true}, {}, {}});
+  c.push_back({"adamw_default", {}, AdamWOptions{}, {}});
   c.push_back({"adamw_excl", {}, AdamWOptions{.lr = 2e-3, .beta1 = 0.8, .beta2 = 0.99,
                                               .eps = 1e-6, .weight_decay = 0.05,
-                                              .exclude_bn_bias = true}});
-  c.push_back({"adamw_amsgrad", {}, AdamWOptions{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}});
+                                              .exclude_bn_bias = true}, {}});
+  c.push_back({"adamw_amsgrad", {}, AdamWOptions{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true}, {}});
   c.push_back({"adamw_amsgrad_excl", {}, AdamWOptions{.lr = 3e-3, .amsgrad = true,
-                                                      .exclude_bn_bias = true}});
-  c.push_back({"adamw_nowd", {}, AdamWOptions{.lr = 1e-3, .weight_decay = 0}});
+                                                      .exclude_bn_bias = true}, {}});
+  c.push_back({"adamw_nowd", {}, AdamWOptions{.lr = 1e-3, .weight_decay = 0}, {}});
+  // LARS at MLPerf's trust coefficient and at one that makes the trust ratios near 1, so that
+  // the step is not all momentum of tiny steps; BatchNorm parameters and biases skip both.
+  c.push_back({"lars_mlperf", {}, {}, LarsOptions{.lr = 2.0, .momentum = 0.9, .weight_decay = 5e-5}});
+  c.push_back({"lars_nesterov_eps", {}, {}, LarsOptions{.lr = 0.1, .momentum = 0.8, .weight_decay = 1e-2,
+                                                        .eta = 0.5, .eps = 1e-3, .nesterov = true}});
   return c;
 }
 
 std::unique_ptr<Optimizer> make(Net& net, const OptCase& c) {
   if (c.sgd) return std::make_unique<SGD>(net.store, *c.sgd);
+  if (c.lars) return std::make_unique<LARS>(net.store, *c.lars);
   return std::make_unique<AdamW>(net.store, *c.adamw);
 }
 
@@ -126,7 +136,9 @@ void run_steps(Net& net, Optimizer& opt, double base_lr, int from, int to) {
 // (slab name, slab) pairs of an optimizer's state.
 std::vector<std::pair<std::string, const Tensor*>> state_slabs(const Optimizer& opt) {
   std::vector<std::pair<std::string, const Tensor*>> s;
-  if (auto* sgd = dynamic_cast<const SGD*>(&opt)) {
+  if (auto* lars = dynamic_cast<const LARS*>(&opt)) {
+    s.push_back({"momentum_buffer", &lars->momentum_buffer()});
+  } else if (auto* sgd = dynamic_cast<const SGD*>(&opt)) {
     if (sgd->momentum_buffer().defined()) s.push_back({"momentum_buffer", &sgd->momentum_buffer()});
   } else if (auto* adam = dynamic_cast<const AdamW*>(&opt)) {
     s.push_back({"exp_avg", &adam->exp_avg()});
@@ -188,10 +200,13 @@ const TorchResults& torch_results() {
 
     std::ofstream oc(dir.path / "optim_cases.txt"), sc(dir.path / "sched_cases.txt");
     for (const OptCase& c : opt_cases()) {
-      const double lr = c.sgd ? c.sgd->lr : c.adamw->lr;
-      oc << c.name << (c.sgd ? " sgd " : " adamw ");
+      const double lr = c.lr();
+      oc << c.name << ' ' << c.type() << ' ';
       for (int k = 0; k < kSteps; ++k) oc << (k ? "," : "") << exact_double(lr_of_step(lr, k));
-      if (c.sgd)
+      if (c.lars)
+        oc << ' ' << exact_double(c.lars->momentum) << ' ' << exact_double(c.lars->weight_decay) << ' '
+           << exact_double(c.lars->eta) << ' ' << exact_double(c.lars->eps) << ' ' << c.lars->nesterov << '\n';
+      else if (c.sgd)
         oc << ' ' << exact_double(c.sgd->momentum) << ' ' << exact_double(c.sgd->dampening) << ' '
            << exact_double(c.sgd->weight_decay) << ' ' << c.sgd->nesterov << ' '
            << c.sgd->exclude_bn_bias << '\n';
@@ -300,8 +315,8 @@ TEST_CASE("lr schedules match torch's lr_scheduler per epoch") {
 
 TEST_CASE("optimizer step leaves the padding zero and allocates nothing") {
   const OptCase cases[] = {
-      {"sgd", SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-2, .nesterov = true}, {}},
-      {"adamw", {}, AdamWOptions{.lr = 1e-2, .amsgrad = true}}};
+      {"sgd", SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-2, .nesterov = true}, {}, {}},
+      {"adamw", {}, AdamWOptions{.lr = 1e-2, .amsgrad = true}, {}}};
   for (const OptCase& c : cases) {
     CAPTURE(c.name);
     Net net;
@@ -407,10 +422,10 @@ TEST_CASE("optimizer state: save, load, continue is bit-identical to not stoppin
       bytes = w.to_bytes();
     }
     const SafetensorsReader in = SafetensorsReader::from_bytes(bytes, "ckpt.safetensors");
-    CHECK(in.metadata("optim.type") == (c.sgd ? "sgd" : "adamw"));
+    CHECK(in.metadata("optim.type") == c.type());
     CHECK(in.read_i64_scalar("optim.step") == 3);
-    CHECK(in.contains(c.sgd ? "optim.momentum_buffer.layer1.0.conv1.weight"
-                            : "optim.exp_avg_sq.layer1.0.conv1.weight") == (!c.sgd || c.sgd->momentum != 0));
+    CHECK(in.contains(c.adamw ? "optim.exp_avg_sq.layer1.0.conv1.weight"
+                              : "optim.momentum_buffer.layer1.0.conv1.weight") == !(c.sgd && c.sgd->momentum == 0));
     Net resumed;
     for (const StateEntry& e : resumed.store.entries())
       if (e.kind == StateKind::Param) in.read(*e.value, e.name);

@@ -52,7 +52,7 @@ const std::vector<std::string> kAllLong = {
     "--model", "resnet20", "--data", "/tmp/cifar", "--dataset", "cifar10", "--val-split", "0.25",
     "--test-data", "/tmp/cifar-test", "--batch-size", "128",
     "--epochs", "30", "--learning-rate", "0.2", "--momentum", "0.8", "--weight-decay", "1e-4",
-    "--optimizer", "sgd", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
+    "--optimizer", "sgd", "--lars-eta", "0.002", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
     "--scale-lr", "--label-smoothing", "0.1", "--no-decay-bn-bias", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
     "--augment", "crop-flip", "--image-size", "36", "--skip-bad", "--distribute-data=false",
     "--save-dir", "runs/x", "--resume", "runs/y", "--seed", "18446744073709551615", "--threads",
@@ -127,6 +127,7 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.scale_lr);
   CHECK(o.label_smoothing == 0.1);
   CHECK(o.no_decay_bn_bias);
+  CHECK(o.lars_eta == 0.002);
   CHECK(o.workers == 4);
   CHECK(o.mean == std::vector<float>{0.5f, 0.4f, 0.3f});
   CHECK(o.std == std::vector<float>{0.2f, 0.25f, 0.3f});
@@ -343,7 +344,7 @@ TEST_CASE("train options: value errors") {
   expect_parse_error({"--momentum=1"}, "--momentum: '1' is not a number in [0, 1)");
   expect_parse_error({"--momentum=nan"}, "--momentum: 'nan' is not a number in [0, 1)");
   expect_parse_error({"--weight-decay=-1"}, "--weight-decay: '-1' is not a number >= 0");
-  expect_parse_error({"--optimizer", "adam"}, "--optimizer: 'adam' is not one of sgd or adamw");
+  expect_parse_error({"--optimizer", "adam"}, "--optimizer: 'adam' is not one of sgd, adamw or lars");
   expect_parse_error({"--warmup-epochs=-1"}, "--warmup-epochs: '-1' is not an integer >= 0");
   expect_parse_error({"-w", "-1"}, "-w/--workers: '-1' is not an integer >= 0");
   expect_parse_error({"--workers=-1"}, "-w/--workers: '-1' is not an integer >= 0");
@@ -405,11 +406,11 @@ TEST_CASE("train options: model, schedule and cross-option errors") {
   CHECK(parse({"--schedule", "warmup:2:0.5+cosine:0.001"}).schedule_spec() ==
         "warmup:2:0.5+cosine:0.001");
   expect_parse_error({"--nesterov", "--optimizer", "adamw"},
-                     "--nesterov: Nesterov momentum needs --optimizer sgd and --momentum > 0");
+                     "--nesterov: Nesterov momentum needs --optimizer sgd or lars and --momentum > 0");
   expect_parse_error({"--nesterov", "--momentum", "0"}, "--nesterov: Nesterov momentum needs");
 }
 
-TEST_CASE("train options: label smoothing and no decay on BatchNorm and biases") {
+TEST_CASE("train options: label smoothing, no decay on BatchNorm and biases, LARS") {
   const TrainOptions o = parse({});
   CHECK(o.label_smoothing == 0);
   CHECK(!o.no_decay_bn_bias);
@@ -419,6 +420,12 @@ TEST_CASE("train options: label smoothing and no decay on BatchNorm and biases")
   expect_parse_error({"--label-smoothing", "1"}, "--label-smoothing: '1' is not a number in [0, 1)");
   expect_parse_error({"--label-smoothing", "-0.1"}, "--label-smoothing");
   expect_parse_error({"--task", "detection", "-d", "x", "--label-smoothing", "0.1"}, "--label-smoothing");
+  const TrainOptions lars = parse({"--optimizer", "lars", "--lars-eta", "0.02", "--nesterov"});
+  CHECK(lars.optimizer == "lars");
+  CHECK(lars.lars_eta == 0.02);
+  CHECK(parse({}).lars_eta == 0.001);
+  expect_parse_error({"--lars-eta", "0"}, "--lars-eta: '0' is not a number > 0");
+  expect_parse_error({"--optimizer", "adamw", "--nesterov"}, "--nesterov: Nesterov momentum needs");
 }
 
 TEST_CASE("train options: fine-tuning defaults and errors") {

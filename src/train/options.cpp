@@ -119,15 +119,21 @@ const std::vector<Flag>& train_flags() {
       {{"learning-rate", "lr", "LR", Value, "base learning rate (> 0); also -lr LR or -lr=LR"},
        bind_to(&O::learning_rate, number([](double x) { return x > 0; }, "a number > 0")),
        both, {"0.2"}},
-      {{"momentum", "", "M", Value, "SGD momentum, in [0, 1); AdamW ignores it"},
+      {{"momentum", "", "M", Value, "SGD and LARS momentum, in [0, 1); AdamW ignores it"},
        bind_to(&O::momentum,
                number([](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)")),
        both, {"0.8"}},
       {{"weight-decay", "", "WD", Value, "L2 penalty (SGD) or decoupled decay (AdamW), >= 0"},
        bind_to(&O::weight_decay, number([](double x) { return x >= 0; }, "a number >= 0")),
        both, {"0.001"}},
-      {{"optimizer", "", "NAME", Value, "sgd or adamw"},
-       bind_to(&O::optimizer, choice({"sgd", "adamw"})), both, {"adamw"}},
+      {{"optimizer", "", "NAME", Value,
+        "sgd, adamw or lars (LARS as MLPerf's ResNet-50 reference: a trust ratio per tensor, "
+        "weight decay in the gradient, momentum; BatchNorm parameters and biases skip both; "
+        "CPU only for now)"},
+       bind_to(&O::optimizer, choice({"sgd", "adamw", "lars"})), both, {"adamw"}},
+      {{"lars-eta", "", "ETA", Value,
+        "LARS's trust coefficient (> 0): a tensor's step is lr x ETA x |w| / (|g| + wd x |w|)"},
+       bind_to(&O::lars_eta, number([](double x) { return x > 0; }, "a number > 0")), both, {"0.002"}},
       {{"nesterov", "", "[=BOOL]", Switch, "Nesterov momentum (SGD with momentum > 0)"},
        bind_to(&O::nesterov, to_bool), both, {"true"}},
       {{"schedule", "", "SPEC", Value,
@@ -475,8 +481,8 @@ void check_across_options(TrainOptions& o, const Values& v) {
           "' is below ", m.name, "'s smallest input (expected 0 = auto, or >= ", m.min_size, ")");
   }
   if (o.nesterov)
-    CHECK(o.optimizer == "sgd" && o.momentum > 0, v.label("nesterov"),
-          ": Nesterov momentum needs --optimizer sgd and --momentum > 0");
+    CHECK(o.optimizer != "adamw" && o.momentum > 0, v.label("nesterov"),
+          ": Nesterov momentum needs --optimizer sgd or lars and --momentum > 0");
   CHECK(o.warmup_epochs == 0 || o.schedule.rfind("warmup", 0) != 0, v.label("warmup-epochs"),
         ": the schedule '", o.schedule, "' has its own warmup (use one of the two)");
   CHECK(o.init_weights_partial.empty() || !o.init_weights.empty(), v.label("init-weights-partial"),

@@ -39,9 +39,10 @@ struct TrainOptions {
 
   // optimisation
   double learning_rate = 0.05;
-  double momentum = 0.9;  // SGD momentum (AdamW ignores it)
+  double momentum = 0.9;  // SGD and LARS momentum (AdamW ignores it)
   double weight_decay = 5e-4;
-  std::string optimizer = "sgd";  // sgd | adamw
+  std::string optimizer = "sgd";  // sgd | adamw | lars
+  double lars_eta = 0.001;        // LARS's trust coefficient
   bool nesterov = false;
   std::string schedule = "cosine";  // optim/schedule.h grammar, without --warmup-epochs
   int64_t warmup_epochs = 0;

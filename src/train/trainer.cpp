@@ -35,6 +35,7 @@
 #include "layers/softmax_xent.h"
 #include "models/registry.h"
 #include "optim/adamw.h"
+#include "optim/lars.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "train/finetune.h"
@@ -95,6 +96,15 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, ParamStore& sto
     a.weight_decay = o.weight_decay;
     a.exclude_bn_bias = o.no_decay_bn_bias;
     return std::make_unique<AdamW>(store, a);
+  }
+  if (o.optimizer == "lars") {
+    LarsOptions l;
+    l.lr = lr;
+    l.momentum = o.momentum;
+    l.weight_decay = o.weight_decay;
+    l.eta = o.lars_eta;
+    l.nesterov = o.nesterov;
+    return std::make_unique<LARS>(store, l);
   }
   SgdOptions s;
   s.lr = lr;

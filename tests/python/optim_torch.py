@@ -9,6 +9,7 @@ Usage: optim_torch.py DIR
   DIR/optim_cases.txt    one case a line, lrs = the lr of each step, comma-separated:
       NAME sgd LRS momentum dampening weight_decay nesterov exclude
       NAME adamw LRS beta1 beta2 eps weight_decay amsgrad exclude
+      NAME lars LRS momentum weight_decay eta eps nesterov   (nodecay: LARS's skip list)
   DIR/sched_cases.txt    NAME EPOCHS BASE_LR WARMUP START_FACTOR KIND ARGS (WARMUP 0: none)
       KIND step STEP_SIZE GAMMA | multistep M1,M2,... GAMMA | cosine T_MAX ETA_MIN
 Writes DIR/NAME.safetensors (final parameters under their names, optimizer state under
@@ -58,10 +59,40 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def run_lars(root, name, lrs, fields, init, nodecay, grads, steps):
+    """LARS as MLPerf's ResNet-50 reference applies it (its TF LARSOptimizer), written with
+    torch ops: per tensor, trust = eta * |w| / (|g| + wd * |w| + eps) (1 where a norm is 0),
+    step = lr * trust * (g + wd * w); buf = momentum * buf + step; w -= buf (Nesterov: w -=
+    step + momentum * buf). The skip list (BatchNorm parameters, biases): trust 1, no decay.
+    Norms in float64 (MLPerf's are float32: a last-bit difference in the scale, not a formula's);
+    the elementwise steps one float32 op each, unfused."""
+    momentum, wd, eta, eps = (float(v) for v in fields[:4])
+    nesterov = fields[4] == "1"
+    params = {k: v.clone() for k, v in init.items()}
+    bufs = {k: torch.zeros_like(v) for k, v in init.items()}
+    for k in range(steps):
+        for pname, w in params.items():
+            g = grads[f"{k}.{pname}"]
+            trust, decay = 1.0, 0.0
+            if pname not in nodecay:
+                wn, gn = w.double().norm().item(), g.double().norm().item()
+                if wn > 0 and gn > 0:
+                    trust = eta * wn / (gn + wd * wn + eps)
+                decay = wd
+            step = (g + w * decay) * (lrs[k] * trust)
+            bufs[pname] = bufs[pname] * momentum + step
+            params[pname] = w - (step + bufs[pname] * momentum if nesterov else bufs[pname])
+    out = dict(params)
+    out.update({f"momentum_buffer.{k}": b for k, b in bufs.items()})
+    write_safetensors(os.path.join(root, name + ".safetensors"), out)
+
+
 def run_optimizer(root, fields, init, nodecay, grads, steps):
     name, kind, lrs = fields[0], fields[1], [float(v) for v in fields[2].split(",")]
     if len(lrs) != steps:
         sys.exit(f"optim_torch.py: case {name} has {len(lrs)} lrs for {steps} steps")
+    if kind == "lars":
+        return run_lars(root, name, lrs, fields[3:], init, nodecay, grads, steps)
     params = {k: v.clone().requires_grad_() for k, v in init.items()}
     if kind == "sgd":
         momentum, dampening, wd = (float(v) for v in fields[3:6])
