@@ -166,7 +166,9 @@ std::vector<SchedCase> sched_cases() {
           {"cosine0", 7, 0.05, 0, 1, "cosine 7 0", "cosine"},
           {"warm_cosine", 12, 0.4, 3, 0.25, "cosine 9 0", "warmup:3:0.25+cosine"},
           {"warm_step", 10, 0.1, 2, 0.1, "step 3 0.1", "warmup:2+step:3:0.1"},
-          {"warm_multistep", 10, 0.2, 4, 0.5, "multistep 2,4 0.5", "warmup:4:0.5+multistep:2,4:0.5"}};
+          {"warm_multistep", 10, 0.2, 4, 0.5, "multistep 2,4 0.5", "warmup:4:0.5+multistep:2,4:0.5"},
+          {"poly", 9, 2.0, 0, 1, "poly 9 2", "poly"},
+          {"warm_poly1", 12, 0.3, 2, 0.1, "poly 10 1", "warmup:2+poly:1"}};
 }
 
 // torch's results, from one run of the script for every optimizer and schedule case.

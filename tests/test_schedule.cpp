@@ -47,6 +47,21 @@ TEST_CASE("lr schedules: per-step warmup, constant, scaling rule") {
   expect_error([] { scale_lr(0.1, 0); }, "batch sizes 0");
 }
 
+TEST_CASE("lr schedule: poly decays per step to its end lr, then stays there (MLPerf's LARS schedule)") {
+  // torch's PolynomialLR agrees per epoch (tests/test_optim.cpp, end lr 0); here the end lr,
+  // the per-step values and the flat end, against the closed form.
+  const LrSchedule s = parse_lr_schedule("warmup:2+poly:2:0.0001", 4.0, 12);
+  CHECK(s.kind() == LrSchedule::Kind::Poly);
+  for (const double t : {0.0, 0.25, 3.5, 7.0, 9.75}) {
+    const double want = 0.0001 + (4.0 - 0.0001) * std::pow(1 - t / 10, 2);
+    CHECK(s.lr_at(2 + t) == doctest::Approx(want).epsilon(1e-14));
+  }
+  CHECK(s.lr_at(12) == doctest::Approx(0.0001).epsilon(1e-14));
+  CHECK(s.lr_at(15) == doctest::Approx(0.0001).epsilon(1e-14));  // past T_max: flat
+  CHECK(s.lr(5, 3, 4) == s.lr_at(5.75));
+  CHECK(s.describe() == "poly(lr=4, T_max=10, power=2, end_lr=0.0001) after 2 warmup epochs from 0.1x");
+}
+
 TEST_CASE("lr schedule specs and arguments: clear errors") {
   const std::pair<const char*, const char*> bad[] = {
       {"", "unknown schedule ''"},
@@ -75,6 +90,11 @@ TEST_CASE("lr schedule specs and arguments: clear errors") {
       {"step:30:0.1+cosine", "before '+' expected warmup"},
       {"warmup:2+warmup:2+cosine", "at most one '+'"},
       {"warmup:10+cosine", "cosine needs epochs after the 10 warmup epochs"},
+      {"poly:x", "power 'x' is not a number"},
+      {"poly:0", "power 0 must be > 0"},
+      {"poly:2:-1", "end lr -1 must be finite and >= 0"},
+      {"poly:2:0:1", "expected poly, poly:POWER or poly:POWER:END_LR"},
+      {"warmup:10+poly", "poly needs epochs after the 10 warmup epochs"},
   };
   for (const auto& [spec, part] : bad) {
     CAPTURE(spec);

@@ -66,6 +66,19 @@ LrSchedule LrSchedule::cosine(double base_lr, double t_max, double eta_min) {
   return s;
 }
 
+LrSchedule LrSchedule::poly(double base_lr, double t_max, double power, double end_lr) {
+  LrSchedule s = constant(base_lr);
+  CHECK(std::isfinite(t_max) && t_max > 0, "poly schedule: T_max ", t_max, " must be > 0 epochs");
+  CHECK(std::isfinite(power) && power > 0, "poly schedule: power ", power, " must be > 0");
+  CHECK(std::isfinite(end_lr) && end_lr >= 0, "poly schedule: end lr ", end_lr,
+        " must be finite and >= 0");
+  s.kind_ = Kind::Poly;
+  s.t_max_ = t_max;
+  s.power_ = power;
+  s.eta_min_ = end_lr;
+  return s;
+}
+
 LrSchedule LrSchedule::with_warmup(int64_t epochs, double start_factor) const {
   CHECK(epochs >= 0, "warmup: ", epochs, " epochs must be >= 0");
   CHECK(start_factor > 0 && start_factor <= 1, "warmup: start factor ", start_factor,
@@ -110,6 +123,8 @@ double LrSchedule::main_lr(double t) const {
     }
     case Kind::Cosine:  // torch's operation order, so epoch values agree to the last bit or two
       return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(std::numbers::pi * t / t_max_)) / 2;
+    case Kind::Poly:  // torch's closed form with MLPerf's end lr; flat at the end after T_max
+      return eta_min_ + (base_lr_ - eta_min_) * std::pow(1.0 - std::min(t, t_max_) / t_max_, power_);
   }
   FAIL("learning-rate schedule: unknown kind");
 }
@@ -128,6 +143,9 @@ std::string LrSchedule::describe() const {
       break;
     case Kind::Cosine:
       os << "cosine(lr=" << base_lr_ << ", T_max=" << t_max_ << ", eta_min=" << eta_min_ << ")";
+      break;
+    case Kind::Poly:
+      os << "poly(lr=" << base_lr_ << ", T_max=" << t_max_ << ", power=" << power_ << ", end_lr=" << eta_min_ << ")";
       break;
   }
   if (warmup_epochs_ > 0)
@@ -188,8 +206,13 @@ LrSchedule parse_main(const std::string& spec, const std::string& main, double b
     want_fields(1, 2, "cosine or cosine:ETA_MIN");
     return LrSchedule::cosine(base_lr, t_max, f.size() == 2 ? number<double>(spec, f[1], "eta_min") : 0.0);
   }
+  if (f[0] == "poly") {
+    want_fields(1, 3, "poly, poly:POWER or poly:POWER:END_LR");
+    return LrSchedule::poly(base_lr, t_max, f.size() >= 2 ? number<double>(spec, f[1], "power") : 2.0,
+                            f.size() == 3 ? number<double>(spec, f[2], "end lr") : 0.0);
+  }
   FAIL("learning-rate schedule '", spec, "': unknown schedule '", f[0],
-       "' (expected constant, step, multistep or cosine)");
+       "' (expected constant, step, multistep, cosine or poly)");
 }
 
 }  // namespace
@@ -215,8 +238,9 @@ LrSchedule parse_lr_schedule(const std::string& spec, double base_lr, int64_t to
   CHECK(split(parts.back(), ':')[0] != "warmup", "learning-rate schedule '", spec,
         "': warmup needs a schedule after it, e.g. ", parts.back(), "+cosine");
   const std::string& main = parts.back();
-  CHECK(split(main, ':')[0] != "cosine" || total_epochs > warmup, "learning-rate schedule '",
-        spec, "': cosine needs epochs after the ", warmup, " warmup epochs (", total_epochs,
+  const std::string main_kind = split(main, ':')[0];
+  CHECK((main_kind != "cosine" && main_kind != "poly") || total_epochs > warmup, "learning-rate schedule '",
+        spec, "': ", main_kind, " needs epochs after the ", warmup, " warmup epochs (", total_epochs,
         " in all)");
   try {
     return parse_main(spec, main, base_lr, double(total_epochs - warmup)).with_warmup(warmup, start);

@@ -11,7 +11,7 @@ namespace mpicnn {
 
 class LrSchedule {
  public:
-  enum class Kind { Constant, Step, MultiStep, Cosine };
+  enum class Kind { Constant, Step, MultiStep, Cosine, Poly };
 
   // base_lr: finite, >= 0. step_size >= 1 and milestones (strictly increasing, >= 1) count
   // epochs after warmup; gamma: finite, > 0. cosine: t_max > 0 epochs, eta_min >= 0; past
@@ -20,6 +20,9 @@ class LrSchedule {
   static LrSchedule step(double base_lr, int64_t step_size, double gamma);
   static LrSchedule multistep(double base_lr, std::vector<int64_t> milestones, double gamma);
   static LrSchedule cosine(double base_lr, double t_max, double eta_min = 0);
+  // Polynomial decay (MLPerf's ResNet-50 LARS schedule; torch's PolynomialLR when end_lr is 0):
+  // end_lr + (base_lr - end_lr) * (1 - min(t, t_max) / t_max)^power, per step; power > 0.
+  static LrSchedule poly(double base_lr, double t_max, double power, double end_lr = 0);
 
   // This schedule after `epochs` warmup epochs whose lr rises linearly, step by step, from
   // start_factor * base_lr to base_lr (start_factor in (0, 1]). The main schedule then starts
@@ -47,7 +50,7 @@ class LrSchedule {
   double base_lr_ = 0;
   int64_t step_size_ = 1;
   std::vector<int64_t> milestones_;
-  double gamma_ = 1, t_max_ = 1, eta_min_ = 0;
+  double gamma_ = 1, t_max_ = 1, eta_min_ = 0, power_ = 1;  // eta_min_: poly's end lr too
   int64_t warmup_epochs_ = 0;
   double warmup_start_ = 1;
 };
@@ -55,8 +58,10 @@ class LrSchedule {
 // Builds a schedule from a command-line spec:
 //   [warmup:W[:START]+]MAIN      W warmup epochs (>= 1) from START * base_lr (default 0.1)
 //   MAIN = constant | step:STEP_SIZE:GAMMA | multistep:M1,M2,...:GAMMA | cosine[:ETA_MIN]
-// cosine's T_max is the epochs after warmup (total_epochs - W), so it ends at ETA_MIN
-// (default 0). Examples: "step:30:0.1", "multistep:30,60,80:0.1", "warmup:5+cosine".
+//          | poly[:POWER[:END_LR]]
+// cosine's and poly's T_max is the epochs after warmup (total_epochs - W), so they end at
+// ETA_MIN / END_LR (default 0; poly's POWER default 2, MLPerf's). Examples: "step:30:0.1",
+// "multistep:30,60,80:0.1", "warmup:5+cosine", "warmup:2+poly:2:0.0001".
 // A bad spec is one Error naming the spec and what is wrong with it.
 LrSchedule parse_lr_schedule(const std::string& spec, double base_lr, int64_t total_epochs);
 

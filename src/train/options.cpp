@@ -138,7 +138,8 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::nesterov, to_bool), both, {"true"}},
       {{"schedule", "", "SPEC", Value,
         "learning-rate schedule: constant | step:SIZE:GAMMA | multistep:M1,M2,...:GAMMA | "
-        "cosine[:ETA_MIN], optionally after warmup:W[:START]+ (e.g. step:30:0.1, "
+        "cosine[:ETA_MIN] | poly[:POWER[:END_LR]] (MLPerf's LARS decay, POWER 2), optionally "
+        "after warmup:W[:START]+ (e.g. step:30:0.1, "
         "warmup:5+cosine); epochs count after the warmup"},
        bind_to(&O::schedule, text), both, {"step:10:0.5"}},
       {{"warmup-epochs", "", "N", Value,

@@ -12,6 +12,7 @@ Usage: optim_torch.py DIR
       NAME lars LRS momentum weight_decay eta eps nesterov   (nodecay: LARS's skip list)
   DIR/sched_cases.txt    NAME EPOCHS BASE_LR WARMUP START_FACTOR KIND ARGS (WARMUP 0: none)
       KIND step STEP_SIZE GAMMA | multistep M1,M2,... GAMMA | cosine T_MAX ETA_MIN
+          | poly TOTAL_ITERS POWER
 Writes DIR/NAME.safetensors (final parameters under their names, optimizer state under
 "STATE.X", e.g. "momentum_buffer.X") per optimizer case and DIR/NAME.lrs.txt (one lr a line,
 epoch 0 first, Python repr so the values are exact) per schedule case.
@@ -140,6 +141,8 @@ def run_schedule(root, fields):
     elif kind == "cosine":
         main = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(args[0]),
                                                           eta_min=float(args[1]))
+    elif kind == "poly":
+        main = torch.optim.lr_scheduler.PolynomialLR(opt, total_iters=int(args[0]), power=float(args[1]))
     else:
         sys.exit(f"optim_torch.py: unknown schedule {kind!r} in case {name}")
     sched = main
