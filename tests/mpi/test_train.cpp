@@ -221,10 +221,10 @@ TEST_CASE("train: K ranks with batch b end where one process with batch K*b does
   SharedDir dir;
   write_fmnist_subset(dir / "fm", 144, 40);  // 144 = 6 steps of 24 = 2*12 = 3*8
   const int K = comm().size();
-  for (const char* optimizer : {"sgd", "lars"}) {
+  for (const std::string optimizer : {"sgd", "lars"}) {
     CAPTURE(optimizer);
     train::TrainOptions o = small_run(dir / "fm", "lenet", 24 / K, 2);
-    o.save_dir = dir / (std::string("run-") + optimizer);
+    o.save_dir = dir / ("run-" + optimizer);
     o.optimizer = optimizer;
     // The large-batch recipe's loss, decay and optimizer (--label-smoothing,
     // --no-decay-bn-bias, --optimizer lars), which the reference applies with the library's
@@ -241,7 +241,7 @@ TEST_CASE("train: K ranks with batch b end where one process with batch K*b does
     if (comm().root()) {
       const double err = rel_err(r.model->params().values(), ref->params().values());
       const double moved = rel_err(r.model->params().values(), build_model("lenet", {10, 1}, o.seed)->params().values());
-      MESSAGE(std::string(optimizer) << ", K=" << K << " vs one process with batch 24: relative error " << err << ", moved "
+      MESSAGE(optimizer << ", K=" << K << " vs one process with batch 24: relative error " << err << ", moved "
                         << moved);
       CHECK(err <= 1e-5);
       CHECK(err < moved);
