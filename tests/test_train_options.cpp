@@ -52,7 +52,7 @@ const std::vector<std::string> kAllLong = {
     "--model", "resnet20", "--data", "/tmp/cifar", "--dataset", "cifar10", "--val-split", "0.25",
     "--test-data", "/tmp/cifar-test", "--batch-size", "128",
     "--epochs", "30", "--learning-rate", "0.2", "--momentum", "0.8", "--weight-decay", "1e-4",
-    "--optimizer", "sgd", "--lars-eta", "0.002", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
+    "--optimizer", "lars", "--lars-eta", "0.002", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
     "--scale-lr", "--label-smoothing", "0.1", "--no-decay-bn-bias", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
     "--augment", "crop-flip", "--image-size", "36", "--skip-bad", "--distribute-data=false",
     "--save-dir", "runs/x", "--resume", "runs/y", "--seed", "18446744073709551615", "--threads",
@@ -127,6 +127,7 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.scale_lr);
   CHECK(o.label_smoothing == 0.1);
   CHECK(o.no_decay_bn_bias);
+  CHECK(o.optimizer == "lars");
   CHECK(o.lars_eta == 0.002);
   CHECK(o.workers == 4);
   CHECK(o.mean == std::vector<float>{0.5f, 0.4f, 0.3f});
@@ -426,6 +427,15 @@ TEST_CASE("train options: label smoothing, no decay on BatchNorm and biases, LAR
   CHECK(parse({}).lars_eta == 0.001);
   expect_parse_error({"--lars-eta", "0"}, "--lars-eta: '0' is not a number > 0");
   expect_parse_error({"--optimizer", "adamw", "--nesterov"}, "--nesterov: Nesterov momentum needs");
+  expect_parse_error({"--lars-eta", "0.02"}, "--lars-eta: the trust coefficient is LARS's; it needs --optimizer lars");
+  bool cuda_build = true;  // where --device cuda parses at all
+  try {
+    parse({"--device", "cuda"});
+  } catch (const mpicnn::Error&) {
+    cuda_build = false;
+  }
+  if (cuda_build)
+    expect_parse_error({"--optimizer", "lars", "--device", "cuda"}, "--optimizer lars: runs on the CPU only");
 }
 
 TEST_CASE("train options: fine-tuning defaults and errors") {
@@ -552,8 +562,11 @@ TEST_CASE("train options: every row of the flag table, under every task") {
       INFO("--", name, " under --task ", std::string(mpicnn::task_name(t)));
       // A run of task t on made-up data (nothing is opened), with weights to fine-tune from so
       // that every flag has what it needs; the command line's value overrides these.
-      const mpicnn::train::Config base = {
-          {"task", mpicnn::task_name(t)}, {"data", "x"}, {"init-weights", "w.safetensors"}};
+      // (LARS: the optimizer --lars-eta needs.)
+      const mpicnn::train::Config base = {{"task", mpicnn::task_name(t)},
+                                          {"data", "x"},
+                                          {"init-weights", "w.safetensors"},
+                                          {"optimizer", "lars"}};
       const std::string value = f.sample(t);
       const std::vector<std::string> args = {"--" + name + "=" + value};
       const bool value_refused = f.refusal.task == t && listed(f.refusal.values, value);

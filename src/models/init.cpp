@@ -45,7 +45,8 @@ void trunc_normal(Tensor& t, uint64_t seed, const std::string& name, real mean, 
   fill_normal(rng, d, n, mean, std);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i)
-    for (uint64_t k = 1; d[i] < a || d[i] > b; ++k) d[i] = mean + std * rng.normal(uint64_t(i) + k * uint64_t(n));
+    for (uint64_t k = 1; d[i] < a || d[i] > b; ++k)
+      d[i] = mean + std * rng.normal(uint64_t(i) + k * uint64_t(n));
 }
 
 void kaiming_normal_relu(Tensor& t, uint64_t seed, const std::string& name, bool fan_out_mode) {

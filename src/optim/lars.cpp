@@ -6,12 +6,14 @@
 namespace mpicnn {
 
 LARS::LARS(ParamStore& store, const LarsOptions& o) : Optimizer(store, o.lr, "LARS"), opt_(o) {
-  CHECK(store.device() == Device::CPU, "LARS: runs on the CPU only for now (use --optimizer sgd on the GPU)");
+  CHECK(store.device() == Device::CPU,
+        "LARS: runs on the CPU only for now (use --optimizer sgd on the GPU)");
   CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "LARS: invalid momentum ",
         o.momentum, " (must be in [0, 1))");
   CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "LARS: invalid weight decay ",
         o.weight_decay, " (must be >= 0)");
-  CHECK(std::isfinite(o.eta) && o.eta > 0, "LARS: invalid trust coefficient ", o.eta, " (must be > 0)");
+  CHECK(std::isfinite(o.eta) && o.eta > 0, "LARS: invalid trust coefficient ", o.eta,
+        " (must be > 0)");
   CHECK(std::isfinite(o.eps) && o.eps >= 0, "LARS: invalid epsilon ", o.eps, " (must be >= 0)");
   CHECK(!o.nesterov || o.momentum > 0, "LARS: Nesterov momentum requires a momentum > 0");
   for (const StateEntry& e : store.entries())
@@ -40,7 +42,10 @@ void LARS::step() {
     double trust = 1, decay = 0;
     if (e.adapt) {
       double w2 = 0, g2 = 0;
-      for (int64_t i = e.begin; i < e.end; ++i) w2 += double(p[i]) * p[i], g2 += double(g[i]) * g[i];
+      for (int64_t i = e.begin; i < e.end; ++i) {
+        w2 += double(p[i]) * p[i];
+        g2 += double(g[i]) * g[i];
+      }
       const double wn = std::sqrt(w2), gn = std::sqrt(g2);
       if (wn > 0 && gn > 0) trust = opt_.eta * wn / (gn + wd * wn + opt_.eps);
       decay = wd;

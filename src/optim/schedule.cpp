@@ -124,7 +124,8 @@ double LrSchedule::main_lr(double t) const {
     case Kind::Cosine:  // torch's operation order, so epoch values agree to the last bit or two
       return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(std::numbers::pi * t / t_max_)) / 2;
     case Kind::Poly:  // torch's closed form with MLPerf's end lr; flat at the end after T_max
-      return eta_min_ + (base_lr_ - eta_min_) * std::pow(1.0 - std::min(t, t_max_) / t_max_, power_);
+      return eta_min_ +
+             (base_lr_ - eta_min_) * std::pow(1.0 - std::min(t, t_max_) / t_max_, power_);
   }
   FAIL("learning-rate schedule: unknown kind");
 }
@@ -145,7 +146,8 @@ std::string LrSchedule::describe() const {
       os << "cosine(lr=" << base_lr_ << ", T_max=" << t_max_ << ", eta_min=" << eta_min_ << ")";
       break;
     case Kind::Poly:
-      os << "poly(lr=" << base_lr_ << ", T_max=" << t_max_ << ", power=" << power_ << ", end_lr=" << eta_min_ << ")";
+      os << "poly(lr=" << base_lr_ << ", T_max=" << t_max_ << ", power=" << power_
+         << ", end_lr=" << eta_min_ << ")";
       break;
   }
   if (warmup_epochs_ > 0)
@@ -208,7 +210,8 @@ LrSchedule parse_main(const std::string& spec, const std::string& main, double b
   }
   if (f[0] == "poly") {
     want_fields(1, 3, "poly, poly:POWER or poly:POWER:END_LR");
-    return LrSchedule::poly(base_lr, t_max, f.size() >= 2 ? number<double>(spec, f[1], "power") : 2.0,
+    const double power = f.size() >= 2 ? number<double>(spec, f[1], "power") : 2.0;
+    return LrSchedule::poly(base_lr, t_max, power,
                             f.size() == 3 ? number<double>(spec, f[2], "end lr") : 0.0);
   }
   FAIL("learning-rate schedule '", spec, "': unknown schedule '", f[0],
@@ -239,9 +242,9 @@ LrSchedule parse_lr_schedule(const std::string& spec, double base_lr, int64_t to
         "': warmup needs a schedule after it, e.g. ", parts.back(), "+cosine");
   const std::string& main = parts.back();
   const std::string main_kind = split(main, ':')[0];
-  CHECK((main_kind != "cosine" && main_kind != "poly") || total_epochs > warmup, "learning-rate schedule '",
-        spec, "': ", main_kind, " needs epochs after the ", warmup, " warmup epochs (", total_epochs,
-        " in all)");
+  CHECK((main_kind != "cosine" && main_kind != "poly") || total_epochs > warmup,
+        "learning-rate schedule '", spec, "': ", main_kind, " needs epochs after the ", warmup,
+        " warmup epochs (", total_epochs, " in all)");
   try {
     return parse_main(spec, main, base_lr, double(total_epochs - warmup)).with_warmup(warmup, start);
   } catch (const Error& e) {

@@ -123,7 +123,8 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::momentum,
                number([](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)")),
        both, {"0.8"}},
-      {{"weight-decay", "", "WD", Value, "L2 penalty (SGD) or decoupled decay (AdamW), >= 0"},
+      {{"weight-decay", "", "WD", Value,
+        "L2 penalty (SGD, and LARS's, in its trust ratio too) or decoupled decay (AdamW), >= 0"},
        bind_to(&O::weight_decay, number([](double x) { return x >= 0; }, "a number >= 0")),
        both, {"0.001"}},
       {{"optimizer", "", "NAME", Value,
@@ -133,8 +134,9 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::optimizer, choice({"sgd", "adamw", "lars"})), both, {"adamw"}},
       {{"lars-eta", "", "ETA", Value,
         "LARS's trust coefficient (> 0): a tensor's step is lr x ETA x |w| / (|g| + wd x |w|)"},
-       bind_to(&O::lars_eta, number([](double x) { return x > 0; }, "a number > 0")), both, {"0.002"}},
-      {{"nesterov", "", "[=BOOL]", Switch, "Nesterov momentum (SGD with momentum > 0)"},
+       bind_to(&O::lars_eta, number([](double x) { return x > 0; }, "a number > 0")), both,
+       {"0.002"}},
+      {{"nesterov", "", "[=BOOL]", Switch, "Nesterov momentum (SGD or LARS, with momentum > 0)"},
        bind_to(&O::nesterov, to_bool), both, {"true"}},
       {{"schedule", "", "SPEC", Value,
         "learning-rate schedule: constant | step:SIZE:GAMMA | multistep:M1,M2,...:GAMMA | "
@@ -153,8 +155,9 @@ const std::vector<Flag>& train_flags() {
                number([](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)")),
        classify, {"0.1"}},
       {{"no-decay-bn-bias", "", "[=BOOL]", Switch,
-        "no weight decay on BatchNorm weights and biases and on every bias (torch param groups "
-        "with weight_decay 0 for them, as the large-batch recipes do)"},
+        "no weight decay on BatchNorm weights and biases and on every other bias (SGD and AdamW: "
+        "torch param groups with weight_decay 0 for them, as the large-batch recipes do; LARS "
+        "always leaves them out)"},
        bind_to(&O::no_decay_bn_bias, to_bool), both, {"true"}},
       {{"scale-lr", "", "[=BOOL]", Switch,
         "linear scaling rule: lr x global batch (batch-size x ranks) / 256"},
@@ -484,6 +487,10 @@ void check_across_options(TrainOptions& o, const Values& v) {
   if (o.nesterov)
     CHECK(o.optimizer != "adamw" && o.momentum > 0, v.label("nesterov"),
           ": Nesterov momentum needs --optimizer sgd or lars and --momentum > 0");
+  CHECK(o.optimizer == "lars" || o.lars_eta == TrainOptions{}.lars_eta, v.label("lars-eta"),
+        ": the trust coefficient is LARS's; it needs --optimizer lars (now ", o.optimizer, ")");
+  CHECK(o.optimizer != "lars" || o.device != "cuda", v.label("optimizer"),
+        " lars: runs on the CPU only for now; use --optimizer sgd with --device cuda");
   CHECK(o.warmup_epochs == 0 || o.schedule.rfind("warmup", 0) != 0, v.label("warmup-epochs"),
         ": the schedule '", o.schedule, "' has its own warmup (use one of the two)");
   CHECK(o.init_weights_partial.empty() || !o.init_weights.empty(), v.label("init-weights-partial"),
