@@ -50,7 +50,7 @@ struct TempConfig {
 // Options that differ from every default, as long flags.
 const std::vector<std::string> kAllLong = {
     "--model", "resnet20", "--data", "/tmp/cifar", "--dataset", "cifar10", "--val-split", "0.25",
-    "--test-data", "/tmp/cifar-test", "--batch-size", "128",
+    "--test-data", "/tmp/cifar-test", "--batch-size", "128", "--accumulate", "4",
     "--epochs", "30", "--learning-rate", "0.2", "--momentum", "0.8", "--weight-decay", "1e-4",
     "--optimizer", "lars", "--lars-eta", "0.002", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
     "--scale-lr", "--label-smoothing", "0.1", "--no-decay-bn-bias", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
@@ -116,6 +116,7 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.val_split == 0.25);
   CHECK(o.test_data == "/tmp/cifar-test");
   CHECK(o.batch_size == 128);
+  CHECK(o.accumulate == 4);
   CHECK(o.epochs == 30);
   CHECK(o.learning_rate == 0.2);
   CHECK(o.momentum == 0.8);
@@ -418,6 +419,9 @@ TEST_CASE("train options: label smoothing, no decay on BatchNorm and biases, LAR
   CHECK(parse({"--label-smoothing", "0"}).label_smoothing == 0);
   CHECK(to_config(parse({"--label-smoothing", "0.1"})).at("label-smoothing") == "0.1");
   CHECK(to_config(parse({"--no-decay-bn-bias"})).at("no-decay-bn-bias") == "true");
+  CHECK(parse({}).accumulate == 1);
+  CHECK(to_config(parse({"--accumulate", "8"})).at("accumulate") == "8");
+  expect_parse_error({"--accumulate", "0"}, "--accumulate: '0'");
   expect_parse_error({"--label-smoothing", "1"}, "--label-smoothing: '1' is not a number in [0, 1)");
   expect_parse_error({"--label-smoothing", "-0.1"}, "--label-smoothing");
   expect_parse_error({"--task", "detection", "-d", "x", "--label-smoothing", "0.1"}, "--label-smoothing");

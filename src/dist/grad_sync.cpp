@@ -121,8 +121,14 @@ size_t GradSync::buckets_started() const {
   return thread_ ? thread_->handed() : device_ ? device_->launched() : next_;
 }
 
+void GradSync::set_local(bool local) {
+  CHECK(!active_, "gradient sync: set_local() between begin_step() and finish()");
+  local_ = local;
+}
+
 void GradSync::begin_step() {
   CHECK(!active_, "gradient sync: begin_step() twice without finish()");
+  CHECK(!local_, "gradient sync: begin_step() during a local backward (set_local)");
   active_ = true;
   next_ = queued_ = 0;
   if (thread_)
@@ -164,7 +170,7 @@ void GradSync::progress() {
 }
 
 void GradSync::on_ready(int64_t first_ready_offset) {
-  if (options_.mode == SyncMode::Blocking) return;
+  if (options_.mode == SyncMode::Blocking || local_) return;
   CHECK(active_, "gradient sync: gradients reported ready outside begin_step()/finish()");
   if (thread_) {
     thread_->hand_over(ready_count(first_ready_offset));

@@ -109,6 +109,10 @@ class GradSync {
   void begin_step();
   void on_ready(int64_t first_ready_offset);
   void finish();
+  // Gradient accumulation (--accumulate): a backward outside begin_step()/finish() with
+  // `local` set only adds to this rank's slab; the hook's calls are ignored. The step's last
+  // micro-batch runs between begin_step() and finish(), which sum the whole slab as usual.
+  void set_local(bool local);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   size_t buckets_started() const;  // in this step so far (handed to the thread, in Thread mode)
@@ -148,6 +152,7 @@ class GradSync {
   std::shared_ptr<void> host_;
   size_t queued_ = 0;
   bool active_ = false;
+  bool local_ = false;  // set_local
   double step_start_ = 0;
   GradSyncStats stats_;
 };

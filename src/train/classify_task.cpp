@@ -111,8 +111,8 @@ class ClassifyTask final : public TrainTask {
             {"model_macs", model_->forward_macs()}};
   }
 
-  void begin_epoch(int64_t epoch, int64_t first_step) override;
-  int forward(int64_t global_step) override;
+  void begin_epoch(int64_t epoch, int64_t skip) override;
+  int forward(int64_t global_step, int micro) override;
   void backward(float scale) override {
     const int32_t* labels = batch_.labels.data();
     Tensor dlogits = dlogits_.slice0(0, batch_.size);
@@ -258,21 +258,21 @@ std::unique_ptr<Model> ClassifyTask::build_model(const ExecConfig& exec) {
   return model;
 }
 
-void ClassifyTask::begin_epoch(int64_t epoch, int64_t first_step) {
+void ClassifyTask::begin_epoch(int64_t epoch, int64_t skip) {
   auto [ds, order] = train_->epoch(o_.seed, uint64_t(epoch), /*shuffle=*/true);
-  // A resumed epoch skips the batches already trained on.
-  const int64_t done = std::min<int64_t>(int64_t(order.size()), first_step * o_.batch_size);
-  order.erase(order.begin(), order.begin() + done);
+  order.erase(order.begin(), order.begin() + std::min<int64_t>(int64_t(order.size()), skip));
   loader_ = make_loader(*ds, *train_tf_, lopt_, device_);
   loader_->start_epoch(uint64_t(epoch), std::move(order));
 }
 
 // Forward and loss: the main cross-entropy plus the weighted losses of the model's auxiliary
 // heads, when it has any (as torchvision's reference recipe computes and reports it). Dropout
-// masks are drawn from (seed, global step, this rank's first sample).
-int ClassifyTask::forward(int64_t global_step) {
+// masks are drawn from (seed, global step, the batch's first position in the step's global
+// batch), so micro-batches draw what one step of their combined batch would.
+int ClassifyTask::forward(int64_t global_step, int micro) {
   CHECK(loader_->next(batch_), "rank ", comm_.rank(), ": data ran out at step ", global_step + 1);
-  const uint64_t first_sample = uint64_t(comm_.rank()) * uint64_t(o_.batch_size);
+  const uint64_t first_sample =
+      (uint64_t(comm_.rank()) * uint64_t(o_.accumulate) + uint64_t(micro)) * uint64_t(o_.batch_size);
   for (Dropout* d : dropouts_) d->set_draw(o_.seed, uint64_t(global_step), first_sample);
   const int32_t* labels = batch_.labels.data();
   const Tensor& logits = model_->forward(model_input(stage_, *train_tf_, batch_));

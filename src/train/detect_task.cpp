@@ -92,13 +92,13 @@ class DetectionTask final : public TrainTask {
             {"loss_objectness", "objectness"}, {"loss_rpn_box_reg", "rpn box"}};
   }
 
-  void begin_epoch(int64_t epoch, int64_t first_step) override {
+  void begin_epoch(int64_t epoch, int64_t skip) override {
     epoch_ = epoch;
     shard_ = dist::local_epoch_order(train_.samples.size(), comm_.size(), comm_.rank(), o_.seed,
                                      uint64_t(epoch), o_.distribute_data);
-    next_ = size_t(std::min<int64_t>(int64_t(shard_.size()), first_step * o_.batch_size));
+    next_ = size_t(std::min<int64_t>(int64_t(shard_.size()), skip));
   }
-  int forward(int64_t global_step) override;
+  int forward(int64_t global_step, int micro) override;
   void backward(float scale) override {
     ones_.fill(scale);
     model_->backward(ones_);
@@ -180,7 +180,7 @@ std::string DetectionTask::load_init_weights() {
 
 // The next images of this rank's shard, flipped by their draws, as one padded batch; the
 // model re-planned when its padded size changes.
-int DetectionTask::forward(int64_t global_step) {
+int DetectionTask::forward(int64_t global_step, int micro) {
   const int64_t N = int64_t(train_.samples.size()), B = o_.batch_size;
   std::vector<int64_t> idx;
   std::vector<bool> flips;
@@ -195,8 +195,10 @@ int DetectionTask::forward(int64_t global_step) {
     model_->plan(batch_.images.shape(), exec_);
     planned_ = batch_.images.shape();
   }
-  const uint64_t stream =
-      (uint64_t(global_step) * uint64_t(comm_.size()) + uint64_t(comm_.rank())) * 2 * uint64_t(B);
+  const uint64_t stream = ((uint64_t(global_step) * uint64_t(comm_.size()) + uint64_t(comm_.rank())) *
+                               uint64_t(o_.accumulate) +
+                           uint64_t(micro)) *
+                          2 * uint64_t(B);
   net_->set_batch(batch_.resized, batch_.targets, o_.seed, stream);
   losses_ = model_->forward(batch_.images);
   return int(idx.size());

@@ -114,6 +114,11 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::test_data, text), both, {"/tmp/test"}},
       {{"batch-size", "b", "N", Value, "images per step on each rank (>= 1)"},
        bind_to(&O::batch_size, int_from(1)), both, {"128"}},
+      {{"accumulate", "", "N", Value,
+        "gradient accumulation: each optimizer step runs N micro-batches of --batch-size on every "
+        "rank and exchanges gradients once, after the last (Horovod's --batches-per-allreduce): "
+        "the step's batch is batch-size x N per rank, its memory that of one micro-batch (>= 1)"},
+       bind_to(&O::accumulate, int_from(1)), both, {"4"}},
       {{"epochs", "e", "N", Value, "passes over the training data (>= 1)"},
        bind_to(&O::epochs, int_from(1)), both, {"30"}},
       {{"learning-rate", "lr", "LR", Value, "base learning rate (> 0); also -lr LR or -lr=LR"},
@@ -160,7 +165,7 @@ const std::vector<Flag>& train_flags() {
         "always leaves them out)"},
        bind_to(&O::no_decay_bn_bias, to_bool), both, {"true"}},
       {{"scale-lr", "", "[=BOOL]", Switch,
-        "linear scaling rule: lr x global batch (batch-size x ranks) / 256"},
+        "linear scaling rule: lr x global batch (batch-size x accumulate x ranks) / 256"},
        bind_to(&O::scale_lr, to_bool), both, {"true"}},
       {{"workers", "w", "N", Value, "data loader threads per rank (>= 0; 0 = none)"},
        bind_to(&O::workers, int32_from(0)), classify, {"4"}},

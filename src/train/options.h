@@ -34,7 +34,8 @@ struct TrainOptions {
   // drawn from --seed. 0: no hold-out (such data then trains only with --eval-every 0).
   double val_split = 0.1;
   std::string test_data;  // a separate evaluation set (any format, kind auto-detected); empty = none
-  int64_t batch_size = 64;                // per rank
+  int64_t batch_size = 64;                // per rank and micro-batch
+  int64_t accumulate = 1;                 // micro-batches per optimizer step (one gradient exchange)
   int64_t epochs = 10;
 
   // optimisation
@@ -46,7 +47,7 @@ struct TrainOptions {
   bool nesterov = false;
   std::string schedule = "cosine";  // optim/schedule.h grammar, without --warmup-epochs
   int64_t warmup_epochs = 0;
-  bool scale_lr = false;  // linear scaling rule: lr * global batch / 256
+  bool scale_lr = false;  // linear scaling rule: lr * global batch (b * accumulate * K) / 256
   double label_smoothing = 0;     // the classifier's loss: torch's CrossEntropyLoss(label_smoothing)
   bool no_decay_bn_bias = false;  // no weight decay on BatchNorm parameters and biases
 

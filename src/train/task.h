@@ -78,10 +78,12 @@ class TrainTask {
   virtual std::vector<LossPart> loss_parts() const { return {}; }
 
   // ---- epochs ----
-  // This rank's batches of the epoch from step `first_step` on.
-  virtual void begin_epoch(int64_t epoch, int64_t first_step) = 0;
+  // This rank's batches of the epoch, less its first `skip` samples (those of the steps a
+  // resumed epoch already trained).
+  virtual void begin_epoch(int64_t epoch, int64_t skip) = 0;
   // The next batch: forward and loss. Returns the batch's size (the same on every rank).
-  virtual int forward(int64_t global_step) = 0;
+  // `micro`: which micro-batch of the optimizer step this is (--accumulate), for the draws.
+  virtual int forward(int64_t global_step, int micro) = 0;
   // Backward of the loss with its gradient scaled by `scale`.
   virtual void backward(float scale) = 0;
   // The last forward's loss (read after backward: on a GPU it waits for the device).

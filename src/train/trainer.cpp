@@ -177,7 +177,7 @@ void Trainer::choose_same_device() {
 void Trainer::build_replica() {
   result_.model = task_->build_model(exec_);
   model_ = result_.model.get();
-  const int64_t b = o_.batch_size;
+  const int64_t b = o_.batch_size * o_.accumulate;  // samples per optimizer step and rank
   const uint64_t N = task_->train_size();
 
   // Fewer samples than ranks: some rank would train only on copies of the others' samples,
@@ -281,18 +281,21 @@ void Trainer::check_mid_epoch_layout(const TrainerState& saved, const std::strin
     const auto it = saved.config.find(key);
     return it == saved.config.end() ? cfg.at(key) : it->second;  // older checkpoints: as now
   };
-  const int64_t b0 = std::stoll(was("batch-size")), k0 = saved.ranks, k1 = comm_.size();
+  // The batch of an optimizer step (--accumulate micro-batches; older checkpoints: 1).
+  const int64_t b0 = std::stoll(was("batch-size")) *
+                     (saved.config.count("accumulate") ? std::stoll(saved.config.at("accumulate")) : 1);
+  const int64_t b1 = o_.batch_size * o_.accumulate, k0 = saved.ranks, k1 = comm_.size();
   const bool dist0 = was("distribute-data") == "true", dist1 = o_.distribute_data;
-  const bool same = dist0 == dist1 && (dist1 ? k0 * b0 == k1 * o_.batch_size
-                                             : k0 == k1 && b0 == o_.batch_size);
+  const bool same = dist0 == dist1 && (dist1 ? k0 * b0 == k1 * b1 : k0 == k1 && b0 == b1);
   if (same) return;
   std::string hint = "resume from an epoch-boundary checkpoint (epoch-NNNN)";
-  if (dist0 && dist1 && (k0 * b0) % k1 == 0)
-    hint = "pass -b " + std::to_string(k0 * b0 / k1) + " to keep the global batch of " +
-           std::to_string(k0 * b0) + ", or " + hint;
+  if (dist0 && dist1 && (k0 * b0) % (k1 * o_.accumulate) == 0)
+    hint = "pass -b " + std::to_string(k0 * b0 / (k1 * o_.accumulate)) +
+           (o_.accumulate > 1 ? " (with --accumulate " + std::to_string(o_.accumulate) + ")" : "") +
+           " to keep the global batch of " + std::to_string(k0 * b0) + ", or " + hint;
   FAIL("--resume: ", dir, " stopped mid-epoch (step ", saved.step_in_epoch, " of epoch ", saved.epoch + 1,
        ") with ", k0, " ranks x batch ", b0, (dist0 ? "" : " (--distribute-data=false)"), "; ", k1,
-       " ranks x batch ", o_.batch_size, (dist1 ? "" : " (--distribute-data=false)"),
+       " ranks x batch ", b1, (dist1 ? "" : " (--distribute-data=false)"),
        " would not continue with the samples it had not trained: ", hint);
 }
 
@@ -332,7 +335,7 @@ void Trainer::open_run() {
     ri.threads_per_rank = threads_;
     ri.hosts = hosts;
     ri.batch_per_rank = int(o_.batch_size);
-    ri.global_batch = int(o_.batch_size * comm_.size());
+    ri.global_batch = int(o_.batch_size * o_.accumulate * comm_.size());  // per optimizer step
     ri.epochs = int(o_.epochs);
     ri.params = state_.config;  // as trainer.json records it
     ri.resume = !resumed_from_.empty() && fs::exists(fs::path(run_dir_) / "summary.json");
@@ -377,7 +380,9 @@ void Trainer::print_header() const {
        << " parameters) on " << task_->data_description() << task_->header_lines() << "\n  " << K
        << " rank" << (K > 1 ? "s" : "") << " on " << nodes << " node" << (nodes > 1 ? "s" : "")
        << ", " << threads_ << " thread" << (threads_ > 1 ? "s" : "") << " per rank; batch " << b
-       << " per rank, " << b * K << " global; " << epoch_steps_.steps << " steps per epoch"
+       << " per rank"
+       << (o_.accumulate > 1 ? " x " + std::to_string(o_.accumulate) + " accumulated" : std::string())
+       << ", " << b * o_.accumulate * K << " global; " << epoch_steps_.steps << " steps per epoch"
        << (epoch_steps_.padded > 0 ? " (" + std::to_string(epoch_steps_.padded) +
                                          " samples repeated to even out the ranks)"
                                    : "")

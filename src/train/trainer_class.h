@@ -78,8 +78,8 @@ class Trainer {
   nlohmann::json run_facts() const;
   void print_header() const;
 
-  StepTotals train_step();
-  void advance(int batch_size);
+  StepTotals train_step(int64_t step);
+  void advance(int64_t samples);
   void log_step(int64_t step, const StepTotals& totals, double seconds);
   void check_replicas_in_sync() const;
   void share_batchnorm_statistics();

@@ -15,7 +15,7 @@ namespace mpicnn::train {
 bool Trainer::train_epoch() {
   const int64_t epoch = state_.epoch;
   saved_last_ = false;
-  task_->begin_epoch(epoch, state_.step_in_epoch);
+  task_->begin_epoch(epoch, state_.step_in_epoch * o_.batch_size * o_.accumulate);
   sync_->reset_stats();
   progress_->begin_epoch(epoch + 1, o_.epochs, epoch_steps_.steps);
   Timer epoch_clock;
@@ -26,7 +26,7 @@ bool Trainer::train_epoch() {
     Timer step_clock;
     opt_->set_lr(schedule_->lr(epoch, step, epoch_steps_.steps));
     dist::watchdog_set_context("training", epoch + 1, step + 1);  // for the watchdog's line
-    const StepTotals totals = train_step();
+    const StepTotals totals = train_step(step);
     CHECK(std::isfinite(totals.loss_sum), "epoch ", epoch + 1, " step ", step + 1,
           ": the loss is not finite (lower -lr/--learning-rate, now ", base_lr_, ")");
     log_step(step, totals, step_clock.seconds());
@@ -45,27 +45,45 @@ bool Trainer::train_epoch() {
 // One optimizer step, the same on every rank: the task's forward and loss, backward with the
 // gradient sums over ranks overlapped, update (skipped when fp16 gradients overflowed), the
 // hook; then one small allreduce of the loss sums, the sample count and the stop votes.
-StepTotals Trainer::train_step() {
-  fault::point("forward");
-  const int batch = task_->forward(state_.global_step);
+// With --accumulate N the step is up to N micro-batches of --batch-size: each one's loss
+// gradient is weighted by its share of the step's samples, the earlier backwards only add to
+// the gradient slab, and the last one's backward sums it over ranks.
+StepTotals Trainer::train_step(int64_t step) {
+  const int64_t b = o_.batch_size, step_batch = b * o_.accumulate;
+  const int64_t samples = std::min(step_batch, epoch_steps_.per_rank - step * step_batch);
+  const int64_t micro_batches = (samples + b - 1) / b;
   model_->params().zero_grad();
-  sync_->begin_step();  // buckets are summed over ranks as backward finishes them
-  task_->backward(grad_average_factor_ * scaler_.scale());
-  const StepLoss loss = task_->loss();  // on a GPU, read while backward runs
+  std::vector<double> sums(3 + loss_parts_.size(), 0.0);
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    const bool last = m + 1 == micro_batches;
+    fault::point("forward");
+    const int batch = task_->forward(state_.global_step, int(m));
+    if (last)
+      sync_->begin_step();  // buckets are summed over ranks as backward finishes them
+    else
+      sync_->set_local(true);
+    task_->backward(grad_average_factor_ * scaler_.scale() * (float(batch) / float(samples)));
+    const StepLoss loss = task_->loss();  // on a GPU, read while backward runs
+    if (!last) sync_->set_local(false);
+    sums[0] += loss.loss * batch;
+    sums[1] += batch;
+    for (size_t i = 0; i < loss.parts.size(); ++i) sums[3 + i] += loss.parts[i] * batch;
+  }
+  CHECK(sums[1] == double(samples), "step ", state_.global_step + 1, ": the batches held ", sums[1],
+        " samples, not the step's ", samples);
   sync_->finish();
   if (scaler_.accept(model_->params().grads(), *opt_)) opt_->step();
-  advance(batch);
+  advance(samples);
   if (hooks_.after_step) hooks_.after_step(state_);
-  std::vector<double> sums = {loss.loss * batch, double(batch), stop_requested() ? 1.0 : 0.0};
-  for (double p : loss.parts) sums.push_back(p * batch);
+  sums[2] = stop_requested() ? 1.0 : 0.0;
   comm_.allreduce_sum(std::span<double>(sums));
   return {sums[0], sums[1], sums[2], std::vector<double>(sums.begin() + 3, sums.end())};
 }
 
-void Trainer::advance(int batch_size) {
+void Trainer::advance(int64_t samples) {
   ++state_.global_step;
   ++state_.step_in_epoch;
-  state_.samples_seen += int64_t(batch_size) * comm_.size();  // every rank's batch has this size
+  state_.samples_seen += samples * comm_.size();  // every rank's step has this many
 }
 
 void Trainer::log_step(int64_t step, const StepTotals& totals, double seconds) {

@@ -1,5 +1,6 @@
-// MPI tests of the trainer (train/trainer.h) on 1, 2 and 3 ranks: K ranks with batch b end
-// where one process with batch K*b on the same samples ends (no BatchNorm); with BatchNorm,
+// MPI tests of the trainer (train/trainer.h) on 1, 2 and 3 ranks: K ranks with batch b (or
+// b/N accumulated N times) end where one process with batch K*b on the same samples ends (no
+// BatchNorm); with BatchNorm,
 // statistics are per rank as in DDP; uneven datasets finish; same seed twice is bit-identical;
 // a run stopped by a signal (after an epoch, and mid-epoch) and resumed ends bit-identical to
 // an uninterrupted one; errors on rank 0 reach every rank; data without a test split holds out
@@ -136,11 +137,14 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 // epoch orders, and per step either one batch of the K*b samples of all ranks (per_rank =
 // false: what one rank with batch K*b computes), or K batches of b, each rank's own (per_rank =
 // true: K ranks' per-rank BatchNorm statistics), gradients averaged, BatchNorm running
-// statistics kept from rank 0's batch only (as the trainer checkpoints them).
-std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_rank) {
+// statistics kept from rank 0's batch only (as the trainer checkpoints them). A step's batch
+// is batch-size x accumulate: the reference never accumulates. `train_loss`: the last epoch's
+// mean loss (per_rank = false).
+std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_rank,
+                                 double* train_loss = nullptr) {
   const data::InMemoryData full = data::read_idx(data::find_idx_files(o.data, "train"), 10);
   const data::InMemoryDataset ds(full);
-  const int64_t b = o.batch_size, N = int64_t(full.size());
+  const int64_t b = o.batch_size * o.accumulate, N = int64_t(full.size());
   const dist::EpochSteps plan = dist::epoch_steps(N, K, b);
   const data::Transform tf(testing::normalize_only(28, 28, 1, {0.5f}, {0.5f}));
   ModelOptions mo;
@@ -175,7 +179,9 @@ std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_r
   };
   Tensor x, dl;
   std::vector<int32_t> y;
+  double loss_sum = 0;
   for (int64_t e = 0; e < o.epochs; ++e) {
+    loss_sum = 0;
     const std::vector<uint64_t> order = dist::padded_epoch_order(size_t(N), K, o.seed, uint64_t(e));
     std::vector<std::vector<uint64_t>> shards;
     for (int r = 0; r < K; ++r) shards.push_back(dist::rank_shard(order, K, r));
@@ -187,6 +193,7 @@ std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_r
         load(std::vector<uint64_t>(order.begin() + lo * K, order.begin() + hi * K), x, y);
         const Tensor& logits = model->forward(x);
         xent.forward(logits, y.data());
+        loss_sum += xent.loss() * double(y.size());
         dl = Tensor::zeros(logits.shape());
         xent.backward(dl, y.data());
         model->backward(dl);
@@ -212,19 +219,29 @@ std::unique_ptr<Model> reference(const train::TrainOptions& o, int K, bool per_r
       opt.step();
     }
   }
+  if (train_loss) *train_loss = loss_sum / double(plan.per_rank * K);
   return model;
 }
 
 }  // namespace
 
-TEST_CASE("train: K ranks with batch b end where one process with batch K*b does (no BatchNorm)") {
+TEST_CASE("train: K ranks with batch b, or b/N accumulated N times, end where one process with batch K*b does (no BatchNorm)") {
   SharedDir dir;
-  write_fmnist_subset(dir / "fm", 144, 40);  // 144 = 6 steps of 24 = 2*12 = 3*8
+  // 160 = 6 steps of 24 and a last one of 16 = 2*8 = 3*(5 + 1 repeated): with --accumulate 4
+  // the last step is micro-batches 6+6+4 (K=1), 3+3+2 (K=2), 2+2+2 (K=3).
+  write_fmnist_subset(dir / "fm", 160, 40);
   const int K = comm().size();
-  for (const std::string optimizer : {"sgd", "lars"}) {
+  const struct {
+    const char* optimizer;
+    int64_t accumulate;
+  } cases[] = {{"sgd", 1}, {"lars", 1}, {"sgd", 4}};
+  for (const auto& c : cases) {
+    const std::string optimizer = c.optimizer;
     CAPTURE(optimizer);
-    train::TrainOptions o = small_run(dir / "fm", "lenet", 24 / K, 2);
-    o.save_dir = dir / ("run-" + optimizer);
+    CAPTURE(c.accumulate);
+    train::TrainOptions o = small_run(dir / "fm", "lenet", 24 / K / c.accumulate, 2);
+    o.accumulate = c.accumulate;
+    o.save_dir = dir / ("run-" + optimizer + std::to_string(c.accumulate));
     o.optimizer = optimizer;
     // The large-batch recipe's loss, decay and optimizer (--label-smoothing,
     // --no-decay-bn-bias, --optimizer lars), which the reference applies with the library's
@@ -237,17 +254,20 @@ TEST_CASE("train: K ranks with batch b end where one process with batch K*b does
     if (o.optimizer == "lars") o.learning_rate = 2, o.lars_eta = 0.01;
     const train::TrainResult r = run(o);
     std::unique_ptr<Model> ref;
-    comm().on_root([&] { ref = reference(o, K, /*per_rank=*/false); });
+    double ref_loss = 0;
+    comm().on_root([&] { ref = reference(o, K, /*per_rank=*/false, &ref_loss); });
     if (comm().root()) {
       const double err = rel_err(r.model->params().values(), ref->params().values());
       const double moved = rel_err(r.model->params().values(), build_model("lenet", {10, 1}, o.seed)->params().values());
-      MESSAGE(optimizer << ", K=" << K << " vs one process with batch 24: relative error " << err << ", moved "
-                        << moved);
+      MESSAGE(optimizer << ", accumulate " << c.accumulate << ", K=" << K
+                        << " vs one process with batch 24: relative error " << err << ", moved " << moved
+                        << "; loss " << r.train_loss << " vs " << ref_loss);
       CHECK(err <= 1e-5);
       CHECK(err < moved);
+      CHECK(std::abs(r.train_loss - ref_loss) <= 1e-5 * ref_loss);
     }
-    CHECK(r.state.global_step == 12);
-    CHECK(r.state.samples_seen == 2 * 144);
+    CHECK(r.state.global_step == 14);
+    CHECK(r.state.samples_seen == 2 * K * dist::epoch_steps(160, K, 24 / K).per_rank);
     CHECK(std::isfinite(r.train_loss));
     CHECK(std::isfinite(r.top1));
   }
@@ -318,7 +338,9 @@ TEST_CASE("train: the same seed twice gives bit-identical weights; another seed 
 TEST_CASE("train: stopped by a signal and resumed, a run ends bit-identical to an unbroken one") {
   SharedDir dir;
   write_fmnist_subset(dir / "fm", 48, 16);  // 4 or more steps an epoch on 1-3 ranks
-  train::TrainOptions o = small_run(dir / "fm", "resnet20", 4, 2);
+  // Steps of 2 micro-batches of 2 (--accumulate): a resumed epoch skips whole steps.
+  train::TrainOptions o = small_run(dir / "fm", "resnet20", 2, 2);
+  o.accumulate = 2;
   o.learning_rate = 0.02;
   o.save_dir = dir / "whole";
   const train::TrainResult whole = run(o);
