@@ -13,6 +13,7 @@
 #include "data/dataset.h"
 #include "data/image.h"
 #include "data/preprocess.h"
+#include "data/transform.h"
 #include "eval/options.h"
 #include "eval/setup.h"
 #include "io/checkpoint.h"
@@ -188,6 +189,15 @@ TEST_CASE("preprocess: each kind's statistics and the 256/224 rule") {
   CHECK((files.height == 224 && files.eval.resize == 256));
   q.augment = "imagenet";
   CHECK(data::default_preprocess(q).train.geometry == data::Geometry::RandomResizedCrop);
+  // Every recipe of image files is one the Transform takes (--augment imagenet was refused once:
+  // the evaluation's resize had been left in the training spec).
+  for (const char* augment : {"none", "flip", "imagenet"}) {
+    CAPTURE(augment);
+    q.augment = augment;
+    const data::InputPreprocess pp = data::default_preprocess(q);
+    CHECK_NOTHROW(data::Transform{pp.train});
+    CHECK_NOTHROW(data::Transform{pp.eval});
+  }
   q = {};
   q.kind = "cifar10", q.data_height = q.data_width = 32, q.augment = "crop-flip";
   const data::InputPreprocess cifar = data::default_preprocess(q);

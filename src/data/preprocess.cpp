@@ -105,6 +105,7 @@ InputPreprocess default_preprocess(const PreprocessQuery& q) {
   }
   if (q.augment == "imagenet") {
     train.geometry = Geometry::RandomResizedCrop;
+    train.resize = 0;  // the crop's own scale and ratio, not the evaluation's shorter side
     train.hflip = true;
   }
   return p;
