@@ -49,7 +49,7 @@ LDFLAGS  := -fopenmp -Wl,--as-needed $(if $(shell command -v ld.lld 2>/dev/null)
 # BLAS, idle threads of one pool no longer spin on the cores the other needs (measured in
 # bench/RESULTS.md: the pthreads build halved 3x3 conv throughput on 2 cores).
 OPENBLAS_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lboost_program_options -ljpeg -lz -lpthread
+LDLIBS   := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -l:libopenblas.so.0 -lboost_program_options -ljpeg -larchive -lz -lpthread
 # ./recommend: XGBoost's C API (fit, suggest) and cpp-httplib (serve), Debian's builds of both.
 # httplib's header must be compiled with the defines its library was built with (pkg-config).
 LDLIBS   += -lxgboost -lcpp-httplib

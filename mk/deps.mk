@@ -6,7 +6,7 @@ DEB_PACKAGES := g++ make openmpi-bin libopenmpi-dev libopenblas-dev libopenblas0
   libboost-program-options-dev doctest-dev libstb-dev libjpeg62-turbo-dev nlohmann-json3-dev \
   zlib1g-dev python3-torch python3-torchvision python3-numpy python3-pil dataset-fashion-mnist \
   slurm-wlm iproute2 clang libclang-rt-14-dev libxgboost-dev libcpp-httplib-dev chromium curl pkg-config \
-  libtinyxml2-dev ccache lld
+  libtinyxml2-dev libarchive-dev ccache lld
 
 .PHONY: deps
 deps:

@@ -53,7 +53,7 @@ const std::vector<std::string> kAllLong = {
     "--test-data", "/tmp/cifar-test", "--batch-size", "128", "--accumulate", "4",
     "--epochs", "30", "--learning-rate", "0.2", "--momentum", "0.8", "--weight-decay", "1e-4",
     "--optimizer", "lars", "--lars-eta", "0.002", "--nesterov", "--schedule", "step:10:0.5", "--warmup-epochs", "2",
-    "--scale-lr", "--label-smoothing", "0.1", "--no-decay-bn-bias", "--workers", "4", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
+    "--scale-lr", "--label-smoothing", "0.1", "--no-decay-bn-bias", "--workers", "4", "--shuffle-buffer", "500", "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3",
     "--augment", "crop-flip", "--image-size", "36", "--skip-bad", "--distribute-data=false",
     "--save-dir", "runs/x", "--resume", "runs/y", "--seed", "18446744073709551615", "--threads",
     "6", "--eval-every", "2", "--checkpoint-every", "5", "--keep-checkpoints", "0",
@@ -131,6 +131,7 @@ TEST_CASE("train options: every flag, long forms") {
   CHECK(o.optimizer == "lars");
   CHECK(o.lars_eta == 0.002);
   CHECK(o.workers == 4);
+  CHECK(o.shuffle_buffer == 500);
   CHECK(o.mean == std::vector<float>{0.5f, 0.4f, 0.3f});
   CHECK(o.std == std::vector<float>{0.2f, 0.25f, 0.3f});
   CHECK(o.augment == "crop-flip");
@@ -231,7 +232,7 @@ TEST_CASE("train options: dataset and data") {
   expect_parse_error({"--dataset", "auto"}, "--dataset: 'auto' needs -d/--data PATH");
   expect_parse_error({"--dataset", "svhn"},
                      "--dataset: 'svhn' is not one of auto, fashion-mnist, mnist, idx, "
-                     "imagefolder, csv, cifar10, cifar100, synthetic, voc or coco");
+                     "imagefolder, csv, cifar10, cifar100, synthetic, shards, voc or coco");
 }
 
 TEST_CASE("train options: config file and command-line precedence") {

@@ -310,6 +310,22 @@ inline void run_python(const std::string& script, const std::string& args) {
                   status, "): ", cmd);
 }
 
+// The standard output of tests/python/SCRIPT with ARGS (already shell-quoted) under $PYTHON;
+// a non-zero exit fails the test.
+inline std::string python_output(const std::string& script, const std::string& args) {
+  const char* py = std::getenv("PYTHON");
+  const std::string cmd = shell_quote(py && *py ? py : "/usr/bin/python3") + " " +
+                          shell_quote(source_dir() + "/tests/python/" + script) + " " + args;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE_MESSAGE(pipe != nullptr, "cannot run ", cmd);
+  std::string text;
+  char buf[4096];
+  for (size_t got; (got = std::fread(buf, 1, sizeof buf, pipe)) > 0;) text.append(buf, got);
+  const int status = ::pclose(pipe);
+  REQUIRE_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), script, " failed (PYTHON without torch?): ", cmd);
+  return text;
+}
+
 // `f` must throw mpicnn::Error whose message contains `part`.
 template <class F>
 void expect_error(F&& f, const std::string& part) {

@@ -166,6 +166,7 @@ struct DatasetSpec {
   std::string split = "train";
   int idx_num_classes = 10;        // IDX labels must be below this
   bool check_files = false;        // CSV / image folder: stat every file when opening
+  size_t shuffle_buffer = 1000;    // tar shards: samples in a training stream's shuffle buffer
   SyntheticSpec synthetic;
 };
 

@@ -394,11 +394,11 @@ Image read_image(const std::string& path, int channels) {
   return decode_image(read_file_bytes(path), channels, path);
 }
 
-void write_png(const std::string& path, const Image& img) {
-  CHECK(img.channels == 1 || img.channels == 3, path, ": cannot write a ", img.channels, "-channel PNG");
+std::vector<std::uint8_t> encode_png(const Image& img, const std::string& name) {
+  CHECK(img.channels == 1 || img.channels == 3, name, ": cannot write a ", img.channels, "-channel PNG");
   CHECK(img.pixels.size() == std::size_t(img.height) * img.width * img.channels && img.height > 0 &&
             img.width > 0,
-        path, ": image buffer does not match its size");
+        name, ": image buffer does not match its size");
   std::vector<std::uint8_t> png;
   auto sink = [](void* ctx, void* data, int size) {
     auto* v = static_cast<std::vector<std::uint8_t>*>(ctx);
@@ -406,8 +406,10 @@ void write_png(const std::string& path, const Image& img) {
   };
   const int ok = stbi_write_png_to_func(sink, &png, img.width, img.height, img.channels, img.pixels.data(),
                                         img.width * img.channels);
-  CHECK(ok, path, ": PNG encoding failed");
-  write_file_atomic(path, png);
+  CHECK(ok, name, ": PNG encoding failed");
+  return png;
 }
+
+void write_png(const std::string& path, const Image& img) { write_file_atomic(path, encode_png(img, path)); }
 
 }  // namespace mpicnn::data

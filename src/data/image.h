@@ -41,5 +41,7 @@ void convert_channels(Image& out, const Image& in, int channels);
 
 // PNG writer (for the data tools); written atomically (temp file, rename).
 void write_png(const std::string& path, const Image& img);
+// The PNG bytes of a 1- or 3-channel image (errors name `name`).
+std::vector<std::uint8_t> encode_png(const Image& img, const std::string& name);
 
 }  // namespace mpicnn::data

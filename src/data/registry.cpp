@@ -14,6 +14,7 @@
 #include "data/idx.h"
 #include "data/image_folder.h"
 #include "data/preprocess.h"
+#include "data/shards.h"
 #include "data/synthetic.h"
 
 namespace fs = std::filesystem;
@@ -77,6 +78,8 @@ bool is_image_folder(const fs::path& p) {
   return false;
 }
 
+bool is_shards(const fs::path& p) { return is_shard_path(p.string()); }
+
 // ---- opening ----------------------------------------------------------------------------------
 
 std::unique_ptr<Dataset> open_idx(const DatasetSpec& spec, const std::string& path) {
@@ -127,22 +130,23 @@ std::vector<float> v(const std::array<float, 3>& a) { return {a.begin(), a.end()
 
 const std::vector<DatasetKind>& dataset_kinds() {
   using T = Task;
-  // name, task, default path, no path, detect order, recognise, open, mean, std
+  // name, task, default path, no path, detect order, recognise, open, mean, std, streamed
   static const std::vector<DatasetKind> kinds = {
       {"fashion-mnist", T::Classify, kFashionMnistDefaultPath, false, 2, is_fashion_mnist, open_idx,
-       {kFashionMnistMean}, {kFashionMnistStd}},
-      {"mnist", T::Classify, "", false, 0, nullptr, open_idx, {kMnistMean}, {kMnistStd}},
+       {kFashionMnistMean}, {kFashionMnistStd}, false},
+      {"mnist", T::Classify, "", false, 0, nullptr, open_idx, {kMnistMean}, {kMnistStd}, false},
       // Unknown data: x / 255 to [-1, 1].
-      {"idx", T::Classify, "", false, 3, is_idx, open_idx, {0.5f}, {0.5f}},
+      {"idx", T::Classify, "", false, 3, is_idx, open_idx, {0.5f}, {0.5f}, false},
       {"imagefolder", T::Classify, "", false, 6, is_image_folder, open_image_folder,
-       v(kImageNetMean), v(kImageNetStd)},
-      {"csv", T::Classify, "", false, 1, is_csv, open_csv, v(kImageNetMean), v(kImageNetStd)},
-      {"cifar10", T::Classify, "", false, 4, is_cifar10, open_cifar, v(kCifar10Mean), v(kCifar10Std)},
+       v(kImageNetMean), v(kImageNetStd), false},
+      {"csv", T::Classify, "", false, 1, is_csv, open_csv, v(kImageNetMean), v(kImageNetStd), false},
+      {"cifar10", T::Classify, "", false, 4, is_cifar10, open_cifar, v(kCifar10Mean), v(kCifar10Std), false},
       {"cifar100", T::Classify, "", false, 5, is_cifar100, open_cifar, v(kCifar10Mean),
-       v(kCifar10Std)},
-      {"synthetic", T::Classify, "", true, 0, nullptr, open_synthetic, {0.5f}, {0.5f}},
-      {"voc", T::Detection, "", false, 0, nullptr, nullptr, {}, {}},
-      {"coco", T::Detection, "", false, 0, nullptr, nullptr, {}, {}},
+       v(kCifar10Std), false},
+      {"synthetic", T::Classify, "", true, 0, nullptr, open_synthetic, {0.5f}, {0.5f}, false},
+      {"shards", T::Classify, "", false, 7, is_shards, nullptr, v(kImageNetMean), v(kImageNetStd), true},
+      {"voc", T::Detection, "", false, 0, nullptr, nullptr, {}, {}, false},
+      {"coco", T::Detection, "", false, 0, nullptr, nullptr, {}, {}, false},
   };
   return kinds;
 }
@@ -153,10 +157,10 @@ const DatasetKind* find_dataset_kind(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> dataset_choices(std::optional<Task> task) {
+std::vector<std::string> dataset_choices(std::optional<Task> task, bool streamed) {
   std::vector<std::string> names{"auto"};
   for (const DatasetKind& k : dataset_kinds())
-    if (!task || k.task == *task) names.push_back(k.name);
+    if ((!task || k.task == *task) && (streamed || !k.streamed)) names.push_back(k.name);
   return names;
 }
 
@@ -169,6 +173,7 @@ std::string kinds_without_path() {
 
 std::string detect_dataset_kind(const std::string& path) {
   CHECK(!path.empty(), "no dataset path given");
+  if (path.find('{') != std::string::npos && is_shard_path(path)) return "shards";  // a pattern names no file
   std::error_code ec;
   const fs::path p(path);
   CHECK(fs::exists(p, ec), path, ": no such file or folder");
@@ -200,8 +205,10 @@ std::unique_ptr<Dataset> open_dataset(const DatasetSpec& spec) {
     detected.kind = detect_dataset_kind(path);
     return open_dataset(detected);
   }
+  CHECK(!k || !k->streamed, path, ": tar shards are read as a stream by ./train only; unpack them into an image "
+        "folder for this (data_tools: shards unpack)");
   if (!k || !k->open) {
-    FAIL("unknown dataset kind '", spec.kind, "' (", join(dataset_choices(Task::Classify), ", "), ")");
+    FAIL("unknown dataset kind '", spec.kind, "' (", join(dataset_choices(Task::Classify, /*streamed=*/false), ", "), ")");
   }
   return k->open(spec, path);
 }

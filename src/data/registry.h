@@ -26,11 +26,15 @@ struct DatasetKind {
   // file or folder; 0: never detected (named only).
   int detect_order = 0;
   bool (*recognise)(const std::filesystem::path& p) = nullptr;
-  // The split `split` of the data at `path` (classification kinds; null for detection).
+  // The split `split` of the data at `path` (classification kinds; null for detection and for
+  // streamed kinds).
   std::unique_ptr<Dataset> (*open)(const DatasetSpec& spec, const std::string& path) = nullptr;
   // Per-channel statistics of the data in [0, 1]: 1 value (any model) or 3 (RGB; a
   // 1-channel model gets their luma, preprocess.h). Empty: no default normalisation.
   std::vector<float> mean, stddev;
+  // Read as a stream, not by index: tar shards (shards.h), which ./train's data split reads
+  // shard by shard (dist/split_data.h); open_dataset refuses them.
+  bool streamed = false;
 };
 
 // Every kind, in the order the programs list them.
@@ -38,8 +42,8 @@ const std::vector<DatasetKind>& dataset_kinds();
 // The kind named `name`, or null.
 const DatasetKind* find_dataset_kind(const std::string& name);
 // "auto" then the names of the kinds of `task` (every task when none), in table order: the
-// choices of a --dataset flag.
-std::vector<std::string> dataset_choices(std::optional<Task> task = std::nullopt);
+// choices of a --dataset flag; without the streamed kinds for programs that read by index.
+std::vector<std::string> dataset_choices(std::optional<Task> task = std::nullopt, bool streamed = true);
 // The names of the kinds that need no -d/--data ("fashion-mnist and synthetic"), for messages.
 std::string kinds_without_path();
 

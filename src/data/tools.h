@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/shards.h"
 #include "data/image.h"
 
 namespace mpicnn::data {
@@ -166,6 +167,49 @@ struct ExportedSplit {
 std::vector<ExportedSplit> export_images(const std::vector<std::pair<std::string, const Dataset*>>& splits,
                                          const ExportOptions& opt);
 std::string format_export(const std::vector<ExportedSplit>& r, const std::vector<std::string>& class_names);
+
+// ---- shards (tools_shards.cpp; the format is shards.h) -------------------------------------
+
+struct PackOptions {
+  std::string output;                     // OUT/<split>-NNNNNN.tar and OUT/shards.json
+  uint64_t shard_bytes = uint64_t(256) << 20;  // a shard closes before it would pass this
+  uint64_t shard_samples = 0;             // or once it holds this many samples (0: no limit)
+  uint64_t seed = 0;                      // the training split's order in the shards
+  bool force = false;
+  int threads = 0;                        // readers and encoders; 0: resolve_threads
+};
+
+struct PackedSplit {
+  std::string split, source;
+  std::vector<std::string> files;  // the shards written, in order
+  uint64_t samples = 0, bytes = 0;
+};
+
+// Writes each split (all with the same classes) as tar shards in the WebDataset layout, keys
+// the zero-padded position in the split (the training split shuffled with `seed`), image files
+// as they are, fixed-size samples as PNG; then shards.json (format, classes, each split's files
+// and counts). Every file is written atomically, the index last.
+std::vector<PackedSplit> pack_shards(const std::vector<std::pair<std::string, const Dataset*>>& splits,
+                                     const PackOptions& opt);
+std::string format_packed(const std::vector<PackedSplit>& r);
+
+struct UnpackOptions {
+  std::string output;  // OUT/<split>/<class folder>/<key>.<ext>
+  bool force = false;
+};
+// Writes the shards' images as an image folder that reads back with the same labels; returns
+// the images written per split.
+std::vector<size_t> unpack_shards(const std::vector<std::pair<std::string, const ShardSet*>>& splits,
+                                  const UnpackOptions& opt);
+
+// One shard read whole: what it holds against what the index says.
+struct ShardCheck {
+  std::string path, first_key;
+  uint64_t samples = 0, indexed = 0, bytes = 0;  // bytes: the images'
+  std::vector<size_t> per_class;
+};
+// Reads every shard of the set (an Error at the first damaged one, naming it and the sample).
+std::vector<ShardCheck> inspect_shards(const ShardSet& set);
 
 // ---- dataset_stats ----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/shards.h"
 #include "dist/comm.h"
 #include "dist/shard.h"
 
@@ -37,7 +38,12 @@ struct Holdout {
 //  - Scatter: rank 0 holds the whole split (IDX and CIFAR samples, or an image file list) and
 //    hands each rank its shard of every epoch with MPI_Scatterv;
 //  - Local: every rank can produce every sample itself (synthetic data, or the whole split
-//    broadcast once for --distribute-data=false) and picks its samples by index.
+//    broadcast once for --distribute-data=false) and picks its samples by index;
+//  - Stream: tar shards (data/shards.h), which every rank reads itself: each epoch rank r
+//    streams its shards (data::shard_plan: the shuffled list's r, r + K, ...) through the
+//    shuffle buffer, ceil(N/K) samples (its shards re-read from the first when they hold fewer,
+//    the rest left out when more), so every rank runs the same steps; evaluation reads each
+//    shard once.
 class SplitData {
  public:
   // Collective. Rank 0 opens the split; a failure there is a SharedError on every rank.
@@ -48,13 +54,18 @@ class SplitData {
   const SplitInfo& info() const { return info_; }
 
   // This rank's dataset for the epoch and the order to load it in (the epoch's shard, shuffled
-  // when `shuffle`). Collective when the data is scattered. The dataset stays valid until the
-  // next call.
-  std::pair<const data::Dataset*, std::vector<uint64_t>> epoch(uint64_t seed, uint64_t epoch,
-                                                               bool shuffle);
+  // when `shuffle`), less its first `skip` samples (a resumed epoch). Collective when the data
+  // is scattered. The dataset stays valid until the next call.
+  std::pair<const data::Dataset*, std::vector<uint64_t>> epoch(uint64_t seed, uint64_t epoch, bool shuffle,
+                                                               uint64_t skip = 0);
+  // Whether position `pos` of this rank's unshuffled epoch repeats a sample of another rank
+  // (the wrap-around that evens out the ranks; an evaluation counts it once).
+  bool repeated(uint64_t pos) const;
 
  private:
   void share_info();
+  std::pair<const data::Dataset*, std::vector<uint64_t>> whole_epoch(uint64_t seed, uint64_t epoch, bool shuffle,
+                                                                     uint64_t skip);
 
   const Comm& comm_;
   bool distribute_;
@@ -63,7 +74,9 @@ class SplitData {
   std::optional<data::InMemoryData> mem_;     // rank 0, scattered splits
   std::optional<data::FileListData> files_;   // rank 0, scattered splits
   bool scatter_in_memory_ = false;
-  std::unique_ptr<data::Dataset> shard_;      // this epoch's shard
+  std::unique_ptr<data::Dataset> shard_;      // this epoch's shard (or stream)
+  std::optional<data::ShardSet> shards_;     // tar shards, on every rank
+  size_t shuffle_buffer_ = 0;
 };
 
 }  // namespace mpicnn::dist

@@ -35,7 +35,7 @@ namespace {
 
 // The kinds --dataset takes: "auto" and data/registry.h's classification kinds.
 const std::vector<std::string>& datasets() {
-  static const std::vector<std::string> names = data::dataset_choices(Task::Classify);
+  static const std::vector<std::string> names = data::dataset_choices(Task::Classify, /*streamed=*/false);
   return names;
 }
 

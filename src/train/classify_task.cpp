@@ -192,6 +192,7 @@ void ClassifyTask::open_data(TrainerState& state) {
   spec.kind = o_.dataset;
   spec.path = o_.data;
   spec.synthetic.seed = o_.seed;
+  spec.shuffle_buffer = size_t(o_.shuffle_buffer);
   spec.split = "train";
   bool one_split = false;
   if (o_.test_data.empty() && o_.val_split > 0 && o_.dataset != "synthetic")
@@ -200,6 +201,9 @@ void ClassifyTask::open_data(TrainerState& state) {
   std::optional<dist::Holdout> holdout;
   if (one_split) holdout = dist::Holdout{o_.val_split, o_.seed, false};
   train_.emplace(comm_, spec, o_.distribute_data, holdout);
+  if (o_.skip_bad && train_->info().kind == "shards")  // known to every rank
+    throw dist::SharedError("--skip-bad: not for tar shards, whose samples stream past once (unpack them, or "
+                            "repack without the bad images)");
   if (holdout) {
     state.val_fraction = o_.val_split;
     state.val_held_out = train_->info().held_out;
@@ -259,8 +263,7 @@ std::unique_ptr<Model> ClassifyTask::build_model(const ExecConfig& exec) {
 }
 
 void ClassifyTask::begin_epoch(int64_t epoch, int64_t skip) {
-  auto [ds, order] = train_->epoch(o_.seed, uint64_t(epoch), /*shuffle=*/true);
-  order.erase(order.begin(), order.begin() + std::min<int64_t>(int64_t(order.size()), skip));
+  auto [ds, order] = train_->epoch(o_.seed, uint64_t(epoch), /*shuffle=*/true, uint64_t(skip));
   loader_ = make_loader(*ds, *train_tf_, lopt_, device_);
   loader_->start_epoch(uint64_t(epoch), std::move(order));
 }
@@ -286,8 +289,6 @@ int ClassifyTask::forward(int64_t global_step, int micro) {
 Evaluation ClassifyTask::evaluate(bool) {
   model_->set_training(false);
   auto [ds, order] = test_->epoch(0, 0, /*shuffle=*/false);
-  const int K = comm_.size(), r = comm_.rank();
-  const uint64_t N = test_->info().size;
   const std::unique_ptr<data::Loader> loader = make_loader(*ds, *eval_tf_, lopt_, device_);
   loader->start_epoch(0, order);
   EvalSums sums;
@@ -300,7 +301,7 @@ Evaluation ClassifyTask::evaluate(bool) {
     const Tensor p = to_host(xent_.probabilities());
     const int64_t C = logits.shape()[1];
     for (int i = 0; i < b.size; ++i, ++pos) {
-      if (uint64_t(r) + pos * uint64_t(K) >= N) continue;  // padding: a repeat of an earlier sample
+      if (test_->repeated(pos)) continue;  // padding: a repeat of another rank's sample
       const float* row = p.data() + int64_t(i) * C;
       const int y = b.labels[size_t(i)];
       const float py = row[y];

@@ -169,6 +169,10 @@ const std::vector<Flag>& train_flags() {
        bind_to(&O::scale_lr, to_bool), both, {"true"}},
       {{"workers", "w", "N", Value, "data loader threads per rank (>= 0; 0 = none)"},
        bind_to(&O::workers, int32_from(0)), classify, {"4"}},
+      {{"shuffle-buffer", "", "N", Value,
+        "tar shards: samples each rank's stream shuffles through (WebDataset's shuffle(N)); its "
+        "shards are shuffled every epoch too. Memory: N encoded images per rank (>= 1; 1 = the shards' order)"},
+       bind_to(&O::shuffle_buffer, int_from(1)), classify, {"500"}},
       {common::mean(" (empty = the dataset's)"), &O::mean, classify, {"0.5"}},
       {common::stddev(" (empty = the dataset's)"), &O::std, classify, {"0.25"}},
       {{"augment", "", "NAME", Value,
