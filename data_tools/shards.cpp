@@ -53,7 +53,8 @@ int run(int argc, char** argv) {
     std::cout << kUsage << kExamples;
     return 0;
   }
-  check_choice(command, {"pack", "unpack", "inspect"}, "command");
+  CHECK(command == "pack" || command == "unpack" || command == "inspect", "unknown command '", command,
+        "' (pack, unpack or inspect; see --help)");
   std::string input, kind, split, output, shard_mb_s, shard_samples_s, seed_s, threads_s, idx_classes_s;
   po::options_description opts("Options", 110, 55);
   opts.add_options()("help,h", "show this help")(

@@ -21,7 +21,7 @@ FUZZ_BIN      := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 FUZZ_LIB_SRC  := src/core/check.cpp src/core/cli.cpp src/core/gpu_absent.cpp src/data/idx.cpp \
   src/data/cifar.cpp src/data/csv_dataset.cpp src/data/image.cpp src/io/atomic_file.cpp \
   src/io/safetensors.cpp src/io/checkpoint.cpp src/io/trainer_record.cpp src/optim/schedule.cpp src/train/options.cpp \
-  src/core/common_flags.cpp src/dist/nccl_absent.cpp
+  src/core/common_flags.cpp src/dist/nccl_absent.cpp src/data/shards.cpp
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.cpp=$(FUZZ_DIR)/obj/%.o)
 
 .PHONY: fuzz fuzz-build

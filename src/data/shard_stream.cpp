@@ -151,7 +151,7 @@ std::string ShardStream::source(size_t i) const {
 }
 
 std::string ShardStream::source_locked(size_t i) const {
-  if (i >= kept_.size()) return set_.name + "#" + std::to_string(i);
+  if (i >= kept_.size()) return set_.name;  // not read yet (a shard error names its shard)
   const Kept& k = kept_[i];
   return set_.shards[k.shard].path + "#" + k.key;
 }

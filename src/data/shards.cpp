@@ -4,6 +4,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -287,9 +288,17 @@ ShardReader::ShardReader(std::string path, int classes, bool images)
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   CHECK(fd_ >= 0, path_, ": cannot open the shard");
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // larger kernel readahead
+  struct stat st {};
+  file_bytes_ = ::fstat(fd_, &st) == 0 ? int64_t(st.st_size) : 0;
   a_ = archive_read_new();
   archive_read_support_format_tar(a_);
-  if (archive_read_open_fd(a_, fd_, kReadBlock) != ARCHIVE_OK) fail("cannot read it as tar");
+  if (archive_read_open_fd(a_, fd_, kReadBlock) != ARCHIVE_OK) {
+    const char* why = archive_error_string(a_);
+    const std::string what = why ? why : "unknown error";
+    archive_read_free(a_);  // no destructor runs for a constructor that throws
+    ::close(fd_);
+    FAIL(path_, ": cannot read it as tar (", what, ")");
+  }
 }
 
 ShardReader::~ShardReader() {
@@ -316,7 +325,8 @@ bool ShardReader::next_member() {
     data_.clear();
     if (ext != "cls" && !(images_ && is_image_ext(ext))) return true;  // skipped by the next header
     const la_int64_t size = archive_entry_size(e);
-    if (size < 0 || size > (la_int64_t(1) << 31)) fail("member '" + name_ + "' has no usable size");
+    // A header's size beyond the file is a damaged tar, not a reason to allocate it.
+    if (size < 0 || size > file_bytes_) fail("member '" + name_ + "' is larger than the shard");
     data_.resize(size_t(size));
     size_t got = 0;
     while (got < data_.size()) {
@@ -384,8 +394,12 @@ la_ssize_t write_to(archive*, void* file, const void* data, size_t n) {
 ShardWriter::ShardWriter(std::string path) : path_(std::move(path)), file_(std::make_unique<AtomicFile>(path_)) {
   a_ = archive_write_new();
   archive_write_set_format_pax_restricted(a_);  // ustar unless a name needs more
-  if (archive_write_open(a_, file_.get(), nullptr, write_to, nullptr) != ARCHIVE_OK)
-    FAIL(path_, ": cannot write a tar (", archive_error_string(a_), ")");
+  if (archive_write_open(a_, file_.get(), nullptr, write_to, nullptr) != ARCHIVE_OK) {
+    const char* why = archive_error_string(a_);
+    const std::string what = why ? why : "unknown error";
+    archive_write_free(a_);  // no destructor runs for a constructor that throws
+    FAIL(path_, ": cannot write a tar (", what, ")");
+  }
 }
 
 ShardWriter::~ShardWriter() {

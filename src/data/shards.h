@@ -89,6 +89,7 @@ class ShardReader {
   int classes_;
   bool images_;
   int fd_ = -1;
+  int64_t file_bytes_ = 0;
   ::archive* a_ = nullptr;
   bool pending_ = false;  // name_ (and data_) hold the next sample's first member
   bool eof_ = false;

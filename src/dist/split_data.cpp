@@ -57,11 +57,11 @@ SplitData::SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distr
     std::string text = comm.root() ? data::to_json(*shards_).dump() : std::string();
     comm.broadcast(text);
     shards_ = data::shard_set_from_json(nlohmann::json::parse(text));
-    if (distribute && shards_->shards.size() < size_t(comm.size()))  // the same on every rank
-      throw SharedError(detail::concat(info_.description, ": ", shards_->shards.size(), " shards cannot be split over ",
+    const size_t n = shards_->shards.size();
+    if (distribute && n < size_t(comm.size()))  // the same on every rank
+      throw SharedError(detail::concat(shards_->name, ": ", n, n == 1 ? " shard" : " shards", " cannot be split over ",
                                        comm.size(), " ranks (each reads whole shards): pack smaller shards (shards "
-                                       "pack --shard-mb) or run at most ", shards_->shards.size(),
-                                       shards_->shards.size() == 1 ? " rank" : " ranks"));
+                                       "pack --shard-mb) or run at most ", n, n == 1 ? " rank" : " ranks"));
     return;
   }
   if (info_.kind == "synthetic") {

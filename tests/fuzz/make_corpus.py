@@ -173,3 +173,29 @@ put("config", "many", "model=lenet\ndataset = synthetic\ndata =\noptimizer = ada
                       "val-split = 0\ncheck-sync = 5\nprogress = plain\nkeep-checkpoints = 0\n")
 put("config", "scale", "scale-lr = yes\nnesterov = 1\nmomentum = 0.5\nschedule = cosine\n"
                        "weight-decay = 0\ndistribute-data = off\nfreeze-bn = on\n  # indented comment\n")
+
+# ---- tar shards (WebDataset layout: KEY.ext members, KEY.cls labels) ----
+def tar(members, fmt=None):
+    import tarfile
+    buf = io.BytesIO()
+    kw = {"format": fmt} if fmt is not None else {}
+    with tarfile.open(fileobj=buf, mode="w", **kw) as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                t.addfile(info)
+                continue
+            info.size = len(data)
+            info.mtime = 0
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+tiny_png = pil_bytes(pattern("RGB", 2, 2), "PNG")
+put("shards", "two", tar([("000000.png", tiny_png), ("000000.cls", b"3"),
+                          ("000001.jpg", pil_bytes(pattern("L", 3, 2), "JPEG")), ("000001.cls", b"9\n")]))
+put("shards", "pax_dirs", tar([("d", None), ("d/a.b.png", tiny_png), ("d/a.b.cls", b"0"), ("d/a.b.json", b"{}")],
+                              fmt=__import__("tarfile").PAX_FORMAT))
+put("shards", "gnu_longname", tar([("k" * 120 + ".png", tiny_png), ("k" * 120 + ".cls", b"1")],
+                                  fmt=__import__("tarfile").GNU_FORMAT))

@@ -4,9 +4,10 @@ what a WebDataset user's own scripts would write and read. Not a shard library.
   shards_python.py folder OUT PER_CLASS CLASSES
       a class-patterned JPEG image folder OUT/train/c<k>/img_<i>.jpg and OUT/test/... (32x32;
       each class its own colour and stripe, plus noise: easy to learn)
-  shards_python.py write ROOT OUT PER_SHARD
-      torchvision's ImageFolder(ROOT) as shards OUT/train-NNNNNN.tar (KEY.jpg + KEY.cls, the
-      file's own bytes, samples in a seeded random order), with tarfile and no index
+  shards_python.py write ROOT OUT PER_SHARD [PREFIX]
+      torchvision's ImageFolder(ROOT) as shards OUT/PREFIX-NNNNNN.tar (PREFIX: train unless
+      given; KEY.jpg + KEY.cls, the file's own bytes, samples in a seeded random order), with
+      tarfile and no index
   shards_python.py read TAR...
       one line per sample: key, label, image extension, image size, zlib.crc32 of the image
 """
@@ -42,13 +43,13 @@ def add(tar, name, data):
     tar.addfile(info, io.BytesIO(data))
 
 
-def write(root, out, per_shard):
+def write(root, out, per_shard, prefix):
     from torchvision.datasets import ImageFolder
     samples = list(ImageFolder(root).samples)
     random.Random(0).shuffle(samples)
     os.makedirs(out, exist_ok=True)
     for s in range(0, len(samples), per_shard):
-        with tarfile.open(os.path.join(out, f"train-{s // per_shard:06d}.tar"), "w") as tar:
+        with tarfile.open(os.path.join(out, f"{prefix}-{s // per_shard:06d}.tar"), "w") as tar:
             for i, (path, label) in enumerate(samples[s:s + per_shard], start=s):
                 ext = os.path.splitext(path)[1].lower().lstrip(".")
                 add(tar, f"{i:06d}.{ext}", open(path, "rb").read())
@@ -79,7 +80,7 @@ if __name__ == "__main__":
     if cmd == "folder":
         folder(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif cmd == "write":
-        write(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        write(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "train")
     elif cmd == "read":
         read(sys.argv[2:])
     else:

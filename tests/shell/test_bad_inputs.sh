@@ -52,6 +52,23 @@ for kind, n in (("train", 20), ("t10k", 10)):
     open(f"{f}/idx/{kind}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 2051, n, 28, 28) + im[16:16 + n * 784])
     open(f"{f}/idx/{kind}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 2049, n) + lb[8:8 + n])
 EOF
+  # Tar shards of $DATA (train: 20 + 20 + 5 samples, test: 15) and damaged ones.
+  "$BIN/shards" pack -i "$F/data" -o "$F/shards" --shard-samples 20 >/dev/null &&
+  "$BIN/shards" pack -i "$F/data" -o "$F/shard1" --split train >/dev/null || return 1
+  cp "$F/shards/train-000000.tar" "$F/shardtrunc.tar" && truncate -s 9000 "$F/shardtrunc.tar"
+  cp -r "$F/shards" "$F/shardcount" &&
+    sed -i '0,/"samples": 5$/s//"samples": 6/' "$F/shardcount/shards.json" && grep -q '"samples": 6' "$F/shardcount/shards.json" || return 1
+  /usr/bin/python3 - "$F" <<'EOF3' || return 1
+import io, sys, tarfile
+f = sys.argv[1]
+def tar(name, members):
+    with tarfile.open(f"{f}/{name}", "w") as t:
+        for n, d in members:
+            i = tarfile.TarInfo(n); i.size = len(d); t.addfile(i, io.BytesIO(d))
+png = open(f"{f}/data/" + open(f"{f}/data/train.csv").read().splitlines()[1].split(",")[0], "rb").read()
+tar("shardnocls.tar", [("000000.png", png), ("000000.cls", b"1"), ("000001.png", png)])
+tar("shardlabel.tar", [("000000.png", png), ("000000.cls", b"x")])
+EOF3
   cp -r "$F/idx" "$F/idxtrunc" && truncate -s 5000 "$F/idxtrunc/train-images-idx3-ubyte"
   cp -r "$F/idx" "$F/idxlab" && printf '\x2a' | dd of="$F/idxlab/train-labels-idx1-ubyte" bs=1 seek=8 conv=notrunc 2>/dev/null
   env -u OPENBLAS_CORETYPE ./train -d "$F/data" -e 1 -b 8 -s "$F/run" --progress none --workers 0 >/dev/null || return 1
@@ -117,6 +134,8 @@ declare -A PH=(
   [BIN]=$BIN [DATA]=$F/data [DATA5]=$F/data5 [IDX]=$F/idx [IDXTRUNC]=$F/idxtrunc [IDXLAB]=$F/idxlab
   [RUN]=$F/run [RUNRO]=$F/runro [OLDRUN]=$F/oldrun [OLD]=$F/old [NEWER]=$F/newer [OTHERFMT]=$F/otherfmt
   [TRUNC]=$F/trunc [FOREIGN]=$F/foreign [FLIP]=$F/flip [FLIPJSON]=$F/flipjson [EMPTYCSV]=$F/empty.csv [HEADERCSV]=$F/header.csv
+  [SHARDS]=$F/shards [SHARD1]=$F/shard1 [SHARDTRUNC]=$F/shardtrunc.tar [SHARDCOUNT]=$F/shardcount
+  [SHARDNOCLS]=$F/shardnocls.tar [SHARDLABEL]=$F/shardlabel.tar
   [GRID]=$F/bad.grid [NOREAD]=$F/noread.csv [EMPTYDIR]=$F/emptydir [CFG]=$F/bad.cfg [RO]=$F/ro [PBS]=$F/pbs [SLURM]=$F/slurm
   [MPI]="mpiexec --oversubscribe" [AS_NOBODY]=$AS_NOBODY
 )
