@@ -123,8 +123,9 @@ mpicnn_run_forwarding() {
 }
 
 # PBS gives no warning before the walltime (SIGTERM, then SIGKILL after kill_delay), so the
-# job sets its own timer: STOP_AFTER = walltime - STOP_MARGIN. The walltime comes from WALLTIME
-# (HH:MM:SS) or from `qstat -f` when available. Slurm jobs use #SBATCH --signal instead.
+# job sets its own timer: STOP_AFTER = walltime - STOP_MARGIN - the script's time so far. The
+# walltime comes from WALLTIME (HH:MM:SS) or from `qstat -f` when available. Slurm jobs use
+# #SBATCH --signal instead.
 mpicnn_walltime_watch() {
   [ -n "${STOP_AFTER:-}" ] && return
   local wall=${WALLTIME:-}
@@ -132,9 +133,10 @@ mpicnn_walltime_watch() {
     wall=$(qstat -f "$JOB_ID" 2>/dev/null | sed -n 's/^ *Resource_List.walltime = //p' | head -1)
   fi
   [ -n "$wall" ] || return 0
-  local total margin=${STOP_MARGIN:-300}
-  total=$(mpicnn_seconds "$wall")
-  STOP_AFTER=$((total > margin ? total - margin : total / 2))
+  local left margin=${STOP_MARGIN:-300}
+  left=$(($(mpicnn_seconds "$wall") - SECONDS))  # the script's own time so far (packing shards) counts
+  STOP_AFTER=$((left > margin ? left - margin : left / 2))
+  [ "$STOP_AFTER" -ge 1 ] || STOP_AFTER=1
   mpicnn_log "walltime $wall: checkpoint-and-stop signal in ${STOP_AFTER}s"
 }
 
@@ -186,6 +188,25 @@ mpicnn_train() {
   local rc=$?
   mpicnn_log "./train exited $rc; run directory $RUN_DIR"
   return $rc
+}
+
+# Makes sure SHARDS holds tar shards (shards.json, written last by `shards pack`, marks a
+# finished set): packs SOURCE there once (an image folder with train/ and val/ or test/, or any
+# dataset the tool reads), on this node, on all its cores. A pack killed part way is packed
+# again from the start. Used by jobs/imagenet_resnet50.*.
+mpicnn_pack_shards() {
+  if [ -r "$SHARDS/shards.json" ]; then
+    mpicnn_log "using the shards in $SHARDS"
+    return 0
+  fi
+  [ -n "$SOURCE" ] || mpicnn_die "SHARDS='$SHARDS' holds no shards.json and SOURCE is empty (the image folder to pack)"
+  [ -e "$SOURCE" ] || mpicnn_die "SOURCE='$SOURCE' does not exist"
+  case "$SHARD_MB" in '' | *[!0-9.]* | .) mpicnn_die "SHARD_MB='$SHARD_MB' is not a number of MiB" ;; esac
+  local tool=${SHARDS_TOOL:-build/release/bin/shards}
+  [ -x "$tool" ] || mpicnn_die "$tool is not built (make tools)"
+  mpicnn_log "packing $SOURCE into $SHARDS (shards of $SHARD_MB MiB)"
+  "$tool" pack -i "$SOURCE" -o "$SHARDS" --shard-mb "$SHARD_MB" --force ||
+    mpicnn_die "packing $SOURCE into $SHARDS failed"
 }
 
 # ./pipeline_eval of CHECKPOINT on DATA (kind DATASET; the test split of the run's own data when both are empty) with RANKS ranks,

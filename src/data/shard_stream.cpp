@@ -12,8 +12,8 @@ namespace mpicnn::data {
 std::vector<size_t> shard_plan(size_t num_shards, int ranks, int rank, uint64_t seed, uint64_t epoch,
                                bool shuffle, bool distribute) {
   CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard_plan: rank ", rank, " of ", ranks);
-  CHECK(!distribute || num_shards >= size_t(ranks), "shard_plan: ", num_shards, " shards for ", ranks,
-        " ranks (SplitData refuses fewer shards than ranks)");
+  CHECK(!distribute || !shuffle || num_shards >= size_t(ranks), "shard_plan: ", num_shards, " shards for ", ranks,
+        " training ranks (SplitData refuses fewer)");
   std::vector<uint64_t> order(num_shards);
   for (size_t i = 0; i < num_shards; ++i) order[i] = i;
   if (shuffle)

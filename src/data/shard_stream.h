@@ -22,7 +22,8 @@ namespace mpicnn::data {
 // Rank `rank`'s shards of an epoch, as indices into the set: with `shuffle` the set's order
 // shuffled with (seed, epoch), else the set's order; rank r takes positions r, r + K, ... of it.
 // distribute false: every shard, in the rank's own order ((seed, epoch * K + r) when shuffled).
-// Needs at least `ranks` shards when distributing (an Error otherwise).
+// A shuffled (training) plan needs at least `ranks` shards when distributing (an Error
+// otherwise); an unshuffled one (evaluation) leaves ranks past the last shard without any.
 std::vector<size_t> shard_plan(size_t num_shards, int ranks, int rank, uint64_t seed, uint64_t epoch,
                                bool shuffle, bool distribute);
 

@@ -57,8 +57,10 @@ SplitData::SplitData(const Comm& comm, const data::DatasetSpec& spec, bool distr
     std::string text = comm.root() ? data::to_json(*shards_).dump() : std::string();
     comm.broadcast(text);
     shards_ = data::shard_set_from_json(nlohmann::json::parse(text));
+    // Training reads whole shards on every rank (an evaluation may leave ranks idle). The same
+    // on every rank, before the run directory is made.
     const size_t n = shards_->shards.size();
-    if (distribute && n < size_t(comm.size()))  // the same on every rank
+    if (distribute && spec.split == "train" && n < size_t(comm.size()))
       throw SharedError(detail::concat(shards_->name, ": ", n, n == 1 ? " shard" : " shards", " cannot be split over ",
                                        comm.size(), " ranks (each reads whole shards): pack smaller shards (shards "
                                        "pack --shard-mb) or run at most ", n, n == 1 ? " rank" : " ranks"));

@@ -1,8 +1,9 @@
 """Tar shards from Python's side, for the shard tests (tests/test_shards.cpp, tests/mpi/test_train.cpp):
 what a WebDataset user's own scripts would write and read. Not a shard library.
 
-  shards_python.py folder OUT PER_CLASS CLASSES
-      a class-patterned JPEG image folder OUT/train/c<k>/img_<i>.jpg and OUT/test/... (32x32;
+  shards_python.py folder OUT PER_CLASS CLASSES [TEST]
+      a class-patterned JPEG image folder OUT/train/c<k>/img_<i>.jpg and OUT/TEST/... (TEST:
+      test unless given, e.g. val as ImageNet's; 32x32;
       each class its own colour and stripe, plus noise: easy to learn)
   shards_python.py write ROOT OUT PER_SHARD [PREFIX]
       torchvision's ImageFolder(ROOT) as shards OUT/PREFIX-NNNNNN.tar (PREFIX: train unless
@@ -22,9 +23,9 @@ import numpy as np
 from PIL import Image
 
 
-def folder(out, per_class, classes):
+def folder(out, per_class, classes, test):
     rng = np.random.default_rng(7)
-    for split, n in (("train", per_class), ("test", max(2, per_class // 4))):
+    for split, n in (("train", per_class), (test, max(2, per_class // 4))):
         for k in range(classes):
             d = os.path.join(out, split, f"c{k:02d}")
             os.makedirs(d, exist_ok=True)
@@ -78,7 +79,7 @@ def read(paths):
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "folder":
-        folder(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        folder(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "test")
     elif cmd == "write":
         write(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "train")
     elif cmd == "read":

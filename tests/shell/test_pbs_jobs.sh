@@ -3,7 +3,7 @@
 # another working directory. Checks: a run directory with a checkpoint and summary.json; the
 # walltime timer and a SIGTERM to the job shell (PBS at walltime, qdel) each stop ./train with a
 # checkpoint, and resubmitting resumes to a model identical to an uninterrupted run; the
-# evaluation job; a sweep array; bad parameters fail with one line.
+# evaluation job; a sweep array; bad parameters fail with one line; the ImageNet job on shards.
 source "$(dirname "$0")/lib/common.sh"
 cd "$REPO"
 
@@ -106,5 +106,25 @@ if ! pbs_job 10 jobs/sweep.pbs PBS_ARRAY_INDEX=7 SWEEP_GRID="$grid" &&
   pass "pbs: bad parameters fail with one line naming them"
 else
   fail "pbs: bad parameters" "$(cat "$SCRATCH/10.out" "$SCRATCH/11.out" "$SCRATCH/12.out" | tail -3 | tr '\n' ' ')"
+fi
+# 8. The ImageNet job end to end on a small ImageNet-shaped folder (train/ and val/, 4 classes):
+#    packed into shards once, trained on them with the recipe (validation on the val shards),
+#    resubmitted after a walltime stop: the shards are reused and the run resumes to the end.
+img=$SCRATCH/imagenet shards=$SCRATCH/imagenet-shards inrun=$SCRATCH/imagenet-run
+/usr/bin/python3 tests/python/shards_python.py folder "$img" 24 4 val
+# (ResNet-20 at 32x32 for speed: 30 epochs take ~4 s, the timer fires after 1 s.)
+inet=(SOURCE="$img" SHARDS="$shards" SHARD_MB=0.02 MODEL=resnet20 EPOCHS=30 BATCH=8 ACCUMULATE=2 IMAGE_SIZE=32
+      RUN_DIR="$inrun" TRAIN_ARGS="--workers 1 --seed 3")
+pbs_job 13 jobs/imagenet_resnet50.pbs "${inet[@]}" WALLTIME=00:00:02 STOP_MARGIN=1
+stopped=$(status_of "$inrun")
+pbs_job 14 jobs/imagenet_resnet50.pbs "${inet[@]}"
+if [ -f "$shards/shards.json" ] && [ "$(ls "$shards"/train-*.tar | wc -l)" -ge 2 ] &&
+   grep -q "packing $img into $shards" "$SCRATCH/13.out" && grep -q "using the shards in $shards" "$SCRATCH/14.out" &&
+   grep -q -- "--label-smoothing 0.1" "$SCRATCH/13.out" && grep -q "tar shards, 96 samples, 4 classes" "$SCRATCH/13.out" &&
+   grep -q "x 2 accumulated" "$SCRATCH/13.out" && [ "$stopped" = KILLED ] && grep -q "resuming $inrun" "$SCRATCH/14.out" &&
+   [ "$(status_of "$inrun")" = FINISHED ] && [ "$(json_get "$inrun/summary.json" epochs_done)" = 30 ]; then
+  pass "pbs: imagenet_resnet50.pbs packs an image folder into shards once, trains the recipe on them, resumes after a walltime stop"
+else
+  fail "pbs: imagenet_resnet50.pbs" "stopped=$stopped then $(status_of "$inrun"); $(tail -n 3 "$SCRATCH/13.out" "$SCRATCH/14.out" | tr '\n' ' ')"
 fi
 finish
