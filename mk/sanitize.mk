@@ -22,13 +22,14 @@ endif
 # ASan runs the unit tests (but the slow sweeps run_all.sh leaves out), all the MPI tests, and the
 # programs the unit tests start: every data tool and app (not linked to ./train).
 SANITIZE_BIN := $(TEST_BIN) $(MPI_TEST_BIN) $(TOOLS_BIN) $(APPS_BIN)
-# TSan checks the threaded code: the loader's workers and the pipeline's stages (whose tests run
-# ./train, ./pipeline_eval and export_images, under mpiexec), and GradSync's progress thread
+# TSan checks the threaded code: the loader's workers, the tar-shard stream's reader thread, and
+# the pipeline's stages (whose tests run ./train, ./pipeline_eval and export_images, under
+# mpiexec), and GradSync's progress thread
 # (tests/mpi/test_dist_grad_sync.cpp); only those tests and programs are compiled.
 # Its library leaves out the recommender (src/recommend), which none of them calls.
 ifeq ($(SANITIZE),thread)
   LIB_OBJ := $(filter-out $(BUILD)/obj/src/recommend/%,$(LIB_OBJ))
-  TEST_OBJ := $(filter %/test_main.o %/test_loader.o %/test_pipeline_eval.o,$(TEST_OBJ))
+  TEST_OBJ := $(filter %/test_main.o %/test_loader.o %/test_shards.o %/test_pipeline_eval.o,$(TEST_OBJ))
   MPI_TEST_OBJ := $(filter %/mpi_main.o %/test_dist_grad_sync.o,$(MPI_TEST_OBJ))
   SANITIZE_BIN := $(TEST_BIN) $(MPI_TEST_BIN) $(OUT)/bin/export_images $(OUT)/bin/train $(OUT)/bin/pipeline_eval
 endif

@@ -304,7 +304,7 @@ if [ -x "$tsan_build/tests/unit_tests" ]; then
   # for no thread of their own); and, for now, the corrupt-image case, whose 4-rank error run
   # hangs under TSan (open: tests/README.md, "Sanitizers").
   queue cpu doctest "tsan loader+pipeline" timeout 900 "${tsan_env[@]}" "$tsan_build/tests/unit_tests" \
-    -tc='loader*,pipeline eval*' -tce='*torchvision*,*corrupt image*,*every stage-to-rank*,*validation split*' \
+    -tc='loader*,shards*,pipeline eval*' -tce='*torchvision*,*corrupt image*,*every stage-to-rank*,*validation split*' \
     "${doctest_flags[@]}"
 else
   skip_suite "tsan loader+pipeline: no TSan build at $tsan_build (make sanitize-build)"

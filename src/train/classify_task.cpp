@@ -263,6 +263,7 @@ std::unique_ptr<Model> ClassifyTask::build_model(const ExecConfig& exec) {
 }
 
 void ClassifyTask::begin_epoch(int64_t epoch, int64_t skip) {
+  loader_.reset();  // before the split replaces the dataset (a stream) its workers read
   auto [ds, order] = train_->epoch(o_.seed, uint64_t(epoch), /*shuffle=*/true, uint64_t(skip));
   loader_ = make_loader(*ds, *train_tf_, lopt_, device_);
   loader_->start_epoch(uint64_t(epoch), std::move(order));
