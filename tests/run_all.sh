@@ -312,10 +312,11 @@ fi
 # Left out under ASan: the stop-by-signal-and-resume case (five trainings of resnet20, 40 CPU-s
 # on the two ranks under ASan, a fifth of the suite); the unsanitized MPI suites run it on 1-3
 # ranks, and ASan sees ./train write and resume a checkpoint in the unit tests' run-directory
-# case.
+# case. And the tar-shard training case (two 12-epoch trainings, 25 s under ASan): ASan runs the
+# shard stream under the loader's workers in the unit tests (shards*).
 if [ -x "$asan_build/tests/mpi_tests" ]; then
   queue cpu doctest "asan mpi tests, 2 ranks" timeout 600 "${asan_env[@]}" mpiexec -n 2 --oversubscribe \
-    "$asan_build/tests/mpi_tests" -tse=cuda -tce='train: stopped by a signal*' "${doctest_flags[@]}"
+    "$asan_build/tests/mpi_tests" -tse=cuda -tce='train: stopped by a signal*,train: tar shards*' "${doctest_flags[@]}"
 fi
 
 # Shell suites (tests/shell/*.sh: job scripts under PBS and Slurm, multi-host runs, the CLI end to
