@@ -41,7 +41,8 @@ ShardStream::~ShardStream() {
   thread_.join();
 }
 
-// Waits until the reader emits position i (or fails, or reached the end before it).
+// The reader hands out the next position: it waits while the window of positions read ahead
+// is full and nobody has asked for this one (positions a resumed epoch skips are not kept).
 void ShardStream::emit(Item&& item) {
   std::unique_lock<std::mutex> lk(mu_);
   const uint64_t pos = kept_.size();
