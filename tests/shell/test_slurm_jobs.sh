@@ -3,7 +3,8 @@
 # auth/none) for the suite. Checks: a run directory with a checkpoint and summary.json (mpiexec
 # and srun --mpi=pmix launchers); the walltime warning (SIGUSR1 to the batch shell, as
 # --signal=B:USR1@T sends it; simulated with scancel --signal=USR1 --batch) checkpoints and the
-# resubmitted job resumes to the end; the evaluation job; a sweep job array.
+# resubmitted job resumes to the end; the evaluation job; a sweep job array; the ImageNet job on
+# shards it packs.
 source "$(dirname "$0")/lib/common.sh"
 cd "$REPO" || exit 1
 slurm=$REPO/tests/slurm/local_slurm.sh
@@ -96,5 +97,19 @@ if echo "$table" | grep -q '| 000-lenet-b32-r1-t2 | FINISHED |' && echo "$table"
   pass "slurm: sweep.slurm job array trains each grid line"
 else
   fail "slurm: sweep array" "$(echo "$table" | tail -2 | tr '\n' ' ') $(tail -1 "$SCRATCH"/sweep*.out | tr '\n' ' ')"
+fi
+
+# 6. imagenet_resnet50.slurm on a small ImageNet-shaped folder (train/, val/): packs it into
+#    shards, trains the recipe on them (ResNet-20 at 32x32 for speed), validation on the val shards.
+img=$SCRATCH/imagenet shards=$SCRATCH/imagenet-shards inrun=$SCRATCH/imagenet-run
+/usr/bin/python3 tests/python/shards_python.py folder "$img" 24 4 val
+if submit imagenet SOURCE="$img" SHARDS="$shards" SHARD_MB=0.02 MODEL=resnet20 EPOCHS=6 BATCH=8 IMAGE_SIZE=32 \
+     RUN_DIR="$inrun" TRAIN_ARGS="--workers 1 --seed 3" -- "${small[@]}" jobs/imagenet_resnet50.slurm &&
+   [ -f "$shards/shards.json" ] && grep -q "packing $img into $shards" "$SCRATCH/imagenet.out" &&
+   grep -q "tar shards, 96 samples, 4 classes" "$SCRATCH/imagenet.out" && [ "$(status_of "$inrun")" = FINISHED ] &&
+   [ "$(json_get "$inrun/summary.json" epochs_done)" = 6 ]; then
+  pass "slurm: imagenet_resnet50.slurm packs an image folder into shards and trains the recipe on them"
+else
+  fail "slurm: imagenet_resnet50.slurm" "$(tail -n 3 "$SCRATCH/imagenet.out" 2>/dev/null | tr '\n' ' ')"
 fi
 finish
