@@ -131,7 +131,7 @@ class Source {
     StreamOptions so;
     so.shards = shard_plan(shards_->shards.size(), 1, 0, seed, p, shuffle, true);
     so.samples = shards_->size();
-    so.buffer = shuffle ? DatasetSpec{}.shuffle_buffer : 0;  // ./train's default
+    so.buffer = shuffle ? kDefaultShuffleBuffer : 0;  // ./train's default
     so.seed = seed;
     so.stream = p;
     stream_ = std::make_unique<ShardStream>(*shards_, std::move(so));

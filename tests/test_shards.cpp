@@ -67,8 +67,8 @@ std::vector<std::string> paths_of(const ShardSet& set) {
   return p;
 }
 
-// A tar of the given members (name, bytes), written with the library's writer's format rules
-// by Python's tarfile (so a member list the writer would refuse can be built).
+// A tar of the given members (name, bytes) written by Python's tarfile, so that member lists
+// ShardWriter would refuse (no label, two images, no extension) can be built.
 void python_tar(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members) {
   std::string script = "import io,tarfile,sys\nt=tarfile.open(sys.argv[1],'w')\n";
   for (const auto& [name, data] : members)

@@ -151,6 +151,9 @@ struct SyntheticSpec {
 };
 
 inline constexpr const char* kFashionMnistDefaultPath = "/usr/share/datasets/fashion-mnist";
+// Samples in a training stream's shuffle buffer over tar shards (./train --shuffle-buffer), as
+// WebDataset's usual shuffle(1000).
+inline constexpr size_t kDefaultShuffleBuffer = 1000;
 
 struct DatasetSpec {
   // A classification kind of data/registry.h, or "auto": the kind whose files the path holds
@@ -166,7 +169,7 @@ struct DatasetSpec {
   std::string split = "train";
   int idx_num_classes = 10;        // IDX labels must be below this
   bool check_files = false;        // CSV / image folder: stat every file when opening
-  size_t shuffle_buffer = 1000;    // tar shards: samples in a training stream's shuffle buffer
+  size_t shuffle_buffer = kDefaultShuffleBuffer;  // tar shards: a training stream's shuffle buffer
   SyntheticSpec synthetic;
 };
 

@@ -29,11 +29,6 @@ const std::vector<std::string>& fashion_mnist_classes() {
 
 namespace {
 
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // ---- recognising a path -----------------------------------------------------------------------
 
 bool is_file(const fs::path& p) {

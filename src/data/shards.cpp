@@ -15,6 +15,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "io/atomic_file.h"
 
 namespace fs = std::filesystem;
@@ -25,11 +26,6 @@ namespace {
 
 constexpr size_t kMaxExpansion = 10'000'000;
 constexpr size_t kReadBlock = size_t(1) << 20;  // libarchive's read size: large sequential reads
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 bool is_image_ext(const std::string& ext) {
   return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "bmp";
@@ -161,11 +157,7 @@ std::vector<std::string> expand_braces(const std::string& pattern) {
     CHECK(lo <= hi, pattern, ": the range {", body, "} goes down");
     CHECK(hi - lo < kMaxExpansion, pattern, ": the range {", body, "} is too long");
     const size_t width = a.size() > 1 && a[0] == '0' ? a.size() : 0;
-    for (uint64_t i = lo; i <= hi; ++i) {
-      std::string n = std::to_string(i);
-      if (n.size() < width) n.insert(0, width - n.size(), '0');
-      alts.push_back(n);
-    }
+    for (uint64_t i = lo; i <= hi; ++i) alts.push_back(zero_pad(i, int(width)));
   } else {
     size_t start = 0;
     while (true) {

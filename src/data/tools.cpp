@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "data/transform.h"
@@ -242,11 +243,6 @@ std::string sanitize_folder_name(const std::string& name) {
     if (c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '_';
   if (s[0] == '.') s[0] = '_';  // hidden folders are skipped by image-folder scans
   return s;
-}
-
-std::string zero_pad(uint64_t v, int width) {
-  std::string s = std::to_string(v);
-  return s.size() < size_t(width) ? std::string(size_t(width) - s.size(), '0') + s : s;
 }
 
 constexpr const char* kMarker = ".mpicnn_output";

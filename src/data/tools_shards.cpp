@@ -1,10 +1,10 @@
 // The data tools' shard commands (tools.h): pack a dataset into tar shards with their index,
 // unpack shards into an image folder, inspect (read every shard, check the index).
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/shards.h"
@@ -19,11 +19,6 @@ namespace {
 
 constexpr size_t kPackBlock = 256;  // samples read in parallel before they are written in order
 
-std::string zero_pad(uint64_t v, int width) {
-  std::string s = std::to_string(v);
-  return s.size() < size_t(width) ? std::string(size_t(width) - s.size(), '0') + s : s;
-}
-
 // A sample's image as the shard carries it: an image file's own bytes (its extension), or the
 // pixels of a fixed-size dataset as PNG.
 struct Encoded {
@@ -33,8 +28,7 @@ struct Encoded {
 
 Encoded encode_sample(const Dataset& ds, size_t i) {
   if (ds.height() > 0) return {encode_png(ds.load(i, 0), ds.source(i)), "png"};
-  std::string ext = fs::path(ds.source(i)).extension().string();
-  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const std::string ext = lower(fs::path(ds.source(i)).extension().string());
   CHECK(ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".bmp", ds.source(i),
         ": shards carry .jpg, .jpeg, .png or .bmp images");
   return {ds.read(i), ext.substr(1)};

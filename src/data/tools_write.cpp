@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "data/tools.h"
 #include "io/atomic_file.h"
 
@@ -14,11 +15,6 @@ namespace fs = std::filesystem;
 namespace mpicnn::data {
 
 namespace {
-
-std::string zero_pad(uint64_t v, int width) {
-  std::string s = std::to_string(v);
-  return s.size() < size_t(width) ? std::string(size_t(width) - s.size(), '0') + s : s;
-}
 
 // Digits of n - 1: file names padded to it sort in index order (the image-folder scan sorts).
 int index_width(size_t n) { return int(std::to_string(n > 0 ? n - 1 : 0).size()); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/task.h"
+#include "data/dataset.h"
 #include "models/detectors.h"
 
 namespace mpicnn::cli {
@@ -53,7 +54,7 @@ struct TrainOptions {
 
   // input pipeline
   int workers = 2;  // loader threads per rank; 0 = load in the training thread
-  int64_t shuffle_buffer = 1000;  // tar shards: samples in each rank's shuffle buffer
+  int64_t shuffle_buffer = int64_t(data::kDefaultShuffleBuffer);  // tar shards: each rank's shuffle buffer
   std::vector<float> mean, std;  // empty = the dataset's standard values
   std::string augment = "none";  // none | flip | crop-flip | imagenet
   int image_size = 0;            // 0 = the dataset's own size, else the model's default size
