@@ -14,6 +14,7 @@
 
 #include "core/threads.h"
 #include "layers/conv2d.h"
+#include "layers/conv_direct.h"
 #include "layers/params.h"
 #include "testing.h"
 

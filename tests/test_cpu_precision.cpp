@@ -20,6 +20,7 @@
 #include "core/threads.h"
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
+#include "layers/conv_direct.h"
 #include "layers/linear.h"
 #include "layers/params.h"
 #include "model_step.h"

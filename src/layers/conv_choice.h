@@ -1,11 +1,14 @@
 // Which implementation computes a convolution: the one table, a function of the layer's
 // geometry and groups and the execution config (device, precision, layout, ISA, overrides:
-// core/exec.h). Conv2d::plan asks it once and then plans what it names; --explain-plan prints
-// the choice and, off the direct kernels, why (Conv2d::plan_note). How the im2col path then
-// runs its chunks (side by side for small layers, one GEMM per image for large bf16 1x1
-// layers) is that path's own plan (conv2d.cpp).
+// core/exec.h). Conv2d::plan asks it once and builds what it names (make_conv_engine: the
+// classes of conv_engine.h); --explain-plan prints the choice and, off the direct kernels, why
+// (Conv2d::plan_note). How the im2col path then runs its chunks (side by side for small layers,
+// one GEMM per image for large bf16 1x1 layers) is that path's own plan (conv_im2col.h).
 #pragma once
+#include <memory>
+
 #include "core/exec.h"
+#include "layers/conv_engine.h"
 #include "layers/im2col.h"
 
 namespace mpicnn {
@@ -18,7 +21,7 @@ enum class ConvImpl : uint8_t {
                    // gradient on im2col's bf16 GEMMs
   kWinograd,       // CPU float32: Winograd F(2x2,3x3) forward and input gradient
                    // (layers/winograd.h), the weight gradient on im2col + GEMM
-  kIm2col,         // CPU: im2col + GEMM (float32 or bf16; layers/conv2d.cpp)
+  kIm2col,         // CPU: im2col + GEMM (float32 or bf16; layers/conv_im2col.h)
 };
 
 const char* conv_impl_name(ConvImpl impl);
@@ -37,5 +40,9 @@ struct ConvChoice {
 // does not fit); else Winograd where asked for (MPICNN_CONV=winograd) and it fits (float32, 3x3
 // stride 1, ungrouped); else im2col.
 ConvChoice choose_conv(const ConvGeometry& g, int groups, const ExecConfig& cfg);
+
+// The implementation `impl` names, planned for s under cfg (conv_engines.cpp).
+std::unique_ptr<ConvEngine> make_conv_engine(ConvImpl impl, const ConvSpec& s,
+                                             const ExecConfig& cfg);
 
 }  // namespace mpicnn

@@ -10,6 +10,8 @@
 # x86-64 CPU with AVX2 runs the same), 2 threads, and each kernel set named in the line's mode:
 # - fp32, bf16-native, bf16-emulated: the direct convolution's AVX-512 kernels, bf16 once per
 #   AVX-512 GEMM path the CPU has (native with AVX512-BF16, emulated on any AVX-512F CPU);
+# - im2col-fp32, winograd-fp32, im2col-bf16: the other CPU implementations (conv_engine.h) forced
+#   where they fit (MPICNN_CONV, MPICNN_CONV_BF16), on an AVX-512 CPU as fp32;
 # - avx2-fp32, avx2-bf16-reference: the AVX2 kernels and the scalar bf16 GEMM, an AVX2-only
 #   CPU's own choice, checked there (an AVX-512 CPU runs these kernels too, but the rest of a
 #   -march=native build may vectorize otherwise there: its bits are not promised the same).
@@ -36,11 +38,15 @@ run_env() {
   case "$1" in
     avx2-fp32) echo MPICNN_CONV_ISA=avx2 ;;
     avx2-bf16-reference) echo MPICNN_CONV_ISA=avx2 MPICNN_BF16=reference ;;
+    im2col-fp32) echo MPICNN_CONV=im2col ;;
+    winograd-fp32) echo MPICNN_CONV=winograd ;;
+    im2col-bf16) echo MPICNN_CONV_BF16=im2col ;;
     bf16-*) echo "MPICNN_BF16=${1#bf16-}" ;;
   esac
 }
 modes=""
-for mode in fp32 bf16-native bf16-emulated avx2-fp32 avx2-bf16-reference; do
+for mode in fp32 bf16-native bf16-emulated im2col-fp32 winograd-fp32 im2col-bf16 avx2-fp32 \
+  avx2-bf16-reference; do
   if can_run "$mode"; then modes="$modes $mode"; else
     skip "plan bits: $mode" "this CPU lacks its kernels (its lines are checked on a CPU that has them)"
   fi
