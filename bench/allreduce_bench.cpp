@@ -62,7 +62,7 @@ void nccl_bench(const dist::Comm& comm, int max_mb, int reps) {
     dist::DeviceBuckets one(*coll, d, {{0, n}});
     std::vector<double> t_nccl, t_staged;
     for (int r = 0; r < reps + 2; ++r) {
-      g.fill(d, 1e-3f, n);  // sums stay small whatever the rank count and repetitions
+      g.fill(Elem::F32, d, 1e-3f, n);  // sums stay small whatever the rank count and repetitions
       g.synchronize();
       comm.barrier();
       double t = MPI_Wtime();

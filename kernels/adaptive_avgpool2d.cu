@@ -59,25 +59,29 @@ __global__ void adaptive_avgpool_backward_kernel(float* dx, const float* dy, int
 
 }  // namespace
 
-void CudaBackend::adaptive_avgpool_forward(float* y, const float* x, int64_t N,
+void CudaBackend::adaptive_avgpool_forward(Format f, void* y, const void* x, int64_t N,
                                            const PoolDesc& d) {
+  if (channels_last(f, "adaptive_avgpool_forward"))
+    return adaptive_avgpool_forward_nhwc(f.elem, y, x, N, d);
   // y: (N, C, OH, OW); x: (N, C, H, W)
   const int64_t total = out_count(N, d);
   if (total <= 0) return;
   CHECK(d.h >= 1 && d.w >= 1, "adaptive_avgpool_forward: empty input plane");
-  adaptive_avgpool_forward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(y, x, total,
-                                                                                    d);
+  adaptive_avgpool_forward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(y), static_cast<const float*>(x), total, d);
   KERNEL_CHECK();
 }
 
-void CudaBackend::adaptive_avgpool_backward(float* dx, const float* dy, int64_t N,
+void CudaBackend::adaptive_avgpool_backward(Format f, void* dx, const void* dy, int64_t N,
                                             const PoolDesc& d) {
+  if (channels_last(f, "adaptive_avgpool_backward"))
+    return adaptive_avgpool_backward_nhwc(f.elem, dx, dy, N, d);
   // dx: (N, C, H, W); dy: (N, C, OH, OW)
   const int64_t total = in_count(N, d);
   if (total <= 0) return;
   CHECK(d.oh >= 1 && d.ow >= 1, "adaptive_avgpool_backward: empty output plane");
-  adaptive_avgpool_backward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(dx, dy,
-                                                                                     total, d);
+  adaptive_avgpool_backward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(dx), static_cast<const float*>(dy), total, d);
   KERNEL_CHECK();
 }
 

@@ -18,15 +18,19 @@ __global__ void accumulate_kernel(float* dst, const float* src, int64_t n) {
 
 }  // namespace
 
-void CudaBackend::add(float* out, const float* a, const float* b, int64_t n) {
+void CudaBackend::add(Elem t, void* out, const void* a, const void* b, int64_t n) {
+  if (t != Elem::F32) return add_typed(t, out, a, b, n);
   if (n <= 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(out, a, b, n);
+  add_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), n);
   KERNEL_CHECK();
 }
 
-void CudaBackend::accumulate(float* dst, const float* src, int64_t n) {
+void CudaBackend::accumulate(Elem t, void* dst, const void* src, int64_t n) {
+  if (t != Elem::F32) return accumulate_typed(t, dst, src, n);
   if (n <= 0) return;
-  accumulate_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(dst, src, n);
+  accumulate_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(dst), static_cast<const float*>(src), n);
   KERNEL_CHECK();
 }
 

@@ -230,11 +230,18 @@ __global__ void bn_backward_dx_kernel(float* dx, const float* dy, const float* y
 
 }  // namespace
 
-void CudaBackend::batchnorm_forward(float* y, float* save_mean, float* save_invstd,
-                                    float* running_mean, float* running_var, const float* x,
+void CudaBackend::batchnorm_forward(Format f, void* y_, float* save_mean, float* save_invstd,
+                                    float* running_mean, float* running_var, const void* x_,
                                     const float* weight, const float* bias,
-                                    const float* residual, bool relu, int64_t N, int64_t C,
+                                    const void* residual_, bool relu, int64_t N, int64_t C,
                                     int64_t HW, float eps, float momentum, bool training) {
+  if (channels_last(f, "batchnorm_forward"))
+    return batchnorm_forward_nhwc(f.elem, y_, save_mean, save_invstd, running_mean, running_var,
+                                  x_, weight, bias, residual_, relu, N, C, HW, eps, momentum,
+                                  training);
+  auto* y = static_cast<float*>(y_);
+  const auto* x = static_cast<const float*>(x_);
+  const auto* residual = static_cast<const float*>(residual_);
   // y, x, residual: (N, C, HW); save_*, running_*, weight, bias: (C)
   if (C <= 0) return;
   const cudaStream_t st = ctx().stream;
@@ -276,10 +283,18 @@ void CudaBackend::batchnorm_forward(float* y, float* save_mean, float* save_invs
   KERNEL_CHECK();
 }
 
-void CudaBackend::batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy,
-                                     const float* y, const float* x, const float* weight,
-                                     const float* save_mean, const float* save_invstd,
-                                     int64_t N, int64_t C, int64_t HW, bool training) {
+void CudaBackend::batchnorm_backward(Format f, void* dx_, float* dweight, float* dbias,
+                                     const void* dy_, const void* y_, const void* x_,
+                                     const float* weight, const float* save_mean,
+                                     const float* save_invstd, int64_t N, int64_t C, int64_t HW,
+                                     bool training) {
+  if (channels_last(f, "batchnorm_backward"))
+    return batchnorm_backward_nhwc(f.elem, dx_, dweight, dbias, dy_, y_, x_, weight, save_mean,
+                                   save_invstd, N, C, HW, training);
+  auto* dx = static_cast<float*>(dx_);
+  const auto* dy = static_cast<const float*>(dy_);
+  const auto* y = static_cast<const float*>(y_);
+  const auto* x = static_cast<const float*>(x_);
   // dx, dy, y, x: (N, C, HW); dweight, dbias, weight, save_*: (C)
   if (C <= 0 || N * HW <= 0) return;  // no elements: every sum is 0
   Context& cx = ctx();

@@ -7,7 +7,7 @@
 // Parameters, statistics and their gradients stay float. Deterministic (fixed-order sums), but
 // not bit-identical to batchnorm.cu's NCHW kernels: the order of the sums differs.
 // Not the NCHW float32 kernels (batchnorm.cu) nor cuDNN's batch norm. The same per-channel sums
-// also give a convolution's bias gradient on this path (bias_grad_nhwc).
+// also give a convolution's bias gradient on this path (conv_bias_grad).
 // Reductions: blocks of kCols consecutive channels x kLanes row lanes, so a warp reads
 // kCols consecutive channels of one row (coalesced); each channel's rows are split over
 // S blocks (partial sums in the context's scratch, added in a fixed order by the next kernel).
@@ -485,7 +485,7 @@ void CudaBackend::batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, floa
 
 // A convolution's bias gradient on the channels-last path: the per-channel sums of the
 // forward statistics (double, the same splits and order), added into the float slab.
-void CudaBackend::bias_grad_nhwc(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) {
+void CudaBackend::conv_bias_grad(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) {
   // dy: (rows, C) of type t; dbias: (C) float
   if (C <= 0 || rows <= 0) return;
   const cudaStream_t st = ctx().stream;

@@ -87,6 +87,14 @@ struct Context {
   size_t workspace_bytes = 0;
   std::shared_ptr<void> workspace_owner;
 };
+// Whether an op on tensors in format f runs its NHWC kernels (any element type) rather than its
+// plain ones; refuses a typed NCHW format, which no op has kernels for.
+inline bool channels_last(Format f, const char* op) {
+  CHECK(f.plain() || f.order == Order::NHWC, op, ": ", format_name(f),
+        " tensors (plain or NHWC only)");
+  return !f.plain();
+}
+
 // The selected device's context; throws if select_device() has not run.
 Context& ctx();
 // Grows the shared workspace to at least `bytes` (a cudaMalloc: plan time only); returns it.
@@ -120,26 +128,24 @@ class CudaBackend final : public Backend {
   bool slot_done(int slot, bool wait) override;
 
   // kernels/elementwise.cu (no layer: Tensor::fill, gradient averaging, fp16 overflow check)
-  void fill(float* x, float value, int64_t n) override;
+  void fill(Elem t, void* x, float value, int64_t n) override;
   void scale(float* x, float a, int64_t n) override;
   bool all_finite(const float* x, int64_t n) override;
   // kernels/add.cu
-  void add(float* out, const float* a, const float* b, int64_t n) override;
-  void accumulate(float* dst, const float* src, int64_t n) override;
+  void add(Elem t, void* out, const void* a, const void* b, int64_t n) override;
+  void accumulate(Elem t, void* dst, const void* src, int64_t n) override;
   // kernels/densenet.cu
   void swap01(float* dst, const float* src, int64_t A, int64_t B, int64_t inner) override;
   // kernels/relu.cu
-  void relu_forward(float* y, const float* x, int64_t n) override;
-  void relu_backward(float* dx, const float* dy, const float* y, int64_t n) override;
+  void relu_forward(Elem t, void* y, const void* x, int64_t n) override;
+  void relu_backward(Elem t, void* dx, const void* dy, const void* y, int64_t n) override;
   // kernels/dropout.cu
-  void dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample, uint64_t seed,
-               uint64_t stream, uint64_t first_sample, float p, float scale) override;
-  void dropout_nhwc(Elem t, void* y, const void* x, int64_t N, int64_t C, int64_t H, int64_t W,
-                    uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
-                    float scale) override;
+  void dropout(Format f, void* y, const void* x, int64_t N, int64_t C, int64_t H, int64_t W,
+               uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
+               float scale) override;
   // kernels/transform.cu
-  void normalize_u8(float* out, const uint8_t* in, const uint8_t* flip, int64_t N, int C, int H,
-                    int W, const float* mean, const float* std) override;
+  void normalize_u8(Format f, void* out, const uint8_t* in, const uint8_t* flip, int64_t N,
+                    int C, int H, int W, const float* mean, const float* std) override;
 
   // kernels/blas.cu
   void gemm(Precision precision, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -147,7 +153,7 @@ class CudaBackend final : public Backend {
             int ldc) override;
   // kernels/linear.cu
   void sum_rows(float* db, const float* dy, int64_t rows, int64_t cols) override;
-  void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) override;
+  void add_bias_rows(Elem t, void* y, const float* bias, int64_t rows, int64_t cols) override;
 
   // kernels/conv2d.cu
   int64_t conv_searches() const override;
@@ -158,6 +164,8 @@ class CudaBackend final : public Backend {
                     int n) override;
   void conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias, const void* dy,
                      const void* x, const void* w, int n, bool accumulate_params) override;
+  // kernels/batchnorm_nhwc.cu
+  void conv_bias_grad(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) override;
   void conv_bias_act_plan(ConvPlan& plan) override;
   void conv_bias_act_forward(ConvPlan& plan, void* y, const void* x, const void* w,
                              const void* bias, const void* z, bool relu, int n) override;
@@ -167,28 +175,28 @@ class CudaBackend final : public Backend {
                     float eps, int64_t oc, int64_t per_oc) override;
 
   // kernels/batchnorm.cu
-  void batchnorm_forward(float* y, float* save_mean, float* save_invstd, float* running_mean,
-                         float* running_var, const float* x, const float* weight,
-                         const float* bias, const float* residual, bool relu, int64_t N,
-                         int64_t C, int64_t HW, float eps, float momentum,
+  void batchnorm_forward(Format f, void* y, float* save_mean, float* save_invstd,
+                         float* running_mean, float* running_var, const void* x,
+                         const float* weight, const float* bias, const void* residual, bool relu,
+                         int64_t N, int64_t C, int64_t HW, float eps, float momentum,
                          bool training) override;
-  void batchnorm_backward(float* dx, float* dweight, float* dbias, const float* dy,
-                          const float* y, const float* x, const float* weight,
-                          const float* save_mean,
-                          const float* save_invstd, int64_t N, int64_t C, int64_t HW,
-                          bool training) override;
+  void batchnorm_backward(Format f, void* dx, float* dweight, float* dbias, const void* dy,
+                          const void* y, const void* x, const float* weight,
+                          const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                          int64_t HW, bool training) override;
 
   // kernels/maxpool2d.cu
-  void maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t N,
+  void maxpool_forward(Format f, void* y, int32_t* argmax, const void* x, int64_t N,
                        const PoolDesc& d) override;
-  void maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t N,
+  void maxpool_backward(Format f, void* dx, const void* dy, const int32_t* argmax, int64_t N,
                         const PoolDesc& d) override;
   // kernels/avgpool2d.cu
   void avgpool_forward(Format f, void* y, const void* x, int64_t N, const PoolDesc& d) override;
   void avgpool_backward(Format f, void* dx, const void* dy, int64_t N, const PoolDesc& d) override;
   // kernels/adaptive_avgpool2d.cu
-  void adaptive_avgpool_forward(float* y, const float* x, int64_t N, const PoolDesc& d) override;
-  void adaptive_avgpool_backward(float* dx, const float* dy, int64_t N,
+  void adaptive_avgpool_forward(Format f, void* y, const void* x, int64_t N,
+                                const PoolDesc& d) override;
+  void adaptive_avgpool_backward(Format f, void* dx, const void* dy, int64_t N,
                                  const PoolDesc& d) override;
 
   // kernels/softmax_xent.cu
@@ -198,36 +206,9 @@ class CudaBackend final : public Backend {
   void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets,
                              int64_t N, int64_t C, float label_smoothing, float scale) override;
 
-  // kernels/format.cu (channels-last typed activations)
-  void fill_typed(Elem t, void* x, float value, int64_t n) override;
+  // kernels/format.cu
   void convert(void* dst, Format df, const void* src, Format sf, int64_t N, int64_t C, int64_t H,
                int64_t W, bool accumulate) override;
-  void add_typed(Elem t, void* out, const void* a, const void* b, int64_t n) override;
-  void accumulate_typed(Elem t, void* dst, const void* src, int64_t n) override;
-  void relu_forward_typed(Elem t, void* y, const void* x, int64_t n) override;
-  void relu_backward_typed(Elem t, void* dx, const void* dy, const void* y, int64_t n) override;
-  void normalize_u8_nhwc(Elem t, void* out, const uint8_t* in, const uint8_t* flip, int64_t N,
-                         int C, int H, int W, const float* mean, const float* std) override;
-  void maxpool_forward_nhwc(Elem t, void* y, int32_t* argmax, const void* x, int64_t N,
-                            const PoolDesc& d) override;
-  void maxpool_backward_nhwc(Elem t, void* dx, const void* dy, const int32_t* argmax, int64_t N,
-                             const PoolDesc& d) override;
-  void adaptive_avgpool_forward_nhwc(Elem t, void* y, const void* x, int64_t N,
-                                     const PoolDesc& d) override;
-  void adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* dy, int64_t N,
-                                      const PoolDesc& d) override;
-  void add_bias_nhwc(Elem t, void* y, const float* bias, int64_t rows, int64_t C) override;
-  // kernels/batchnorm_nhwc.cu
-  void bias_grad_nhwc(Elem t, float* dbias, const void* dy, int64_t rows, int64_t C) override;
-  void batchnorm_forward_nhwc(Elem t, void* y, float* save_mean, float* save_invstd,
-                              float* running_mean, float* running_var, const void* x,
-                              const float* weight, const float* bias, const void* residual,
-                              bool relu, int64_t N, int64_t C, int64_t HW, float eps,
-                              float momentum, bool training) override;
-  void batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, float* dbias, const void* dy,
-                               const void* y, const void* x, const float* weight,
-                               const float* save_mean, const float* save_invstd, int64_t N,
-                               int64_t C, int64_t HW, bool training) override;
 
   // kernels/optim.cu
   void sgd_step(float* params, float* buf, const float* grads, const SlabChunk* chunks,
@@ -237,6 +218,37 @@ class CudaBackend final : public Backend {
                   const AdamScalars& s) override;
 
  private:
+  // The typed kernels (any element type; NHWC where the order matters) that the ops above
+  // dispatch to by format: in kernels/format.cu, but for BatchNorm's (kernels/batchnorm_nhwc.cu)
+  // and dropout's (kernels/dropout.cu).
+  void fill_typed(Elem t, void* x, float value, int64_t n);
+  void add_typed(Elem t, void* out, const void* a, const void* b, int64_t n);
+  void accumulate_typed(Elem t, void* dst, const void* src, int64_t n);
+  void relu_forward_typed(Elem t, void* y, const void* x, int64_t n);
+  void relu_backward_typed(Elem t, void* dx, const void* dy, const void* y, int64_t n);
+  void add_bias_typed(Elem t, void* y, const float* bias, int64_t rows, int64_t C);
+  void dropout_nhwc(Elem t, void* y, const void* x, int64_t N, int64_t C, int64_t H, int64_t W,
+                    uint64_t seed, uint64_t stream, uint64_t first_sample, float p, float scale);
+  void normalize_u8_nhwc(Elem t, void* out, const uint8_t* in, const uint8_t* flip, int64_t N,
+                         int C, int H, int W, const float* mean, const float* std);
+  void maxpool_forward_nhwc(Elem t, void* y, int32_t* argmax, const void* x, int64_t N,
+                            const PoolDesc& d);
+  void maxpool_backward_nhwc(Elem t, void* dx, const void* dy, const int32_t* argmax, int64_t N,
+                             const PoolDesc& d);
+  void adaptive_avgpool_forward_nhwc(Elem t, void* y, const void* x, int64_t N,
+                                     const PoolDesc& d);
+  void adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* dy, int64_t N,
+                                      const PoolDesc& d);
+  void batchnorm_forward_nhwc(Elem t, void* y, float* save_mean, float* save_invstd,
+                              float* running_mean, float* running_var, const void* x,
+                              const float* weight, const float* bias, const void* residual,
+                              bool relu, int64_t N, int64_t C, int64_t HW, float eps,
+                              float momentum, bool training);
+  void batchnorm_backward_nhwc(Elem t, void* dx, float* dweight, float* dbias, const void* dy,
+                               const void* y, const void* x, const float* weight,
+                               const float* save_mean, const float* save_invstd, int64_t N,
+                               int64_t C, int64_t HW, bool training);
+
   Context ctx_;
   int64_t allocations_ = 0;
   int64_t searches_ = 0;                  // conv_plan's algorithm searches (conv2d.cu)

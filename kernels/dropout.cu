@@ -72,14 +72,16 @@ void CudaBackend::dropout_nhwc(Elem t, void* y, const void* x, int64_t N, int64_
   });
 }
 
-void CudaBackend::dropout(float* y, const float* x, int64_t n_samples, int64_t per_sample,
-                          uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
-                          float scale) {
-  const int64_t n = n_samples * per_sample;
+void CudaBackend::dropout(Format f, void* y, const void* x, int64_t N, int64_t C, int64_t H,
+                          int64_t W, uint64_t seed, uint64_t stream, uint64_t first_sample,
+                          float p, float scale) {
+  if (channels_last(f, "dropout"))
+    return dropout_nhwc(f.elem, y, x, N, C, H, W, seed, stream, first_sample, p, scale);
+  const int64_t per_sample = C * H * W, n = N * per_sample;
   if (n <= 0) return;
   const uint64_t base = first_sample * uint64_t(per_sample);
-  dropout_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(y, x, n, seed, stream, base, p,
-                                                               scale);
+  dropout_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(y), static_cast<const float*>(x), n, seed, stream, base, p, scale);
   KERNEL_CHECK();
 }
 

@@ -26,9 +26,10 @@ __global__ void all_finite_kernel(int* flag, const float* x, int64_t n) {
 
 }  // namespace
 
-void CudaBackend::fill(float* x, float value, int64_t n) {
+void CudaBackend::fill(Elem t, void* x, float value, int64_t n) {
+  if (t != Elem::F32) return fill_typed(t, x, value, n);
   if (n <= 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(x, value, n);
+  fill_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(static_cast<float*>(x), value, n);
   KERNEL_CHECK();
 }
 

@@ -363,7 +363,7 @@ __global__ void adaptive_avgpool_backward_nhwc_kernel(storage_t<T>* dx, const st
 
 // y (rows, C) of type T: y[r, c] '=' y[r, c] + bias[c] (float), rounded once.
 template <Elem T>
-__global__ void add_bias_nhwc_kernel(storage_t<T>* y, const float* bias, int64_t total,
+__global__ void add_bias_typed_kernel(storage_t<T>* y, const float* bias, int64_t total,
                                      int64_t C) {
   for (int64_t e = global_index(); e < total; e += grid_stride())
     y[e] = from_float<storage_t<T>>(__fadd_rn(to_float(y[e]), bias[e % C]));
@@ -522,11 +522,11 @@ void CudaBackend::adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* d
 
 // ---- convolution bias ---------------------------------------------------------------------
 
-void CudaBackend::add_bias_nhwc(Elem t, void* y, const float* bias, int64_t rows, int64_t C) {
+void CudaBackend::add_bias_typed(Elem t, void* y, const float* bias, int64_t rows, int64_t C) {
   const int64_t total = rows * C;
   if (total <= 0) return;
   with_elem(t, [&](auto T) {
-    add_bias_nhwc_kernel<decltype(T)::value><<<blocks_for(total), kThreads, 0, ctx().stream>>>(
+    add_bias_typed_kernel<decltype(T)::value><<<blocks_for(total), kThreads, 0, ctx().stream>>>(
         static_cast<storage_t<decltype(T)::value>*>(y), bias, total, C);
     KERNEL_CHECK();
   });

@@ -36,10 +36,11 @@ void CudaBackend::sum_rows(float* db, const float* dy, int64_t rows, int64_t col
   KERNEL_CHECK();
 }
 
-void CudaBackend::add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
+void CudaBackend::add_bias_rows(Elem t, void* y, const float* bias, int64_t rows, int64_t cols) {
+  if (t != Elem::F32) return add_bias_typed(t, y, bias, rows, cols);
   if (rows == 0 || cols == 0) return;
-  add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, ctx().stream>>>(y, bias, rows,
-                                                                                cols);
+  add_bias_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(y), bias, rows, cols);
   KERNEL_CHECK();
 }
 

@@ -68,27 +68,30 @@ __global__ void maxpool_backward_kernel(float* dx, const float* dy, const int32_
 
 }  // namespace
 
-void CudaBackend::maxpool_forward(float* y, int32_t* argmax, const float* x, int64_t N,
+void CudaBackend::maxpool_forward(Format f, void* y, int32_t* argmax, const void* x, int64_t N,
                                   const PoolDesc& d) {
+  if (channels_last(f, "maxpool_forward")) return maxpool_forward_nhwc(f.elem, y, argmax, x, N, d);
   // y, argmax: (N, C, OH, OW); x: (N, C, H, W)
   const int64_t total = out_count(N, d);
   if (total <= 0) return;
   CHECK(d.stride_h > 0 && d.stride_w > 0 && d.dil_h > 0 && d.dil_w > 0,
         "maxpool_forward: stride and dilation must be positive");
-  maxpool_forward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(y, argmax, x, total,
-                                                                           d);
+  maxpool_forward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(y), argmax, static_cast<const float*>(x), total, d);
   KERNEL_CHECK();
 }
 
-void CudaBackend::maxpool_backward(float* dx, const float* dy, const int32_t* argmax, int64_t N,
-                                   const PoolDesc& d) {
+void CudaBackend::maxpool_backward(Format f, void* dx, const void* dy, const int32_t* argmax,
+                                   int64_t N, const PoolDesc& d) {
+  if (channels_last(f, "maxpool_backward"))
+    return maxpool_backward_nhwc(f.elem, dx, dy, argmax, N, d);
   // dx: (N, C, H, W); dy, argmax: (N, C, OH, OW)
   const int64_t total = in_count(N, d);
   if (total <= 0) return;
   CHECK(d.stride_h > 0 && d.stride_w > 0 && d.dil_h > 0 && d.dil_w > 0,
         "maxpool_backward: stride and dilation must be positive");
-  maxpool_backward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(dx, dy, argmax,
-                                                                            total, d);
+  maxpool_backward_kernel<<<blocks_for(total), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(dx), static_cast<const float*>(dy), argmax, total, d);
   KERNEL_CHECK();
 }
 

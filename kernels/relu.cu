@@ -20,15 +20,19 @@ __global__ void relu_backward_kernel(float* dx, const float* dy, const float* y,
 
 }  // namespace
 
-void CudaBackend::relu_forward(float* y, const float* x, int64_t n) {
+void CudaBackend::relu_forward(Elem t, void* y, const void* x, int64_t n) {
+  if (t != Elem::F32) return relu_forward_typed(t, y, x, n);
   if (n <= 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(y, x, n);
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(y), static_cast<const float*>(x), n);
   KERNEL_CHECK();
 }
 
-void CudaBackend::relu_backward(float* dx, const float* dy, const float* y, int64_t n) {
+void CudaBackend::relu_backward(Elem t, void* dx, const void* dy, const void* y, int64_t n) {
+  if (t != Elem::F32) return relu_backward_typed(t, dx, dy, y, n);
   if (n <= 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(dx, dy, y, n);
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(
+      static_cast<float*>(dx), static_cast<const float*>(dy), static_cast<const float*>(y), n);
   KERNEL_CHECK();
 }
 

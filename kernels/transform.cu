@@ -34,16 +34,19 @@ __global__ void normalize_u8_kernel(float* out, const uint8_t* in, const uint8_t
 
 }  // namespace
 
-void CudaBackend::normalize_u8(float* out, const uint8_t* in, const uint8_t* flip, int64_t N,
-                               int C, int H, int W, const float* mean, const float* std) {
+void CudaBackend::normalize_u8(Format f, void* out, const uint8_t* in, const uint8_t* flip,
+                               int64_t N, int C, int H, int W, const float* mean,
+                               const float* std) {
+  if (channels_last(f, "normalize_u8"))
+    return normalize_u8_nhwc(f.elem, out, in, flip, N, C, H, W, mean, std);
   CHECK(C >= 1 && C <= kMaxNormChannels, "normalize_u8: ", C, " channels (at most ",
         kMaxNormChannels, ")");
   const int64_t n = N * C * H * W;
   if (n <= 0) return;
   NormStats st{};
   for (int c = 0; c < C; ++c) st.mean[c] = mean[c], st.std[c] = std[c];
-  normalize_u8_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(out, in, flip, N, C, H, W,
-                                                                    st);
+  normalize_u8_kernel<<<blocks_for(n), kThreads, 0, ctx().stream>>>(static_cast<float*>(out),
+                                                                    in, flip, N, C, H, W, st);
   KERNEL_CHECK();
 }
 

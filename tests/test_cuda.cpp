@@ -849,7 +849,7 @@ TEST_CASE("cuda: uint8 -> float normalisation with flips matches the formula") {
   g.copy(in.get(), true, pix.data(), false, pix.size());
   g.copy(fl.get(), true, flip, false, 2);
   Tensor out = Tensor::empty({N, C, H, W}, Device::CUDA);
-  g.normalize_u8(out.data(), static_cast<uint8_t*>(in.get()), static_cast<uint8_t*>(fl.get()), N, C, H, W, mean, stdv);
+  g.normalize_u8(Format{}, out.raw(), static_cast<uint8_t*>(in.get()), static_cast<uint8_t*>(fl.get()), N, C, H, W, mean, stdv);
   const Tensor h = to_host(out);
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c)
@@ -918,7 +918,7 @@ TEST_CASE("cuda: channels-last conversions give the host's bits, and add into fl
     const Tensor b = rounded_to(testing::random_tensor(s, 32), f), bg = to_gpu_as(b, f);
     const Tensor xr = rounded_to(x, f);
     Tensor sum = Tensor::empty(s, Device::CUDA, f);
-    g.add_typed(f.elem, sum.raw(), t.raw(), bg.raw(), x.numel());
+    g.add(f.elem, sum.raw(), t.raw(), bg.raw(), x.numel());
     Tensor sum_want = Tensor::empty(s);
     for (int64_t i = 0; i < x.numel(); ++i) sum_want[i] = xr[i] + b[i];
     sum_want = convert_host(rounded_to(sum_want, Format{f.elem, Order::NCHW}), Format{});

@@ -198,12 +198,8 @@ Tensor InputStage::put_u8(const uint8_t* pixels, const std::vector<uint8_t>& fli
   be.copy_async(dev_flips, true, host_flips, false, size_t(n));
   be.record(*uploaded_[k]);
   Tensor x = images_.head(Shape{n, C, H, W});
-  if (x.format().order == Order::NHWC)
-    be.normalize_u8_nhwc(x.format().elem, x.raw(), dev_pixels, dev_flips, n, int(C), int(H),
-                         int(W), mean.data(), stddev.data());
-  else
-    be.normalize_u8(x.data(), dev_pixels, dev_flips, n, int(C), int(H), int(W), mean.data(),
-                    stddev.data());
+  be.normalize_u8(x.format(), x.raw(), dev_pixels, dev_flips, n, int(C), int(H), int(W),
+                  mean.data(), stddev.data());
   return x;
 }
 

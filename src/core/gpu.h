@@ -8,7 +8,8 @@
 //
 // Where the GPU side of each piece lives: a layer's kernels are named as its CPU file, so
 // src/layers/X.cpp runs kernels/X.cu on CUDA tensors (each backend method below names its file).
-//   src/layers/conv2d.cpp              kernels/conv2d.cu   cuDNN: descriptors, algorithm search
+//   src/layers/conv_cudnn.cpp          kernels/conv2d.cu   cuDNN: plans, descriptors, the calls;
+//   (Conv2d's cuDNN engine)            kernels/conv_search.cu  its algorithm search
 //   src/layers/batchnorm.cpp           kernels/batchnorm.cu
 //   src/layers/fold.cpp                kernels/fold.cu     the folded weights; their fused
 //                                      convolution (conv_bias_act_*) in kernels/conv2d.cu
@@ -32,9 +33,12 @@
 //   channels-last typed activations    kernels/format.cu (convert, elementwise, input, pools),
 //   (--gpu-layout nhwc, core/format.h)  kernels/batchnorm_nhwc.cu; convolutions in conv2d.cu
 //
-// Typed calls (the "channels-last" section): activations are void pointers in a Elem (F32:
-// float) and, for 4-D ones, NHWC order; parameters, their gradients and statistics stay float.
-// Their per-element math and index order live in layers/format_math.h for host and device.
+// Activations are void pointers with their element type (Elem) or format (Format): plain (F32
+// NCHW) on the default path; on the channels-last path (--gpu-layout nhwc) F32, BF16 or F16
+// and, for 4-D ones, NHWC order. Each op takes the format of its tensors and runs the kernel
+// for it, refusing a format it has no kernel for; parameters, their gradients and statistics
+// stay float. The typed per-element math and index order live in layers/format_math.h for host
+// and device.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -152,44 +156,42 @@ class Backend {
   virtual bool slot_done(int slot, bool wait) = 0;
 
   // ---- no layer (kernels/elementwise.cu): Tensor::fill, GradSync, the trainer -----------------
-  virtual void fill(real* x, float value, int64_t n) = 0;
+  // x = value, n elements of type t (rounded to nearest even).
+  virtual void fill(Elem t, void* x, float value, int64_t n) = 0;
   virtual void scale(real* x, float a, int64_t n) = 0;
   // Whether every one of the n floats is finite. Synchronises.
   virtual bool all_finite(const real* x, int64_t n) = 0;
 
-  // ---- Add (kernels/add.cu) -------------------------------------------------------------------
-  virtual void add(real* out, const real* a, const real* b, int64_t n) = 0;  // may alias
-  virtual void accumulate(real* dst, const real* src, int64_t n) = 0;        // dst += src
-
-  // ---- ReLU (kernels/relu.cu) -----------------------------------------------------------------
-  virtual void relu_forward(real* y, const real* x, int64_t n) = 0;  // may alias
+  // ---- Add (kernels/add.cu) and ReLU (kernels/relu.cu) ---------------------------------------
+  // On n elements of type t, any layout; sums and the mask computed in float, each output
+  // rounded once.
+  virtual void add(Elem t, void* out, const void* a, const void* b, int64_t n) = 0;  // may alias
+  virtual void accumulate(Elem t, void* dst, const void* src, int64_t n) = 0;  // dst += src
+  virtual void relu_forward(Elem t, void* y, const void* x, int64_t n) = 0;    // may alias
   // dx = dy * (y > 0) ('='; dx may alias dy).
-  virtual void relu_backward(real* dx, const real* dy, const real* y, int64_t n) = 0;
+  virtual void relu_backward(Elem t, void* dx, const void* dy, const void* y, int64_t n) = 0;
 
   // ---- Dropout (kernels/dropout.cu) -----------------------------------------------------------
   // Dropout mask of Dropout::keep (Philox on (seed, stream, index) with index
-  // (first_sample + sample) * per_sample + i, kept when uniform >= p): y = keep ? x * scale : 0.
-  // Used for forward (x = in) and backward (x = dout) alike; y may alias x.
-  virtual void dropout(real* y, const real* x, int64_t n_samples, int64_t per_sample,
-                       uint64_t seed, uint64_t stream, uint64_t first_sample, float p,
-                       float scale) = 0;
-
-  // The same mask on an NHWC tensor (N, C, H, W) of type t: element (n, c, h, w) draws with
-  // the index its NCHW position gives, so the masks equal the CPU's.
-  virtual void dropout_nhwc(Elem t, void* y, const void* x, int64_t N, int64_t C, int64_t H,
-                            int64_t W, uint64_t seed, uint64_t stream, uint64_t first_sample,
-                            float p, float scale) = 0;
+  // (first_sample + n) * C * H * W + its NCHW position within the sample, kept when uniform >=
+  // p): y = keep ? x * scale : 0, on (N, C, H, W) tensors in format f (a 2-D tensor: H = W = 1);
+  // in NHWC too, each element draws with the index of its NCHW position, so the masks equal
+  // the CPU's. Used for forward (x = in) and backward (x = dout) alike; y may alias x.
+  virtual void dropout(Format f, void* y, const void* x, int64_t N, int64_t C, int64_t H,
+                       int64_t W, uint64_t seed, uint64_t stream, uint64_t first_sample,
+                       float p, float scale) = 0;
 
   // ---- DenseNet's layout swap (kernels/densenet.cu) -------------------------------------------
   // dst (B, A, inner) = src (A, B, inner) transposed in its first two dimensions.
   virtual void swap01(real* dst, const real* src, int64_t A, int64_t B, int64_t inner) = 0;
 
   // ---- input batches (kernels/transform.cu) ---------------------------------------------------
-  // Input batches: out (N, C, H, W) float = (in (N, H, W, C) uint8 / 255 - mean[c]) / std[c],
-  // mirrored left-right where flip[n] != 0 (flip may be null). mean and std are host arrays of
-  // C floats.
-  virtual void normalize_u8(real* out, const uint8_t* in, const uint8_t* flip, int64_t N,
-                            int C, int H, int W, const real* mean, const real* std) = 0;
+  // Input batches: out (N, C, H, W) in format f = (in (N, H, W, C) uint8 / 255 - mean[c]) /
+  // std[c], mirrored left-right where flip[n] != 0 (flip may be null). mean and std are host
+  // arrays of C floats.
+  virtual void normalize_u8(Format f, void* out, const uint8_t* in, const uint8_t* flip,
+                            int64_t N, int C, int H, int W, const real* mean,
+                            const real* std) = 0;
 
   // ---- GEMM (kernels/blas.cu, cuBLAS): core/blas.h's gemm on the GPU --------------------------
   // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, as core/blas.h gemm.
@@ -199,10 +201,12 @@ class Backend {
                     real* C, int ldc) = 0;
 
   // ---- Linear's bias (kernels/linear.cu) ------------------------------------------------------
-  // db (cols) += sum over rows of dy (rows, cols): bias gradients of Linear.
+  // db (cols) += sum over rows of dy (rows, cols): bias gradients of Linear, in the CPU's order.
   virtual void sum_rows(real* db, const real* dy, int64_t rows, int64_t cols) = 0;
-  // y (rows, cols) += bias (cols) broadcast over rows.
-  virtual void add_bias_rows(real* y, const real* bias, int64_t rows, int64_t cols) = 0;
+  // y (rows, cols) of type t '=' y + bias (cols, float) broadcast over rows, each output rounded
+  // once: Linear's bias, and a convolution's on an NHWC tensor seen as (N * H * W, C) (cuDNN's
+  // bias calls on 16-bit tensors are not relied on).
+  virtual void add_bias_rows(Elem t, void* y, const real* bias, int64_t rows, int64_t cols) = 0;
 
   // ---- Conv2d (kernels/conv2d.cu, cuDNN) ------------------------------------------------------
   // The plan of Conv2d's convolution: geometry g (input planes, kernel, stride, padding,
@@ -229,6 +233,11 @@ class Backend {
   virtual void conv_backward(ConvPlan& plan, void* dx, void* dw, void* dbias, const void* dy,
                              const void* x, const void* w, int n,
                              bool accumulate_params = true) = 0;
+  // The bias gradient of a convolution on the channels-last path: dbias (C, float) += the sum
+  // of dy (NHWC of type t, seen as (rows, C), rows = N * H * W) over the rows, in double in an
+  // order fixed by the shape (the per-channel sums of batchnorm_nhwc.cu), not rounded to 16 bits
+  // before it reaches the slab. (kernels/batchnorm_nhwc.cu)
+  virtual void conv_bias_grad(Elem t, real* dbias, const void* dy, int64_t rows, int64_t C) = 0;
   // Readies `plan` for conv_bias_act_forward (folded inference, layers/fold.h): the workspace
   // its algorithm needs at the planned batch; for a typed plan, one trial call, so that a type
   // cuDNN's fused call refuses stops here. Plan time (may allocate), after conv_plan.
@@ -245,18 +254,20 @@ class Backend {
   // Training: batch statistics (biased variance to normalise), running_mean/var updated with
   // momentum and the unbiased variance; save_mean/save_invstd (C) keep the batch's mean and
   // 1/sqrt(var + eps). Eval: running statistics, and save_* get them for backward. Fused
-  // (ExecConfig::fusion), in the same pass: + residual (when non-null), then relu.
-  virtual void batchnorm_forward(real* y, real* save_mean, real* save_invstd,
-                                 real* running_mean, real* running_var, const real* x,
-                                 const real* weight, const real* bias, const real* residual,
+  // (ExecConfig::fusion), in the same pass: + residual (when non-null), then relu. x, y,
+  // residual (and backward's dx, dy) in format f: plain (kernels/batchnorm.cu), or NHWC of any
+  // type (kernels/batchnorm_nhwc.cu: the same contract, each output rounded once to its type).
+  virtual void batchnorm_forward(Format f, void* y, real* save_mean, real* save_invstd,
+                                 real* running_mean, real* running_var, const void* x,
+                                 const real* weight, const real* bias, const void* residual,
                                  bool relu, int64_t N, int64_t C, int64_t HW, float eps,
                                  float momentum, bool training) = 0;
   // dx '=' (may alias dy; skipped when null), dweight and dbias '+=' (skipped when null: frozen
   // parameters). training: through the batch statistics; eval: the affine map only. With y
   // (the output of a fused ReLU; else null), dy is that ReLU's output gradient, masked by y > 0.
-  virtual void batchnorm_backward(real* dx, real* dweight, real* dbias, const real* dy,
-                                  const real* y, const real* x, const real* weight,
-                                  const real* save_mean,
+  virtual void batchnorm_backward(Format f, void* dx, real* dweight, real* dbias,
+                                  const void* dy, const void* y, const void* x,
+                                  const real* weight, const real* save_mean,
                                   const real* save_invstd, int64_t N, int64_t C, int64_t HW,
                                   bool training) = 0;
 
@@ -267,14 +278,15 @@ class Backend {
                             const real* gamma, const real* beta, const real* mean,
                             const real* var, float eps, int64_t oc, int64_t per_oc) = 0;
 
-  // ---- MaxPool2d (kernels/maxpool2d.cu) -------------------------------------------------------
-  // y (N, C, OH, OW) = window max; argmax (N, C, OH, OW) int32 = h * W + w of the first max,
-  // -1 for a window without input cells (y = -inf there). NaN propagates.
-  virtual void maxpool_forward(real* y, int32_t* argmax, const real* x, int64_t N,
+  // ---- MaxPool2d (kernels/maxpool2d.cu; NHWC in kernels/format.cu) --------------------------
+  // y (N, C, OH, OW) = window max; argmax (N, C, OH, OW) int32 = h * W + w of the first max
+  // (within the plane, in either order), -1 for a window without input cells (y = -inf there).
+  // NaN propagates. Tensors in format f: plain, or NHWC of any type.
+  virtual void maxpool_forward(Format f, void* y, int32_t* argmax, const void* x, int64_t N,
                                const PoolDesc& d) = 0;
   // dx (N, C, H, W) '=' sum of dy over the outputs whose argmax is this cell (deterministic).
-  virtual void maxpool_backward(real* dx, const real* dy, const int32_t* argmax, int64_t N,
-                                const PoolDesc& d) = 0;
+  virtual void maxpool_backward(Format f, void* dx, const void* dy, const int32_t* argmax,
+                                int64_t N, const PoolDesc& d) = 0;
 
   // ---- AvgPool2d (kernels/avgpool2d.cu) -------------------------------------------------------
   // y (N, C, OH, OW) = window sums / divisors; backward dx (N, C, H, W) '=' dy / divisor
@@ -284,11 +296,12 @@ class Backend {
   virtual void avgpool_backward(Format f, void* dx, const void* dy, int64_t N,
                                 const PoolDesc& d) = 0;
 
-  // ---- AdaptiveAvgPool2d (kernels/adaptive_avgpool2d.cu) --------------------------------------
-  // AdaptiveAvgPool2d bins [floor(i*H/OH), ceil((i+1)*H/OH)); d.kh etc. unused.
-  virtual void adaptive_avgpool_forward(real* y, const real* x, int64_t N,
+  // ---- AdaptiveAvgPool2d (kernels/adaptive_avgpool2d.cu; NHWC in kernels/format.cu) ---------
+  // AdaptiveAvgPool2d bins [floor(i*H/OH), ceil((i+1)*H/OH)); d.kh etc. unused. Tensors in
+  // format f: plain, or NHWC of any type (sums in float).
+  virtual void adaptive_avgpool_forward(Format f, void* y, const void* x, int64_t N,
                                         const PoolDesc& d) = 0;
-  virtual void adaptive_avgpool_backward(real* dx, const real* dy, int64_t N,
+  virtual void adaptive_avgpool_backward(Format f, void* dx, const void* dy, int64_t N,
                                          const PoolDesc& d) = 0;
 
   // ---- SoftmaxCrossEntropy (kernels/softmax_xent.cu) ------------------------------------------
@@ -303,58 +316,13 @@ class Backend {
                                      int64_t N, int64_t C, float label_smoothing,
                                      float scale) = 0;
 
-  // ---- channels-last typed activations (--gpu-layout nhwc): kernels/format.cu ---------------
-  // x = value, n elements of type t (rounded to nearest even).
-  virtual void fill_typed(Elem t, void* x, float value, int64_t n) = 0;
+  // ---- format conversion (kernels/format.cu) -------------------------------------------------
   // dst (N, C, H, W) in format df '=' src in format sf, element by element, converted through
   // float (16-bit types rounded to nearest even); with accumulate (df F32 only), dst '+='.
   // Weights (O, I, KH, KW) convert as (N, C, H, W) (NHWC: cuDNN's KRSC filters), a bias (C)
   // as (1, C, 1, 1). Formats of fewer than 4 dimensions: call with H = W = 1.
   virtual void convert(void* dst, Format df, const void* src, Format sf, int64_t N, int64_t C,
                        int64_t H, int64_t W, bool accumulate) = 0;
-  // Add, accumulate and ReLU on n elements of type t (layout-blind), as add, accumulate,
-  // relu_forward and relu_backward; sums and the mask computed in float.
-  virtual void add_typed(Elem t, void* out, const void* a, const void* b, int64_t n) = 0;
-  virtual void accumulate_typed(Elem t, void* dst, const void* src, int64_t n) = 0;
-  virtual void relu_forward_typed(Elem t, void* y, const void* x, int64_t n) = 0;
-  virtual void relu_backward_typed(Elem t, void* dx, const void* dy, const void* y,
-                                   int64_t n) = 0;
-  // normalize_u8 into out (N, C, H, W) NHWC of type t (the pixels are NHWC already).
-  virtual void normalize_u8_nhwc(Elem t, void* out, const uint8_t* in, const uint8_t* flip,
-                                 int64_t N, int C, int H, int W, const real* mean,
-                                 const real* std) = 0;
-  // The pools of maxpool_* and adaptive_avgpool_* on NHWC tensors of type t: the same windows,
-  // ties, NaN rule and argmax numbering (h * W + w within the plane; -1: empty window), sums
-  // in float.
-  virtual void maxpool_forward_nhwc(Elem t, void* y, int32_t* argmax, const void* x,
-                                    int64_t N, const PoolDesc& d) = 0;
-  virtual void maxpool_backward_nhwc(Elem t, void* dx, const void* dy, const int32_t* argmax,
-                                     int64_t N, const PoolDesc& d) = 0;
-  virtual void adaptive_avgpool_forward_nhwc(Elem t, void* y, const void* x, int64_t N,
-                                             const PoolDesc& d) = 0;
-  virtual void adaptive_avgpool_backward_nhwc(Elem t, void* dx, const void* dy, int64_t N,
-                                              const PoolDesc& d) = 0;
-  // A convolution's bias on an NHWC tensor of type t seen as (rows, C), rows = N * H * W: y '='
-  // y + bias[c] (bias float, each output rounded once; kernels/format.cu); dbias (float) += the
-  // sum of dy over the rows, in double in an order fixed by the shape (batchnorm_nhwc.cu's
-  // per-channel sums). cuDNN's bias calls on 16-bit tensors are not relied on, and the sum is
-  // not rounded to 16 bits before it reaches the slab.
-  virtual void add_bias_nhwc(Elem t, void* y, const real* bias, int64_t rows, int64_t C) = 0;
-  virtual void bias_grad_nhwc(Elem t, real* dbias, const void* dy, int64_t rows, int64_t C) = 0;
-  // batchnorm_forward / batchnorm_backward on NHWC tensors of type t (x, y, residual, dx, dy;
-  // statistics and parameters float): the same contract, rounding each output once to t.
-  // (kernels/batchnorm_nhwc.cu)
-  virtual void batchnorm_forward_nhwc(Elem t, void* y, real* save_mean, real* save_invstd,
-                                      real* running_mean, real* running_var, const void* x,
-                                      const real* weight, const real* bias,
-                                      const void* residual, bool relu, int64_t N, int64_t C,
-                                      int64_t HW, float eps, float momentum,
-                                      bool training) = 0;
-  virtual void batchnorm_backward_nhwc(Elem t, void* dx, real* dweight, real* dbias,
-                                       const void* dy, const void* y, const void* x,
-                                       const real* weight, const real* save_mean,
-                                       const real* save_invstd, int64_t N, int64_t C,
-                                       int64_t HW, bool training) = 0;
 
   // ---- optimizers (kernels/optim.cu): one launch over the whole slab -----------------------
   // chunks: device array of nchunks runs (made once by the optimizer). buf is the momentum

@@ -192,9 +192,7 @@ real Tensor::operator[](int64_t i) const {
 }
 
 void Tensor::fill(real v) {
-  if (device_ == Device::CUDA && !format_.plain())
-    return gpu::backend().fill_typed(format_.elem, data_, float(v), numel());
-  if (device_ == Device::CUDA) return gpu::backend().fill(data(), v, numel());
+  if (device_ == Device::CUDA) return gpu::backend().fill(format_.elem, data_, float(v), numel());
   real* p = data();
   const int64_t n = numel();
   // A parameter slab's zero_grad is 100 MB for ResNet-50, which one thread alone wrote while

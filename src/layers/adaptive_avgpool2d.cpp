@@ -68,13 +68,9 @@ void AdaptiveAvgPool2d::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == os, "AdaptiveAvgPool2d: out has shape ", out.shape().str(),
         ", expected ", os.str(), " for input ", in.shape().str());
   CHECK(!overlaps(out, in), "AdaptiveAvgPool2d: out must not alias in");
-  if (on_gpu_as("AdaptiveAvgPool2d", in.format(), {&out, &in})) {
-    if (in.format().order == Order::NHWC)
-      return gpu::backend().adaptive_avgpool_forward_nhwc(in.format().elem, out.raw(), in.raw(),
-                                                          in.size(0), desc(in.shape()));
-    return gpu::backend().adaptive_avgpool_forward(out.data(), in.data(), in.size(0),
+  if (on_gpu_as("AdaptiveAvgPool2d", in.format(), {&out, &in}))
+    return gpu::backend().adaptive_avgpool_forward(in.format(), out.raw(), in.raw(), in.size(0),
                                                    desc(in.shape()));
-  }
   const int64_t H = in.size(2), W = in.size(3), OH = out_h_, OW = out_w_;
   const int64_t planes = os.d[0] * os.d[1];
   const real* x = in.data();
@@ -92,14 +88,9 @@ void AdaptiveAvgPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& 
         din.shape().str(), ", dout ", dout.shape().str(), " for input ", in.shape().str(),
         " (expected output ", os.str(), ")");
   CHECK(!overlaps(din, dout), "AdaptiveAvgPool2d backward: din must not alias dout");
-  if (on_gpu_as("AdaptiveAvgPool2d backward", din.format(), {&din, &dout})) {
-    if (din.format().order == Order::NHWC)
-      return gpu::backend().adaptive_avgpool_backward_nhwc(din.format().elem, din.raw(),
-                                                           dout.raw(), in.size(0),
-                                                           desc(in.shape()));
-    return gpu::backend().adaptive_avgpool_backward(din.data(), dout.data(), in.size(0),
-                                                    desc(in.shape()));
-  }
+  if (on_gpu_as("AdaptiveAvgPool2d backward", din.format(), {&din, &dout}))
+    return gpu::backend().adaptive_avgpool_backward(din.format(), din.raw(), dout.raw(),
+                                                    in.size(0), desc(in.shape()));
   const int64_t H = in.size(2), W = in.size(3), OH = out_h_, OW = out_w_;
   const int64_t planes = os.d[0] * os.d[1];
   const real* dy = dout.data();

@@ -8,11 +8,8 @@ namespace mpicnn {
 void Add::forward(Tensor& out, const Tensor& a, const Tensor& b) {
   CHECK(a.shape() == b.shape() && out.shape() == a.shape(), "Add: shapes ", a.shape().str(),
         " + ", b.shape().str(), " -> ", out.shape().str());
-  if (on_gpu_as("Add", a.format(), {&out, &a, &b})) {
-    if (!a.format().plain())
-      return gpu::backend().add_typed(a.format().elem, out.raw(), a.raw(), b.raw(), a.numel());
-    return gpu::backend().add(out.data(), a.data(), b.data(), a.numel());
-  }
+  if (on_gpu_as("Add", a.format(), {&out, &a, &b}))
+    return gpu::backend().add(a.format().elem, out.raw(), a.raw(), b.raw(), a.numel());
   const real* x = a.data();
   const real* y = b.data();
   real* z = out.data();
@@ -33,12 +30,8 @@ void Add::backward(Tensor& da, Tensor& db, const Tensor& dout) {
 void accumulate(Tensor& dst, const Tensor& src) {
   CHECK(dst.shape() == src.shape(), "accumulate: ", src.shape().str(), " into ",
         dst.shape().str());
-  if (on_gpu_as("accumulate", dst.format(), {&dst, &src})) {
-    if (!dst.format().plain())
-      return gpu::backend().accumulate_typed(dst.format().elem, dst.raw(), src.raw(),
-                                             dst.numel());
-    return gpu::backend().accumulate(dst.data(), src.data(), dst.numel());
-  }
+  if (on_gpu_as("accumulate", dst.format(), {&dst, &src}))
+    return gpu::backend().accumulate(dst.format().elem, dst.raw(), src.raw(), dst.numel());
   real* d = dst.data();
   const real* s = src.data();
   const int64_t n = dst.numel();

@@ -197,21 +197,10 @@ void BatchNorm2d::forward_impl(Tensor& out, const Tensor& in, const Tensor* resi
   const bool train = training_ && !use_running_stats_;
   if (train) CHECK(M > 1, "BatchNorm2d: training needs more than one value per channel, got input ", in.shape().str());
   if (on_gpu_as("BatchNorm2d", in.format(), {&out, &in, residual}, {&weight, &saved_mean_})) {
-    if (!in.format().plain()) {
-      CHECK(in.format().order == Order::NHWC, "BatchNorm2d: ", format_name(in.format()),
-            " input (plain or NHWC only)");
-      gpu::backend().batchnorm_forward_nhwc(
-          in.format().elem, out.raw(), saved_mean_.data(), saved_invstd_.data(),
-          running_mean.data(), running_var.data(), in.raw(), weight.data(), bias.data(),
-          residual ? residual->raw() : nullptr, relu, N, C, HW, eps_, momentum_, train);
-      if (train) ++num_batches_tracked;
-      saved_training_ = train;
-      return;
-    }
-    gpu::backend().batchnorm_forward(out.data(), saved_mean_.data(), saved_invstd_.data(),
-                                     running_mean.data(), running_var.data(), in.data(),
-                                     weight.data(), bias.data(),
-                                     residual ? residual->data() : nullptr, relu, N, C, HW, eps_,
+    gpu::backend().batchnorm_forward(in.format(), out.raw(), saved_mean_.data(),
+                                     saved_invstd_.data(), running_mean.data(),
+                                     running_var.data(), in.raw(), weight.data(), bias.data(),
+                                     residual ? residual->raw() : nullptr, relu, N, C, HW, eps_,
                                      momentum_, train);
     if (train) ++num_batches_tracked;
     saved_training_ = train;
@@ -341,20 +330,10 @@ void BatchNorm2d::backward_impl(Tensor& din, const Tensor& dout, const Tensor& i
   if (frozen_ && !din.defined()) return;
   if (on_gpu_as("BatchNorm2d backward", in.format(), {&din, &dout, &in, fused_relu_ ? &out : nullptr},
                 {&weight})) {
-    if (!in.format().plain()) {
-      CHECK(in.format().order == Order::NHWC, "BatchNorm2d backward: ",
-            format_name(in.format()), " input (plain or NHWC only)");
-      gpu::backend().batchnorm_backward_nhwc(
-          in.format().elem, din.defined() ? din.raw() : nullptr,
-          frozen_ ? nullptr : grad_weight.data(), frozen_ ? nullptr : grad_bias.data(),
-          dout.raw(), fused_relu_ ? out.raw() : nullptr, in.raw(), weight.data(),
-          saved_mean_.data(), saved_invstd_.data(), N, C, HW, saved_training_);
-      return;
-    }
-    gpu::backend().batchnorm_backward(din.defined() ? din.data() : nullptr,
+    gpu::backend().batchnorm_backward(in.format(), din.defined() ? din.raw() : nullptr,
                                       frozen_ ? nullptr : grad_weight.data(),
-                                      frozen_ ? nullptr : grad_bias.data(), dout.data(),
-                                      fused_relu_ ? out.data() : nullptr, in.data(), weight.data(),
+                                      frozen_ ? nullptr : grad_bias.data(), dout.raw(),
+                                      fused_relu_ ? out.raw() : nullptr, in.raw(), weight.data(),
                                       saved_mean_.data(), saved_invstd_.data(), N, C, HW,
                                       saved_training_);
     return;

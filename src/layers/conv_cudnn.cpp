@@ -34,7 +34,7 @@ void CudnnConv::forward(Tensor& out, const Tensor& in, const Tensor& weight, con
              /*accumulate=*/false);
   be.conv_forward(*plan_, out.raw(), in.raw(), typed_weight_.raw(), nullptr, int(N));
   if (bias)
-    be.add_bias_nhwc(format_.elem, out.raw(), bias->data(), N * s_.geo.out_plane(),
+    be.add_bias_rows(format_.elem, out.raw(), bias->data(), N * s_.geo.out_plane(),
                      s_.out_channels);
 }
 
@@ -58,7 +58,7 @@ void CudnnConv::backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dout
     be.convert(gw->data(), Format{}, typed_grad_.raw(), format_, w[0], w[1], w[2], w[3],
                /*accumulate=*/true);
   }
-  if (gb) be.bias_grad_nhwc(format_.elem, gb->data(), dout.raw(), N * s_.geo.out_plane(),
+  if (gb) be.conv_bias_grad(format_.elem, gb->data(), dout.raw(), N * s_.geo.out_plane(),
                             s_.out_channels);
 }
 

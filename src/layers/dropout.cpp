@@ -34,14 +34,13 @@ void Dropout::apply(Tensor& out, const Tensor& in, bool gpu) const {
   const int64_t N = shape[0], per = shape.numel() / (N ? N : 1);
   const real scale = 1.f / (1.f - p_);
   const uint64_t stream = name_stream_ ^ (step_ * 0x9E3779B97F4A7C15ull);
-  if (gpu && in.format().order == Order::NHWC)  // keep()'s draws by NCHW index, on the GPU
-    return gpu::backend().dropout_nhwc(in.format().elem, out.raw(), in.raw(), N, shape[1],
-                                       shape[2], shape[3], seed_, stream, first_sample_, p_,
-                                       scale);
+  if (gpu) {  // the same Philox draws as keep() (by NCHW index in any format), on the GPU
+    const int64_t H = shape.ndim == 4 ? shape[2] : 1, W = shape.ndim == 4 ? shape[3] : 1;
+    return gpu::backend().dropout(in.format(), out.raw(), in.raw(), N, per / (H * W), H, W,
+                                  seed_, stream, first_sample_, p_, scale);
+  }
   const real* x = in.data();
   real* y = out.data();
-  if (gpu)  // the same Philox draws as keep(), computed on the GPU
-    return gpu::backend().dropout(y, x, N, per, seed_, stream, first_sample_, p_, scale);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < per; ++i)

@@ -57,7 +57,7 @@ void Linear::forward(Tensor& out, const Tensor& in) {
   if (on_gpu("Linear", {&out, &in, &weight})) {
     gemm_in(Device::CUDA, precision_, false, true, N, out_, in_, 1.f, in.data(), in_, weight.data(),
             in_, 0.f, y, out_);
-    if (has_bias_) gpu::backend().add_bias_rows(y, bias.data(), N, out_);
+    if (has_bias_) gpu::backend().add_bias_rows(Elem::F32, y, bias.data(), N, out_);
     return;
   }
   if (has_bias_) {

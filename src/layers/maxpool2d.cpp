@@ -219,11 +219,8 @@ void MaxPool2d::forward(Tensor& out, const Tensor& in) {
   if (on_gpu_as("MaxPool2d", in.format(), {&out, &in})) {
     CHECK(argmax_dev_, "MaxPool2d: planned on the CPU, called with GPU tensors");
     auto* arg = static_cast<int32_t*>(argmax_dev_.get());
-    if (in.format().order == Order::NHWC)
-      gpu::backend().maxpool_forward_nhwc(in.format().elem, out.raw(), arg, in.raw(),
-                                          in.size(0), desc(in.shape()));
-    else
-      gpu::backend().maxpool_forward(out.data(), arg, in.data(), in.size(0), desc(in.shape()));
+    gpu::backend().maxpool_forward(in.format(), out.raw(), arg, in.raw(), in.size(0),
+                                   desc(in.shape()));
     forward_batch_ = in.size(0);
     return;
   }
@@ -256,13 +253,8 @@ void MaxPool2d::backward(Tensor& din, const Tensor& dout, const Tensor& in, cons
   if (on_gpu_as("MaxPool2d backward", din.format(), {&din, &dout})) {
     CHECK(argmax_dev_, "MaxPool2d backward: CUDA tensors, but the layer was planned on the CPU");
     const auto* arg = static_cast<const int32_t*>(argmax_dev_.get());
-    if (din.format().order == Order::NHWC)
-      gpu::backend().maxpool_backward_nhwc(din.format().elem, din.raw(), dout.raw(), arg,
-                                           in.size(0), desc(in.shape()));
-    else
-      gpu::backend().maxpool_backward(din.data(), dout.data(), arg, in.size(0),
-                                      desc(in.shape()));
-    return;
+    return gpu::backend().maxpool_backward(din.format(), din.raw(), dout.raw(), arg, in.size(0),
+                                           desc(in.shape()));
   }
   const int64_t HW = in.size(2) * in.size(3), OHW = os.d[2] * os.d[3];
   const int64_t planes = os.d[0] * os.d[1];

@@ -7,11 +7,8 @@ namespace mpicnn {
 
 void ReLU::forward(Tensor& out, const Tensor& in) {
   CHECK(out.shape() == in.shape(), "ReLU: out ", out.shape().str(), " vs in ", in.shape().str());
-  if (on_gpu_as("ReLU", in.format(), {&out, &in})) {
-    if (!in.format().plain())
-      return gpu::backend().relu_forward_typed(in.format().elem, out.raw(), in.raw(), in.numel());
-    return gpu::backend().relu_forward(out.data(), in.data(), in.numel());
-  }
+  if (on_gpu_as("ReLU", in.format(), {&out, &in}))
+    return gpu::backend().relu_forward(in.format().elem, out.raw(), in.raw(), in.numel());
   const real* x = in.data();
   real* y = out.data();
   const int64_t n = in.numel();
@@ -23,12 +20,9 @@ void ReLU::backward(Tensor& din, const Tensor& dout, const Tensor& /*in*/, const
   if (!din.defined()) return;
   CHECK(din.shape() == out.shape() && dout.shape() == out.shape(), "ReLU backward: din ",
         din.shape().str(), ", dout ", dout.shape().str(), ", out ", out.shape().str());
-  if (on_gpu_as("ReLU backward", out.format(), {&din, &dout, &out})) {
-    if (!out.format().plain())
-      return gpu::backend().relu_backward_typed(out.format().elem, din.raw(), dout.raw(),
-                                                out.raw(), out.numel());
-    return gpu::backend().relu_backward(din.data(), dout.data(), out.data(), out.numel());
-  }
+  if (on_gpu_as("ReLU backward", out.format(), {&din, &dout, &out}))
+    return gpu::backend().relu_backward(out.format().elem, din.raw(), dout.raw(), out.raw(),
+                                        out.numel());
   const real* y = out.data();
   const real* dy = dout.data();
   real* dx = din.data();
