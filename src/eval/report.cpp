@@ -29,6 +29,19 @@ constexpr size_t kFullMatrixClasses = 20;  // above this, only the most confused
 constexpr size_t kConfusedPairs = 20;
 constexpr size_t kSkippedShown = 10;
 
+// How a report shows its task's results: the header's results lines, the sections between
+// the header and the skipped samples, its keys in the JSON (before "per_class", into which it
+// puts its rows) and its predictions CSV. The one place this file tells the tasks apart
+// (form_of, at the end).
+struct TaskForm {
+  bool names_task;  // JSON "task" key (classification reports keep the keys they always had)
+  std::string (*results)(const Report& r);
+  std::string (*body)(const Report& r);
+  void (*json)(const Report& r, ojson& j, ojson& per_class);
+  void (*csv)(const std::string& path, const Report& r);
+};
+const TaskForm& form_of(const Report& r);
+
 std::string fixed(double v, int decimals) {
   if (!std::isfinite(v)) return "-";
   char buf[64];
@@ -142,7 +155,6 @@ namespace {
 // The report's sections, in the order format_report prints them; each ends with a newline.
 
 std::string header_section(const Report& r) {
-  const Metrics& m = r.metrics;
   std::string o = "pipeline_eval: " + (r.model.empty() ? std::string("model") : r.model);
   if (!r.weights.empty()) o += " (" + r.weights + ")";
   o += ": " + plural(uint64_t(r.ranks), "rank") + " (" + r.mode + "), batch " + std::to_string(r.batch_size) +
@@ -152,18 +164,28 @@ std::string header_section(const Report& r) {
   if (!r.plan.empty()) o += "  plan, per layer:\n" + indent(r.plan, "    ");
   if (!r.dataset.empty()) o += "  data: " + r.dataset + "\n";
   if (!r.layout.empty()) o += "  layout: " + r.layout + (r.stage_ranks.empty() ? "" : " (--stages " + r.stage_ranks + ")") + "\n";
-  if (r.task == Task::Detection) {
-    uint64_t boxes = 0;
-    for (const ImageDetections& d : r.detections) boxes += d.scores.size();
-    if (!r.resize.empty()) o += "  detector input: " + r.resize + "\n";
-    o += "  mAP@0.5 (VOC) " + fixed(r.map.map50_voc, 4) + "  mAP@[.5:.95] (COCO) " + fixed(r.map.map_coco, 4) +
+  return o + form_of(r).results(r);
+}
+
+uint64_t box_count(const Report& r) {
+  uint64_t boxes = 0;
+  for (const ImageDetections& d : r.detections) boxes += d.scores.size();
+  return boxes;
+}
+
+std::string classify_results(const Report& r) {
+  const Metrics& m = r.metrics;
+  return "  top-1 " + pct(m.top1, 2) + "  top-5 " + pct(m.top5, 2) + "  (" + std::to_string(m.evaluated) +
+         " evaluated, " + std::to_string(r.skipped.size()) + " skipped)\n";
+}
+
+std::string detection_results(const Report& r) {
+  const uint64_t boxes = box_count(r);
+  std::string o;
+  if (!r.resize.empty()) o += "  detector input: " + r.resize + "\n";
+  return o + "  mAP@0.5 (VOC) " + fixed(r.map.map50_voc, 4) + "  mAP@[.5:.95] (COCO) " + fixed(r.map.map_coco, 4) +
          "  (" + plural(r.detections.size(), "image") + ", " + std::to_string(boxes) + (boxes == 1 ? " box" : " boxes") +
          ", " + std::to_string(r.skipped.size()) + " skipped)\n";
-    return o;
-  }
-  o += "  top-1 " + pct(m.top1, 2) + "  top-5 " + pct(m.top5, 2) + "  (" + std::to_string(m.evaluated) +
-       " evaluated, " + std::to_string(r.skipped.size()) + " skipped)\n";
-  return o;
 }
 
 // Width of the class ids column: digits of the largest id.
@@ -338,29 +360,75 @@ std::string pipelining_verdict(const Report& r) {
          plural(uint64_t(r.node_ranks), "rank") + " on " + plural(uint64_t(r.node_cpus), "CPU");
 }
 
-std::string format_report(const Report& r) {
-  if (r.task == Task::Detection) {
-    // The trainer's table (detect/map_eval.h), indented as the report's other sections.
-    std::string table = "\n", line;
-    std::istringstream in(detect::format_map_table(r.map, background_and(r.class_names)));
-    while (std::getline(in, line)) table += "  " + line + "\n";
-    return header_section(r) + table + skipped_section(r) + timing_section(r) + speedup_section(r);
-  }
+namespace {
+
+// Per class precision and recall, then the confusion matrix or its most confused pairs.
+std::string classify_body(const Report& r) {
   const size_t K = r.metrics.confusion.size();
-  std::string o = header_section(r) + per_class_section(r);
+  std::string o = per_class_section(r);
   if (K > 0 && K <= kFullMatrixClasses)
     o += confusion_matrix_section(r);
   else if (K > kFullMatrixClasses)
     o += confused_pairs_section(r);
-  return o + skipped_section(r) + timing_section(r) + speedup_section(r);
+  return o;
+}
+
+// The trainer's table (detect/map_eval.h), indented as the report's other sections.
+std::string detection_body(const Report& r) {
+  std::string table = "\n", line;
+  std::istringstream in(detect::format_map_table(r.map, background_and(r.class_names)));
+  while (std::getline(in, line)) table += "  " + line + "\n";
+  return table;
+}
+
+}  // namespace
+
+std::string format_report(const Report& r) {
+  return header_section(r) + form_of(r).body(r) + skipped_section(r) + timing_section(r) +
+         speedup_section(r);
 }
 
 // ---- JSON and CSV -----------------------------------------------------------------------------
 
-std::string report_json(const Report& r) {
+namespace {
+
+void classify_json(const Report& r, ojson& j, ojson& per_class) {
   const Metrics& m = r.metrics;
+  j["top1"] = num_or_null(m.top1);
+  j["top5"] = num_or_null(m.top5);
+  j["confusion"] = m.confusion;
+  for (size_t c = 0; c < m.confusion.size(); ++c)
+    per_class.push_back({{"class", class_name(r, int(c))},
+                         {"precision", num_or_null(c < m.precision.size() ? m.precision[c] : kNaN)},
+                         {"recall", num_or_null(c < m.recall.size() ? m.recall[c] : kNaN)},
+                         {"support", c < m.support.size() ? m.support[c] : 0}});
+}
+
+void detection_json(const Report& r, ojson& j, ojson& per_class) {
+  j["resize"] = r.resize;
+  j["boxes"] = box_count(r);
+  j["map50"] = num_or_null(r.map.map50_voc);
+  j["map"] = num_or_null(r.map.map_coco);
+  j["map50_coco"] = num_or_null(r.map.map50_coco);
+  j["map75_coco"] = num_or_null(r.map.map75_coco);
+  j["classes_evaluated"] = r.map.classes_evaluated;
+  for (const detect::ClassAp& c : r.map.classes) {
+    if (c.label == 0) continue;  // the background: no boxes, no AP
+    per_class.push_back({{"class", class_name(r, c.label - 1)},
+                         {"gt", c.gt_count},
+                         {"detections", c.det_count},
+                         {"ap50", num_or_null(c.ap50_voc)},
+                         {"ap", num_or_null(c.ap_coco)},
+                         {"ap50_coco", num_or_null(c.ap50_coco)},
+                         {"ap75_coco", num_or_null(c.ap75_coco)}});
+  }
+}
+
+}  // namespace
+
+std::string report_json(const Report& r) {
   ojson j;
-  if (r.task != Task::Classify) j["task"] = task_name(r.task);  // classifier reports keep their keys
+  if (form_of(r).names_task) j["task"] = task_name(r.task);
   j["mode"] = r.mode;
   j["ranks"] = r.ranks;
   j["layout"] = r.layout;
@@ -381,36 +449,7 @@ std::string report_json(const Report& r) {
     skipped.push_back({{"index", s.index}, {"source", source_of(r, s.index)}, {"reason", s.reason}});
   j["skipped"] = std::move(skipped);
   ojson per_class = ojson::array();
-  if (r.task == Task::Detection) {
-    uint64_t boxes = 0;
-    for (const ImageDetections& d : r.detections) boxes += d.scores.size();
-    j["resize"] = r.resize;
-    j["boxes"] = boxes;
-    j["map50"] = num_or_null(r.map.map50_voc);
-    j["map"] = num_or_null(r.map.map_coco);
-    j["map50_coco"] = num_or_null(r.map.map50_coco);
-    j["map75_coco"] = num_or_null(r.map.map75_coco);
-    j["classes_evaluated"] = r.map.classes_evaluated;
-    for (const detect::ClassAp& c : r.map.classes) {
-      if (c.label == 0) continue;  // the background: no boxes, no AP
-      per_class.push_back({{"class", class_name(r, c.label - 1)},
-                           {"gt", c.gt_count},
-                           {"detections", c.det_count},
-                           {"ap50", num_or_null(c.ap50_voc)},
-                           {"ap", num_or_null(c.ap_coco)},
-                           {"ap50_coco", num_or_null(c.ap50_coco)},
-                           {"ap75_coco", num_or_null(c.ap75_coco)}});
-    }
-  } else {
-    j["top1"] = num_or_null(m.top1);
-    j["top5"] = num_or_null(m.top5);
-    j["confusion"] = m.confusion;
-    for (size_t c = 0; c < m.confusion.size(); ++c)
-      per_class.push_back({{"class", class_name(r, int(c))},
-                           {"precision", num_or_null(c < m.precision.size() ? m.precision[c] : kNaN)},
-                           {"recall", num_or_null(c < m.recall.size() ? m.recall[c] : kNaN)},
-                           {"support", c < m.support.size() ? m.support[c] : 0}});
-  }
+  form_of(r).json(r, j, per_class);
   j["per_class"] = std::move(per_class);
   j["wall_s"] = num_or_null(r.wall_s);
   j["images_per_s"] = num_or_null(r.images_per_s());
@@ -480,10 +519,8 @@ void write_detections_csv(const std::string& path, const Report& r) {
   write_text(path, o);
 }
 
-}  // namespace
-
-void write_predictions_csv(const std::string& path, const Report& r) {
-  if (r.task == Task::Detection) return write_detections_csv(path, r);
+// One row per image: index, path, label, predicted class, its score, the top-5 class ids.
+void write_classify_csv(const std::string& path, const Report& r) {
   std::string o = "index,path,label,prediction,score,top5\n";
   char score[32];
   for (const Prediction& p : r.predictions) {
@@ -499,6 +536,19 @@ void write_predictions_csv(const std::string& path, const Report& r) {
   }
   write_text(path, o);
 }
+
+const TaskForm kClassifyForm{false, classify_results, classify_body, classify_json,
+                             write_classify_csv};
+const TaskForm kDetectionForm{true, detection_results, detection_body, detection_json,
+                              write_detections_csv};
+
+const TaskForm& form_of(const Report& r) {
+  return r.task == Task::Detection ? kDetectionForm : kClassifyForm;
+}
+
+}  // namespace
+
+void write_predictions_csv(const std::string& path, const Report& r) { form_of(r).csv(path, r); }
 
 void write_report_json(const std::string& path, const Report& r) { write_text(path, report_json(r)); }
 
