@@ -103,8 +103,8 @@ class Conv2d : public UnaryLayer {
   ConvGeometry geometry_for(const Shape& in) const;  // checks the input shape
   void check_ready(const Tensor& in, bool on_gpu) const;
   bool runs(ConvImpl impl) const { return engine_ && choice_.impl == impl; }
-  const Im2colConv* im2col() const { return engine_ ? engine_->im2col() : nullptr; }
-  const CudnnConv* cudnn() const { return engine_ ? engine_->cudnn() : nullptr; }
+  const Im2colEngine* im2col() const { return engine_ ? engine_->im2col() : nullptr; }
+  const CudnnEngine* cudnn() const { return engine_ ? engine_->cudnn() : nullptr; }
 
   Conv2dOptions opt_;
   std::string weight_name_, bias_name_;

@@ -3,7 +3,7 @@
 
 namespace mpicnn {
 
-CudnnConv::CudnnConv(const ConvSpec& s, const ExecConfig& cfg)
+CudnnEngine::CudnnEngine(const ConvSpec& s, const ExecConfig& cfg)
     : s_(s), precision_(cfg.precision) {
   const ConvGeometry& g = s.geo;
   format_ = cfg.format_for({s.batch, g.channels, g.height, g.width});
@@ -16,11 +16,11 @@ CudnnConv::CudnnConv(const ConvSpec& s, const ExecConfig& cfg)
   }
 }
 
-std::string CudnnConv::note() const {
+std::string CudnnEngine::note() const {
   return "cuDNN " + std::string(format_name(format_)) + ", " + precision_name(precision_);
 }
 
-void CudnnConv::forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias) {
+void CudnnEngine::forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias) {
   const int64_t N = in.size(0);
   gpu::Backend& be = gpu::backend();
   if (format_.plain()) {
@@ -38,8 +38,8 @@ void CudnnConv::forward(Tensor& out, const Tensor& in, const Tensor& weight, con
                      s_.out_channels);
 }
 
-void CudnnConv::backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dout,
-                         const Tensor& in, const Tensor& weight) {
+void CudnnEngine::backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dout,
+                           const Tensor& in, const Tensor& weight) {
   const int64_t N = in.size(0);
   gpu::Backend& be = gpu::backend();
   if (format_.plain()) {

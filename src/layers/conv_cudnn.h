@@ -9,14 +9,14 @@
 
 namespace mpicnn {
 
-class CudnnConv final : public ConvEngine {
+class CudnnEngine final : public ConvEngine {
  public:
-  CudnnConv(const ConvSpec& s, const ExecConfig& cfg);
+  CudnnEngine(const ConvSpec& s, const ExecConfig& cfg);
   void forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias) override;
   void backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dout, const Tensor& in,
                 const Tensor& weight) override;
   std::string note() const override;
-  const CudnnConv* cudnn() const override { return this; }
+  const CudnnEngine* cudnn() const override { return this; }
 
   // The descriptors and algorithms: folded inference (layers/fold.h) runs its fused call on them.
   gpu::ConvPlan& plan() const { return *plan_; }

@@ -2,13 +2,13 @@
 // asks conv_choice.h's table which implementation takes its layer, builds it with
 // make_conv_engine (planned for one input shape: workspaces, chunks, kernels, descriptors), then
 // hands it each pass with the layer's parameters. The implementations:
-//   CudnnConv         CUDA: cuDNN on NCHW float32 or the config's NHWC format (conv_cudnn.cpp)
-//   DirectEngine      CPU: the direct kernels for all three passes (conv_engines.cpp)
-//   DirectForwardConv CPU bf16: the direct kernels for forward and the input gradient, the
-//                     weight gradient on an Im2colConv (conv_engines.cpp)
-//   WinogradEngine    CPU float32: Winograd forward and input gradient, the weight gradient on
-//                     an Im2colConv (conv_engines.cpp)
-//   Im2colConv        CPU: im2col + GEMM, float32 or bf16 (conv_im2col.h)
+//   CudnnEngine          CUDA: cuDNN on NCHW float32 or the config's NHWC format (conv_cudnn.cpp)
+//   DirectEngine         CPU: the direct kernels for all three passes (conv_engines.cpp)
+//   DirectForwardEngine  CPU bf16: the direct kernels for forward and the input gradient, the
+//                        weight gradient on an Im2colEngine (conv_engines.cpp)
+//   WinogradEngine       CPU float32: Winograd forward and input gradient, the weight gradient
+//                        on an Im2colEngine (conv_engines.cpp)
+//   Im2colEngine         CPU: im2col + GEMM, float32 or bf16 (conv_im2col.h)
 // CPU implementations share one workspace per thread (conv_workspace).
 #pragma once
 #include <memory>
@@ -20,8 +20,8 @@
 
 namespace mpicnn {
 
-class Im2colConv;
-class CudnnConv;
+class Im2colEngine;
+class CudnnEngine;
 
 // What every implementation plans from: the planned input's geometry and batch, the layer's
 // output channels and groups.
@@ -45,10 +45,10 @@ class ConvEngine {
                         const Tensor& in, const Tensor& weight) = 0;
   // How it runs, in a few words (--explain-plan, Conv2d::plan_note).
   virtual std::string note() const = 0;
-  // Its im2col part (all of Im2colConv, the weight gradient of the composites) and its cuDNN
+  // Its im2col part (all of Im2colEngine, the weight gradient of the composites) and its cuDNN
   // plan, where it has them: what tests and folded inference (layers/fold.h) look at.
-  virtual const Im2colConv* im2col() const { return nullptr; }
-  virtual const CudnnConv* cudnn() const { return nullptr; }
+  virtual const Im2colEngine* im2col() const { return nullptr; }
+  virtual const CudnnEngine* cudnn() const { return nullptr; }
 };
 
 // This thread's convolution workspace, at least `floats`: every CPU convolution's columns,

@@ -53,9 +53,9 @@ class DirectEngine final : public ConvEngine {
 
 // bf16: forward and the input gradient on the direct kernels, the weight gradient on im2col's
 // bf16 GEMMs (ConvImpl::kDirectForward: the direct bf16 weight gradient does not fit).
-class DirectForwardConv final : public ConvEngine {
+class DirectForwardEngine final : public ConvEngine {
  public:
-  DirectForwardConv(const ConvSpec& s, const ExecConfig& cfg)
+  DirectForwardEngine(const ConvSpec& s, const ExecConfig& cfg)
       : direct_(s.geo, s.out_channels, s.batch, /*bf16=*/true, cfg.isa),
         im2col_(s, cfg, Im2colPasses::kWeightGradBesideDirect),
         precision_(cfg.precision),
@@ -83,11 +83,11 @@ class DirectForwardConv final : public ConvEngine {
            " forward and input gradient, weight gradient on " + im2col_.note() +
            " (the direct bf16 weight gradient needs stride 1, rows of 8+)";
   }
-  const Im2colConv* im2col() const override { return &im2col_; }
+  const Im2colEngine* im2col() const override { return &im2col_; }
 
  private:
   DirectConv direct_;
-  Im2colConv im2col_;
+  Im2colEngine im2col_;
   Precision precision_;
   int64_t workspace_floats_;
 };
@@ -126,13 +126,13 @@ class WinogradEngine final : public ConvEngine {
     bwd_.forward(din.data(), dout.data(), nullptr, in.size(0), ws);
   }
   std::string note() const override { return "winograd + " + im2col_.note(); }
-  const Im2colConv* im2col() const override { return &im2col_; }
+  const Im2colEngine* im2col() const override { return &im2col_; }
 
  private:
   ConvSpec s_;
   WinogradConv fwd_;  // forward: C = IC, K = OC
   WinogradConv bwd_;  // input gradient: C = OC, K = IC on dout, padding 2 - p
-  Im2colConv im2col_;
+  Im2colEngine im2col_;
   int64_t workspace_floats_;
 };
 
@@ -166,11 +166,11 @@ void conv_bias_grad(Tensor& gb, const Tensor& dout) {
 std::unique_ptr<ConvEngine> make_conv_engine(ConvImpl impl, const ConvSpec& s,
                                              const ExecConfig& cfg) {
   switch (impl) {
-    case ConvImpl::kCudnn: return std::make_unique<CudnnConv>(s, cfg);
+    case ConvImpl::kCudnn: return std::make_unique<CudnnEngine>(s, cfg);
     case ConvImpl::kDirect: return std::make_unique<DirectEngine>(s, cfg);
-    case ConvImpl::kDirectForward: return std::make_unique<DirectForwardConv>(s, cfg);
+    case ConvImpl::kDirectForward: return std::make_unique<DirectForwardEngine>(s, cfg);
     case ConvImpl::kWinograd: return std::make_unique<WinogradEngine>(s, cfg);
-    case ConvImpl::kIm2col: return std::make_unique<Im2colConv>(s, cfg);
+    case ConvImpl::kIm2col: return std::make_unique<Im2colEngine>(s, cfg);
   }
   FAIL("Conv2d: unknown implementation (internal error)");
 }

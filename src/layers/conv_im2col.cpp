@@ -92,7 +92,7 @@ void fill_bias(real* y, const real* b, int64_t OC, int64_t P) {
 
 }  // namespace
 
-Im2colConv::Im2colConv(const ConvSpec& s, const ExecConfig& cfg, Im2colPasses passes)
+Im2colEngine::Im2colEngine(const ConvSpec& s, const ExecConfig& cfg, Im2colPasses passes)
     : s_(s), precision_(cfg.precision), cols_(s.geo) {
   const ConvGeometry& g = s.geo;
   const bool fp32 = precision_ == Precision::kFp32;
@@ -153,7 +153,7 @@ Im2colConv::Im2colConv(const ConvSpec& s, const ExecConfig& cfg, Im2colPasses pa
   }
 }
 
-std::string Im2colConv::note() const {
+std::string Im2colEngine::note() const {
   const std::string precision = precision_name(precision_);
   std::string s = "im2col + " + precision + " GEMM";
   if (per_image_) s += ", one GEMM per image";
@@ -166,7 +166,7 @@ std::string Im2colConv::note() const {
   return s;
 }
 
-const real* Im2colConv::gemm_weight(const Tensor& weight) {
+const real* Im2colEngine::gemm_weight(const Tensor& weight) {
   if (cols_.all_taps_live()) return weight.data();
   // (OC, IC/groups, taps) -> (OC, IC/groups, live taps)
   const std::vector<int32_t>& taps = cols_.live_taps();
@@ -180,7 +180,8 @@ const real* Im2colConv::gemm_weight(const Tensor& weight) {
   return lw;
 }
 
-void Im2colConv::forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias) {
+void Im2colEngine::forward(Tensor& out, const Tensor& in, const Tensor& weight,
+                           const Tensor* bias) {
   const real* b = bias ? bias->data() : nullptr;
   if (per_image_) return forward_per_image(out, in, weight, b);
   const int64_t N = in.size(0);
@@ -198,8 +199,8 @@ void Im2colConv::forward(Tensor& out, const Tensor& in, const Tensor& weight, co
   }
 }
 
-void Im2colConv::forward_chunk(Tensor& out, const Tensor& in, const real* w, const real* b,
-                               int64_t n0) {
+void Im2colEngine::forward_chunk(Tensor& out, const Tensor& in, const real* w, const real* b,
+                                 int64_t n0) {
   const ConvGeometry& g = s_.geo;
   const int64_t N = in.size(0), OC = s_.out_channels, G = s_.groups;
   const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;
@@ -234,8 +235,8 @@ void Im2colConv::forward_chunk(Tensor& out, const Tensor& in, const real* w, con
   }
 }
 
-void Im2colConv::forward_per_image(Tensor& out, const Tensor& in, const Tensor& weight,
-                                   const real* b) {
+void Im2colEngine::forward_per_image(Tensor& out, const Tensor& in, const Tensor& weight,
+                                     const real* b) {
 #if !(defined(MPICNN_F64) && MPICNN_F64)
   const int64_t N = in.size(0), OC = s_.out_channels, IC = s_.geo.channels;
   const int64_t P = s_.geo.out_plane();
@@ -253,8 +254,8 @@ void Im2colConv::forward_per_image(Tensor& out, const Tensor& in, const Tensor& 
 #endif
 }
 
-void Im2colConv::backward_per_image(Tensor& din, Tensor* gw, const Tensor& dout,
-                                    const Tensor& in, const Tensor& weight) {
+void Im2colEngine::backward_per_image(Tensor& din, Tensor* gw, const Tensor& dout,
+                                      const Tensor& in, const Tensor& weight) {
 #if !(defined(MPICNN_F64) && MPICNN_F64)
   const int64_t N = dout.size(0), OC = s_.out_channels, IC = s_.geo.channels;
   const int64_t P = s_.geo.out_plane();
@@ -277,7 +278,7 @@ void Im2colConv::backward_per_image(Tensor& din, Tensor* gw, const Tensor& dout,
 // of the workspace, the groups then added to dW in group order: the groups are fixed by the
 // batch alone, so the bits do not depend on the thread count. The groups run side by side
 // where side_by_side says so, else one after the other, each GEMM on all threads.
-void Im2colConv::weight_grad_per_image(Tensor& gw, const Tensor& dout, const Tensor& in) {
+void Im2colEngine::weight_grad_per_image(Tensor& gw, const Tensor& dout, const Tensor& in) {
 #if !(defined(MPICNN_F64) && MPICNN_F64)
   const int64_t N = dout.size(0), OC = s_.out_channels, IC = s_.geo.channels;
   const int64_t P = s_.geo.out_plane();
@@ -296,8 +297,8 @@ void Im2colConv::weight_grad_per_image(Tensor& gw, const Tensor& dout, const Ten
 #endif
 }
 
-void Im2colConv::backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dout,
-                          const Tensor& in, const Tensor& weight) {
+void Im2colEngine::backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dout,
+                            const Tensor& in, const Tensor& weight) {
   const ConvGeometry& g = s_.geo;
   const int64_t N = in.size(0), OC = s_.out_channels, G = s_.groups;
   const int64_t Kg = cols_.rows() / G;
@@ -349,8 +350,8 @@ void Im2colConv::backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dou
 
 // One chunk of backward from image n0: gw (OC, Kg) '= beta * gw +' the chunk's weight gradient
 // (skipped when null), and din's images '=' their gradient when data.
-void Im2colConv::backward_chunk(Tensor& din, const Tensor& dout, const Tensor& in, const real* w,
-                                real* gw, real beta, bool data, int64_t n0) {
+void Im2colEngine::backward_chunk(Tensor& din, const Tensor& dout, const Tensor& in, const real* w,
+                                  real* gw, real beta, bool data, int64_t n0) {
   const ConvGeometry& g = s_.geo;
   const int64_t N = in.size(0), OC = s_.out_channels, G = s_.groups;
   const int64_t P = g.out_plane(), OCg = OC / G, Kg = cols_.rows() / G;

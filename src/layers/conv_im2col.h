@@ -22,23 +22,24 @@
 
 namespace mpicnn {
 
-// Which passes an Im2colConv runs.
+// Which passes an Im2colEngine runs.
 enum class Im2colPasses : uint8_t {
   kAll,
   kWeightGradBesideDirect,    // bf16: the weight gradient only (never one GEMM per image)
   kWeightGradBesideWinograd,  // float32: the weight gradient only (chunks never side by side)
 };
 
-class Im2colConv final : public ConvEngine {
+class Im2colEngine final : public ConvEngine {
  public:
   // An Error for an input too large for 32-bit GEMM sizes.
-  Im2colConv(const ConvSpec& s, const ExecConfig& cfg, Im2colPasses passes = Im2colPasses::kAll);
+  Im2colEngine(const ConvSpec& s, const ExecConfig& cfg,
+               Im2colPasses passes = Im2colPasses::kAll);
   void forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias) override;
   // gb must be null (the bias gradient is its owner's) beside other kernels.
   void backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& dout, const Tensor& in,
                 const Tensor& weight) override;
   std::string note() const override;
-  const Im2colConv* im2col() const override { return this; }
+  const Im2colEngine* im2col() const override { return this; }
 
   int64_t chunk() const { return chunk_; }  // images per GEMM
   const ColumnPlan& columns() const { return cols_; }
