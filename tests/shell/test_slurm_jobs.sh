@@ -103,8 +103,11 @@ fi
 #    shards, trains the recipe on them (ResNet-20 at 32x32 for speed), validation on the val shards.
 img=$SCRATCH/imagenet shards=$SCRATCH/imagenet-shards inrun=$SCRATCH/imagenet-run
 /usr/bin/python3 tests/python/shards_python.py folder "$img" 24 4 val
+# 30 minutes: the script's --signal=B:USR1@600 asks for the warning 600 s before the limit, which
+# a 10-minute job reaches at once (Slurm then sends it at its next check, under load mid-run).
 if submit imagenet SOURCE="$img" SHARDS="$shards" SHARD_MB=0.02 MODEL=resnet20 EPOCHS=6 BATCH=8 IMAGE_SIZE=32 \
-     RUN_DIR="$inrun" TRAIN_ARGS="--workers 1 --seed 3" -- "${small[@]}" jobs/imagenet_resnet50.slurm &&
+     RUN_DIR="$inrun" TRAIN_ARGS="--workers 1 --seed 3" -- "${small[@]/--time=10/--time=30}" \
+     jobs/imagenet_resnet50.slurm &&
    [ -f "$shards/shards.json" ] && grep -q "packing $img into $shards" "$SCRATCH/imagenet.out" &&
    grep -q "tar shards, 96 samples, 4 classes" "$SCRATCH/imagenet.out" && [ "$(status_of "$inrun")" = FINISHED ] &&
    [ "$(json_get "$inrun/summary.json" epochs_done)" = 6 ]; then
