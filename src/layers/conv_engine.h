@@ -51,6 +51,9 @@ class ConvEngine {
   virtual const CudnnEngine* cudnn() const { return nullptr; }
 };
 
+// Below this many elements a CPU engine's loop runs on one thread (fork/join would cost more).
+constexpr int64_t kConvParallelMin = 1 << 15;
+
 // This thread's convolution workspace, at least `floats`: every CPU convolution's columns,
 // rows, packed images and weights take turns in it (a layer's are dead once its pass has run).
 // Per thread, because tests run several ranks' models as threads of one process; plans size it

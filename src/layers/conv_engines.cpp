@@ -14,8 +14,6 @@ namespace mpicnn {
 
 namespace {
 
-// Below this many elements a loop runs on one thread (fork/join would cost more).
-constexpr int64_t kParallelMin = 1 << 15;
 // Floats Winograd's chunks may take (its weights included): 32 MiB.
 constexpr int64_t kWinogradBudget = int64_t(8) << 20;
 
@@ -149,7 +147,7 @@ void conv_bias_grad(Tensor& gb, const Tensor& dout) {
   const real* dy = dout.data();
   real* g = gb.data();
   // Double accumulators: a channel of a large batch sums ~1e6 terms.
-#pragma omp parallel for schedule(static) if (N * OC * P > kParallelMin)
+#pragma omp parallel for schedule(static) if (N * OC * P > kConvParallelMin)
   for (int64_t oc = 0; oc < OC; ++oc) {
     double acc = 0;
     for (int64_t n = 0; n < N; ++n) {

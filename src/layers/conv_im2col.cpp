@@ -24,8 +24,6 @@ constexpr int64_t kColumnBudget = int64_t(16) << 20;
 // (784 and 196 columns: whole 48-column panels but a last one of 16) but not 7x7, where 49
 // columns would waste most of a second panel and chunking into one GEMM stays faster.
 constexpr int64_t kPerImagePlane = 64;
-// Below this many elements a loop runs on one thread (fork/join would cost more).
-constexpr int64_t kParallelMin = 1 << 15;
 
 // The weight-gradient sums of a bf16 layer's groups of chunks (grad_groups_): one buffer per
 // planning thread, as the workspace, written by every thread of a backward.
@@ -73,7 +71,7 @@ void for_units(int64_t units, const F& body) {
 
 // gw[e] += parts[0][e] + parts[1][e] + ..., in part order: G weight-gradient parts of WG floats.
 void add_parts(real* gw, const real* parts, int64_t G, int64_t WG) {
-#pragma omp parallel for schedule(static) if (WG * G > kParallelMin)
+#pragma omp parallel for schedule(static) if (WG * G > kConvParallelMin)
   for (int64_t e = 0; e < WG; ++e) {
     real acc = gw[e];
     for (int64_t gi = 0; gi < G; ++gi) acc += parts[gi * WG + e];
@@ -86,7 +84,7 @@ constexpr int64_t kWgradGroups = 4;
 
 // One image's output (OC, P) set to its bias, for a GEMM that adds onto it (beta = 1).
 void fill_bias(real* y, const real* b, int64_t OC, int64_t P) {
-#pragma omp parallel for schedule(static) if (OC * P > kParallelMin)
+#pragma omp parallel for schedule(static) if (OC * P > kConvParallelMin)
   for (int64_t oc = 0; oc < OC; ++oc) std::fill(y + oc * P, y + (oc + 1) * P, b[oc]);
 }
 
@@ -174,7 +172,7 @@ const real* Im2colEngine::gemm_weight(const Tensor& weight) {
   const int64_t n = s_.out_channels * (s_.geo.channels / s_.groups);
   const real* w = weight.data();
   real* lw = live_weight_.data();
-#pragma omp parallel for schedule(static) if (n * T > kParallelMin)
+#pragma omp parallel for schedule(static) if (n * T > kConvParallelMin)
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < T; ++j) lw[i * T + j] = w[i * KT + taps[size_t(j)]];
   return lw;
@@ -223,7 +221,7 @@ void Im2colEngine::forward_chunk(Tensor& out, const Tensor& in, const real* w, c
             w + gi * OCg * Kg, int(Kg), cols + gi * Kg * BP, int(BP), (B == 1 && b) ? 1.f : 0.f,
             rows + gi * OCg * BP, int(BP));
   if (B > 1) {
-#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
+#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kConvParallelMin)
     for (int64_t i = 0; i < B; ++i) {
       for (int64_t oc = 0; oc < OC; ++oc) {
         const real* __restrict s = rows + oc * BP + i * P;
@@ -342,7 +340,7 @@ void Im2colEngine::backward(Tensor& din, Tensor* gw, Tensor* gb, const Tensor& d
     const int64_t T = int64_t(taps.size()), KT = g.taps(), n = OC * (g.channels / G);
     const real* lg = live_grad_.data();
     real* dst = gw->data();
-#pragma omp parallel for schedule(static) if (n * T > kParallelMin)
+#pragma omp parallel for schedule(static) if (n * T > kConvParallelMin)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < T; ++j) dst[i * KT + taps[size_t(j)]] += lg[i * T + j];
   }
@@ -364,7 +362,7 @@ void Im2colEngine::backward_chunk(Tensor& din, const Tensor& dout, const Tensor&
   const real* rows = dy;                       // (OC, B*P)
   if (B > 1) {
     real* r = rows_buf;
-#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kParallelMin)
+#pragma omp parallel for collapse(2) schedule(static) if (OC * BP > kConvParallelMin)
     for (int64_t i = 0; i < B; ++i)
       for (int64_t oc = 0; oc < OC; ++oc)
         std::memcpy(r + oc * BP + i * P, dy + (i * OC + oc) * P, size_t(P) * sizeof(real));
